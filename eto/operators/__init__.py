@@ -1,0 +1,28 @@
+"""The operator catalogue: the paper's ten operator types plus DENSE.
+
+>>> from eto.operators import Operator
+>>> op = Operator.create("C2D", N=1, CI=512, H=28, W=28, CO=128, KH=1, KW=1)
+>>> op.extents                      # [N, CO, OH, OW, CI, KH, KW]
+(1, 128, 28, 28, 512, 1, 1)
+"""
+
+from .base import (
+    DEFAULT_PARALLEL_LIMIT,
+    Operator,
+    OperatorType,
+    Param,
+    operator_type,
+    operator_types,
+)
+from . import conv, matmul, norm, winograd  # noqa: F401  (registers the types)
+from .winograd import transform_weight
+
+__all__ = [
+    "DEFAULT_PARALLEL_LIMIT",
+    "Operator",
+    "OperatorType",
+    "Param",
+    "operator_type",
+    "operator_types",
+    "transform_weight",
+]

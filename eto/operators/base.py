@@ -1,0 +1,312 @@
+"""The operator model of the paper (Definition 1): a type, its parameters and its major loop nest.
+
+Every operator type is an :class:`OperatorType` subclass registered by its paper abbreviation
+(``C2D``, ``BMM``, ...). An :class:`Operator` is a frozen, hashable record ``(type, params)``; all
+derived facts (loop nest, FLOPs, shapes, the TE program, the numpy reference) come from its type.
+
+TVM is imported lazily (only by :meth:`OperatorType.te` and :meth:`Operator.prim_func`) so that
+commands that only inspect operators answer in well under a second.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tvm import te, tirx
+
+ParamValue = int | tuple[int, ...]
+
+#: The paper's default for parameters a loop nest cannot determine (Definition 5).
+WINDOW_DEFAULTS = {"stride": 1, "padding": 0, "dilation": 1}
+
+#: MetaSchedule/Ansor consider rfactor (CPU) or cross-thread reduction (GPU) only when the space
+#: loops cannot fill the machine; this is the GPU bound (max threads per block), the paper's target.
+DEFAULT_PARALLEL_LIMIT = 1024
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of an operator type. ``ndim`` > 0 marks a per-spatial-axis window parameter."""
+
+    name: str
+    doc: str
+    default: ParamValue | None = None
+    ndim: int = 0
+
+
+class OperatorType(ABC):
+    """The definition of one operator type: parameters, major loop nest, program and reference."""
+
+    #: Paper abbreviation, e.g. ``"C2D"``.
+    name: ClassVar[str]
+    #: One line for ``eto ops types``.
+    description: ClassVar[str]
+    params: ClassVar[tuple[Param, ...]]
+    #: Names of the space loops and reduction loops of the major loop nest, in the paper's order.
+    space_names: ClassVar[tuple[str, ...]]
+    reduction_names: ClassVar[tuple[str, ...]]
+    #: Parameters a loop nest cannot determine and that are not window defaults (e.g. ``groups``):
+    #: :meth:`from_loop_nest` takes them from the caller.
+    structural: ClassVar[tuple[str, ...]] = ()
+    #: Whether the program has several loop nests with individual structures (composite sketch).
+    composite: ClassVar[bool] = False
+
+    # -- parameters -----------------------------------------------------------------------
+    def normalize(self, params: Mapping[str, Any]) -> dict[str, ParamValue]:
+        """Fill defaults, expand window parameters to one value per spatial axis, validate."""
+        known = {p.name for p in self.params}
+        unknown = sorted(set(params) - known)
+        if unknown:
+            raise ValueError(
+                f"{self.name}: unknown parameter(s) {', '.join(unknown)}; "
+                f"expected {', '.join(p.name for p in self.params)}"
+            )
+        out: dict[str, ParamValue] = {}
+        for p in self.params:
+            value = params.get(p.name, p.default)
+            if value is None:
+                raise ValueError(f"{self.name}: missing parameter {p.name} ({p.doc})")
+            out[p.name] = _coerce(self.name, p, value)
+        self.validate(out)
+        return out
+
+    def validate(self, p: Mapping[str, ParamValue]) -> None:
+        """Reject impossible parameters with a ValueError naming the parameter."""
+        for param in self.params:
+            values = p[param.name]
+            values = values if isinstance(values, tuple) else (values,)
+            lowest = 0 if param.name in ("padding", "output_padding") else 1
+            if any(v < lowest for v in values):
+                bound = "non-negative" if lowest == 0 else "positive"
+                raise ValueError(f"{self.name}: parameter {param.name} must be {bound}, got {p[param.name]}")
+
+    # -- loop nest ------------------------------------------------------------------------
+    @abstractmethod
+    def loop_nest(self, p: Mapping[str, ParamValue]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(space extents, reduction extents) of the major loop nest."""
+
+    @abstractmethod
+    def params_from_loop_nest(
+        self, extents: Sequence[int], structural: Mapping[str, ParamValue]
+    ) -> dict[str, ParamValue]:
+        """Parameters of an operator with this major loop nest, stride 1, padding 0, dilation 1."""
+
+    # -- program --------------------------------------------------------------------------
+    @abstractmethod
+    def input_shapes(self, p: Mapping[str, ParamValue]) -> list[tuple[int, ...]]:
+        """Shapes of the inputs, in the order of :meth:`te` and :meth:`reference`."""
+
+    @abstractmethod
+    def output_shape(self, p: Mapping[str, ParamValue]) -> tuple[int, ...]: ...
+
+    @abstractmethod
+    def te(self, p: Mapping[str, ParamValue], dtype: str) -> list["te.Tensor"]:
+        """Input placeholders followed by the output tensor."""
+
+    @abstractmethod
+    def reference(self, p: Mapping[str, ParamValue], *inputs: np.ndarray) -> np.ndarray:
+        """What the program computes, in numpy (float64 accumulation)."""
+
+    def flops(self, p: Mapping[str, ParamValue]) -> int:
+        """Floating-point operations: one multiply-add (2 FLOPs) per major-loop-nest iteration."""
+        space, reduction = self.loop_nest(p)
+        return 2 * math.prod(space) * math.prod(reduction)
+
+    def sketch_key(self, p: Mapping[str, ParamValue], parallel_limit: int) -> str:
+        """A cheap stand-in for the sketch set K (reuse condition 1), computed without TVM.
+
+        Multi-level tiling applies to every type here; MetaSchedule and Ansor add a second sketch
+        (rfactor on CPU, cross-thread reduction on GPU) when the space loops are fewer than the
+        reduction loops and do not exceed the machine's parallelism. That rule is what separates
+        the paper's ``C2D (K2)`` classifier of MobileNetV2 from the other 1x1 convolutions.
+        """
+        space, reduction = self.loop_nest(p)
+        s, r = math.prod(space), math.prod(reduction)
+        return f"{self.name}:mlt+rf" if s <= parallel_limit and s < r else f"{self.name}:mlt"
+
+
+def _coerce(type_name: str, param: Param, value: Any) -> ParamValue:
+    """Accept ints (broadcast over spatial axes) or sequences; reject anything else by name."""
+    if param.ndim:
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+            return (int(value),) * param.ndim
+        if isinstance(value, (list, tuple)) and len(value) == param.ndim and all(
+            isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value
+        ):
+            return tuple(int(v) for v in value)
+        raise ValueError(
+            f"{type_name}: parameter {param.name} must be an int or {param.ndim} ints, got {value!r}"
+        )
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return int(value)
+    raise ValueError(f"{type_name}: parameter {param.name} must be an int, got {value!r}")
+
+
+_REGISTRY: dict[str, OperatorType] = {}
+
+
+def register(cls: type[OperatorType]) -> type[OperatorType]:
+    _REGISTRY[cls.name] = cls()
+    return cls
+
+
+def operator_type(name: str) -> OperatorType:
+    """The registered type called ``name`` (case-insensitive); ValueError lists the known ones."""
+    try:
+        return _REGISTRY[name.upper()]
+    except KeyError:
+        raise ValueError(
+            f"unknown operator type {name!r}; known types: {', '.join(_REGISTRY)}"
+        ) from None
+
+
+def operator_types() -> list[OperatorType]:
+    return list(_REGISTRY.values())
+
+
+@dataclass(frozen=True)
+class Operator:
+    """An operator to tune: its type and normalized parameters. Hashable; equal iff same program."""
+
+    type: str
+    params: tuple[tuple[str, ParamValue], ...]
+    _p: dict = field(default=None, init=False, repr=False, compare=False, hash=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_p", dict(self.params))
+
+    # -- construction ---------------------------------------------------------------------
+    @classmethod
+    def create(cls, type: str, /, **params: Any) -> "Operator":
+        """Validated construction: ``Operator.create("C2D", N=1, CI=64, H=56, W=56, CO=64, KH=3, KW=3)``."""
+        spec = operator_type(type)
+        norm = spec.normalize(params)
+        return cls(spec.name, tuple((p.name, norm[p.name]) for p in spec.params))
+
+    @classmethod
+    def from_loop_nest(cls, type: str, extents: Sequence[int], /, **structural: Any) -> "Operator":
+        """The operator whose major loop nest has ``extents`` (Definition 5 needs this for bridges).
+
+        Parameters the loop nest cannot determine get the paper's defaults (stride 1, padding 0,
+        dilation 1); structural ones (``groups`` of GRP, ``capsule`` of CAP) come from the caller.
+        """
+        spec = operator_type(type)
+        n = len(spec.space_names) + len(spec.reduction_names)
+        extents = [int(e) for e in extents]
+        if len(extents) != n:
+            raise ValueError(
+                f"{spec.name}: a loop nest has {n} extents "
+                f"({', '.join(spec.space_names + spec.reduction_names)}), got {len(extents)}"
+            )
+        for name, e in zip(spec.space_names + spec.reduction_names, extents):
+            if e < 1:
+                raise ValueError(f"{spec.name}: loop extent {name} must be positive, got {e}")
+        missing = [s for s in spec.structural if s not in structural]
+        if missing:
+            raise ValueError(f"{spec.name}: from_loop_nest needs structural parameter(s) {', '.join(missing)}")
+        return cls.create(spec.name, **spec.params_from_loop_nest(extents, structural))
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Operator":
+        if "type" not in d:
+            raise ValueError(f"operator entry has no 'type': {dict(d)!r}")
+        return cls.create(d["type"], **dict(d.get("params", {})))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "params": {k: list(v) if isinstance(v, tuple) else v for k, v in self.params}}
+
+    def replace(self, **params: Any) -> "Operator":
+        """A copy with some parameters changed (e.g. another batch size), re-validated."""
+        return Operator.create(self.type, **{**self._p, **params})
+
+    # -- derived facts --------------------------------------------------------------------
+    @property
+    def spec(self) -> OperatorType:
+        return operator_type(self.type)
+
+    def __getitem__(self, name: str) -> ParamValue:
+        return self._p[name]
+
+    @property
+    def space(self) -> tuple[int, ...]:
+        return self.spec.loop_nest(self._p)[0]
+
+    @property
+    def reduction(self) -> tuple[int, ...]:
+        return self.spec.loop_nest(self._p)[1]
+
+    @property
+    def extents(self) -> tuple[int, ...]:
+        """The major loop nest L (space loops then reduction loops), as in the paper."""
+        space, reduction = self.spec.loop_nest(self._p)
+        return space + reduction
+
+    @property
+    def flops(self) -> int:
+        return self.spec.flops(self._p)
+
+    @property
+    def input_shapes(self) -> list[tuple[int, ...]]:
+        return self.spec.input_shapes(self._p)
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        return self.spec.output_shape(self._p)
+
+    @property
+    def structural(self) -> dict[str, ParamValue]:
+        return {k: self._p[k] for k in self.spec.structural}
+
+    def sketch_key(self, parallel_limit: int = DEFAULT_PARALLEL_LIMIT) -> str:
+        return self.spec.sketch_key(self._p, parallel_limit)
+
+    @property
+    def key(self) -> str:
+        """Unique, stable text form: ``C2D(N=1,CI=64,...,stride=1x1,...)``; used as database key."""
+        return f"{self.type}(" + ",".join(f"{k}={_fmt(v)}" for k, v in self.params) + ")"
+
+    @property
+    def name(self) -> str:
+        """Short display name: type, loop nest, then the non-default window parameters."""
+        extra = []
+        for k, v in self.params:
+            if k in WINDOW_DEFAULTS or k == "output_padding":
+                vals = v if isinstance(v, tuple) else (v,)
+                default = 0 if k == "output_padding" else WINDOW_DEFAULTS[k]
+                if any(x != default for x in vals):
+                    extra.append(f"{k[0] if k != 'output_padding' else 'op'}{_fmt(v)}")
+            elif k in self.spec.structural:
+                extra.append(f"{k}{_fmt(v)}")
+        return f"{self.type}[{','.join(map(str, self.extents))}]" + ("/" + ",".join(extra) if extra else "")
+
+    def __str__(self) -> str:
+        return self.name
+
+    # -- programs -------------------------------------------------------------------------
+    def te(self, dtype: str = "float32") -> list["te.Tensor"]:
+        return self.spec.te(self._p, dtype)
+
+    def prim_func(self, dtype: str = "float32") -> "tirx.PrimFunc":
+        """The naive program (Figure 2a) as a TIR PrimFunc, ready for MetaSchedule."""
+        from tvm import te
+
+        return te.create_prim_func(self.te(dtype)).with_attr("global_symbol", "main")
+
+    def random_inputs(self, seed: int = 0, dtype: str = "float32") -> list[np.ndarray]:
+        rng = np.random.default_rng(seed)
+        return [rng.uniform(-1.0, 1.0, size=s).astype(dtype) for s in self.input_shapes]
+
+    def reference(self, *inputs: np.ndarray) -> np.ndarray:
+        return self.spec.reference(self._p, *inputs)
+
+
+def _fmt(v: ParamValue) -> str:
+    if isinstance(v, tuple):
+        return str(v[0]) if len(set(v)) == 1 else "x".join(map(str, v))
+    return str(v)

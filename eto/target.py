@@ -1,0 +1,262 @@
+"""Targets and hardware descriptions.
+
+``"cpu"`` (or ``"llvm"``) means this machine: TVM 0.27 ignores ``mcpu=native`` (it falls back to a
+generic CPU without vector extensions), so the CPU is detected here through LLVM's host query and
+written into the target. ``"cuda"`` means an NVIDIA GPU by TVM tag (default ``nvidia/nvidia-a100``),
+always with an LLVM host; plain ``{"kind": "cuda"}`` dicts lack the attributes MetaSchedule needs.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tvm.target import Target
+
+TargetKind = Literal["cpu", "cuda"]
+
+DEFAULT_CUDA_TAG = "nvidia/nvidia-a100"
+
+#: Streaming multiprocessors of common tags (TVM's tags do not record them).
+_SM_COUNT = {
+    "nvidia/tesla-p100": 56,
+    "nvidia/nvidia-v100": 80,
+    "nvidia/nvidia-a100": 108,
+    "nvidia/nvidia-h100": 132,
+    "nvidia/geforce-rtx-3090-ti": 84,
+    "nvidia/geforce-rtx-3080": 68,
+    "nvidia/geforce-rtx-3070": 46,
+}
+
+
+@dataclass(frozen=True)
+class CPUInfo:
+    """What the CPU reuse analysis and the roofline need to know about a CPU target."""
+
+    kind: Literal["cpu"]
+    mcpu: str
+    model: str
+    cores: int
+    threads: int
+    vector_bits: int
+    fma: bool
+    l1d_bytes: int | None
+    l2_bytes: int | None
+    l3_bytes: int | None
+
+    @property
+    def vector_lanes_fp32(self) -> int:
+        return self.vector_bits // 32
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class GPUInfo:
+    """The limits the reuse-based tuner checks candidates against (paper section 5.1)."""
+
+    kind: Literal["cuda"]
+    tag: str
+    arch: str
+    sms: int | None
+    max_threads_per_block: int
+    max_shared_memory_per_block: int
+    warp_size: int
+    registers_per_block: int
+    l2_bytes: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+HardwareInfo = CPUInfo | GPUInfo
+
+
+# -- CPU detection ------------------------------------------------------------------------------
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def _cache_bytes(level: int, kind: str = "Data") -> int | None:
+    """Size of one instance of the level-``level`` cache of cpu0, from sysfs."""
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in sorted(os.listdir(base)):
+            d = os.path.join(base, entry)
+            with open(os.path.join(d, "level")) as f:
+                if int(f.read()) != level:
+                    continue
+            with open(os.path.join(d, "type")) as f:
+                t = f.read().strip()
+            if level == 1 and t != kind:
+                continue
+            with open(os.path.join(d, "size")) as f:
+                m = re.fullmatch(r"(\d+)([KMG]?)", f.read().strip())
+            if m:
+                return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2)]
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def detect_mcpu() -> str:
+    """LLVM's name for this CPU (e.g. ``znver3``, ``skylake-avx512``); ``generic`` if unknown."""
+    try:
+        from tvm.target import codegen
+
+        name = str(codegen.llvm_get_system_cpu())
+        return name if name and name != "generic" else "generic"
+    except Exception:  # pragma: no cover - only without an LLVM-enabled TVM
+        return "generic"
+
+
+def num_threads() -> int:
+    """Threads TVM should use: ``TVM_NUM_THREADS`` if set, else the physical cores.
+
+    TVM runs a single thread here when the variable is unset (checked in DESIGN.md), so tuning
+    and measurement set it explicitly from this value.
+    """
+    env = os.environ.get("TVM_NUM_THREADS")
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            raise ValueError(f"TVM_NUM_THREADS must be an integer, got {env!r}") from None
+    return physical_cores()
+
+
+def physical_cores() -> int:
+    try:
+        import psutil
+
+        n = psutil.cpu_count(logical=False)
+        if n:
+            return int(n)
+    except Exception:  # pragma: no cover
+        pass
+    return os.cpu_count() or 1
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_info(num_cores: int | None = None, mcpu: str | None = None) -> CPUInfo:
+    flags = _cpu_flags()
+    if "avx512f" in flags:
+        bits = 512
+    elif "avx2" in flags or "avx" in flags:
+        bits = 256
+    elif flags & {"sse2", "asimd", "neon"}:
+        bits = 128
+    else:
+        bits = 128
+    cores = num_cores or physical_cores()
+    return CPUInfo(
+        kind="cpu",
+        mcpu=mcpu or detect_mcpu(),
+        model=_cpu_model(),
+        cores=cores,
+        threads=num_threads() if num_cores is None else num_cores,
+        vector_bits=bits,
+        fma=bool(flags & {"fma", "asimd"}),
+        l1d_bytes=_cache_bytes(1),
+        l2_bytes=_cache_bytes(2),
+        l3_bytes=_cache_bytes(3),
+    )
+
+
+# -- targets ------------------------------------------------------------------------------------
+def cpu_target(num_cores: int | None = None, mcpu: str | None = None) -> "Target":
+    """An LLVM target for this machine with the detected ``mcpu`` and ``num-cores``."""
+    from tvm.target import Target
+
+    info = cpu_info(num_cores, mcpu)
+    return Target({"kind": "llvm", "mcpu": info.mcpu, "num-cores": info.threads})
+
+
+def cuda_target(tag: str = DEFAULT_CUDA_TAG) -> "Target":
+    """A CUDA target from a TVM tag such as ``nvidia/nvidia-a100``, with an LLVM host."""
+    import tvm
+    from tvm.target import Target
+
+    if tag not in tvm.target.list_tags():
+        known = sorted(t for t in tvm.target.list_tags() if t.startswith("nvidia/"))
+        raise ValueError(f"unknown CUDA target tag {tag!r}; e.g. {', '.join(known[:8])}, ...")
+    return Target(tag, host={"kind": "llvm"})
+
+
+def parse_target(spec: "str | Target") -> "Target":
+    """``cpu``/``llvm`` -> this CPU; ``cuda`` -> the default tag; ``nvidia/...`` -> that tag.
+
+    A JSON object string (``{"kind": "llvm", ...}``) is passed to TVM unchanged.
+    """
+    from tvm.target import Target
+
+    if isinstance(spec, Target):
+        return spec
+    s = spec.strip()
+    if s in ("cpu", "llvm"):
+        return cpu_target()
+    if s == "cuda":
+        return cuda_target()
+    if s.startswith("nvidia/"):
+        return cuda_target(s)
+    if s.startswith("{"):
+        import json
+
+        return Target(json.loads(s))
+    raise ValueError(f"unknown target {spec!r}: use 'cpu', 'cuda', a TVM tag like 'nvidia/nvidia-a100' or a JSON dict")
+
+
+def hardware_info(target: "str | Target") -> HardwareInfo:
+    """The hardware description of a target, from TVM's target attributes where it has them."""
+    t = parse_target(target)
+    if t.kind.name == "llvm":
+        cores = int(t.attrs["num-cores"]) if "num-cores" in t.attrs else None
+        mcpu = str(t.attrs["mcpu"]) if "mcpu" in t.attrs else None
+        return cpu_info(cores, mcpu)
+    if t.kind.name == "cuda":
+        a = t.attrs
+        # TVM drops the tag name when it expands a tag; keep the one the caller gave.
+        tag = str(t.tag) if t.tag else ""
+        if not tag and isinstance(target, str):
+            tag = DEFAULT_CUDA_TAG if target.strip() == "cuda" else target.strip()
+        return GPUInfo(
+            kind="cuda",
+            tag=tag,
+            arch=str(a.get("arch", "")),
+            sms=_SM_COUNT.get(tag),
+            max_threads_per_block=int(a.get("max_threads_per_block", a.get("max_num_threads", 1024))),
+            max_shared_memory_per_block=int(a.get("max_shared_memory_per_block", 48 * 1024)),
+            warp_size=int(a.get("thread_warp_size", 32)),
+            registers_per_block=int(a.get("registers_per_block", 65536)),
+            l2_bytes=int(a["l2_cache_size_bytes"]) if "l2_cache_size_bytes" in a else None,
+        )
+    raise ValueError(f"no hardware description for target kind {t.kind.name!r}")
+
+
+def target_kind(target: "str | Target") -> TargetKind:
+    return "cuda" if parse_target(target).kind.name == "cuda" else "cpu"
