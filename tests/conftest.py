@@ -1,0 +1,18 @@
+import numpy as np
+import pytest
+
+
+@pytest.fixture(scope="session")
+def run_llvm():
+    """Build an operator's unscheduled program for llvm and run it on numpy inputs."""
+    import tvm
+
+    def run(op, inputs):
+        lib = tvm.compile(op.prim_func(), target="llvm")
+        dev = tvm.cpu()
+        args = [tvm.runtime.tensor(a, dev) for a in inputs]
+        out = tvm.runtime.tensor(np.zeros(op.output_shape, "float32"), dev)
+        lib(*args, out)
+        return out.numpy()
+
+    return run

@@ -1,0 +1,64 @@
+"""The ops and target commands: output a script can rely on, exit codes, no TVM on the way."""
+
+import json
+import subprocess
+import sys
+
+from eto.cli import main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_ops_types_lists_the_catalogue(capsys):
+    code, out, _ = run(capsys, "ops", "types")
+    assert code == 0
+    for t in ("C1D", "C2D", "C3D", "BMM", "GRP", "DEP", "T2D", "CAP", "WIN", "FRB", "DENSE"):
+        assert any(line.startswith(t + " ") for line in out.splitlines()), t
+    assert "[N, CO, OH, OW | CI, KH, KW]" in out
+
+
+def test_ops_show_json_has_loop_nests(capsys):
+    code, out, _ = run(capsys, "ops", "show", "bert_base", "--json")
+    assert code == 0
+    items = json.loads(out)
+    assert len(items) == 5
+    for item in items:
+        assert {"type", "space", "reduction", "frequency", "params"} <= set(item)
+    assert {tuple(i["space"] + i["reduction"]) for i in items} >= {(12, 128, 128, 64)}
+    assert sum(i["frequency"] for i in items) == 96
+
+
+def test_ops_show_table_and_list(capsys):
+    code, out, _ = run(capsys, "ops", "show", "resnet50")
+    assert code == 0 and "20 distinct operators, 53 layers" in out
+    code, out, _ = run(capsys, "ops", "list")
+    assert code == 0 and "mobilenetv2" in out and "bert_l" in out
+
+
+def test_ops_show_file_and_errors(capsys, tmp_path):
+    f = tmp_path / "set.json"
+    f.write_text(json.dumps({"name": "mine", "operators": [
+        {"type": "DEP", "params": {"N": 1, "C": 8, "H": 8, "W": 8, "KH": 3, "KW": 3}, "frequency": 2}]}))
+    code, out, _ = run(capsys, "ops", "show", str(f), "--json")
+    assert code == 0 and json.loads(out)[0]["frequency"] == 2
+    code, _, err = run(capsys, "ops", "show", "resnet51")
+    assert code == 2 and "unknown operator set 'resnet51'" in err
+    f.write_text(json.dumps({"operators": [{"type": "C2D", "params": {"N": 1}}]}))
+    code, _, err = run(capsys, "ops", "show", str(f))
+    assert code == 2 and "operator #0" in err and "missing parameter CI" in err
+
+
+def test_console_script_does_not_import_tvm():
+    code = ("import sys; from eto.cli import main; main(['ops', 'show', 'mobilenetv2', '--json']); "
+            "sys.stderr.write('TVM' if 'tvm' in sys.modules else 'NO_TVM')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stderr.endswith("NO_TVM")
+
+
+def test_target_show(capsys):
+    code, out, _ = run(capsys, "target", "nvidia/nvidia-a100", "--json")
+    assert code == 0 and json.loads(out)["max_threads_per_block"] == 1024
