@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Callable, Sequence
+from typing import Sequence
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -139,14 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
     tgt.add_argument("--json", action="store_true")
     tgt.set_defaults(func=_target_show)
 
-    for register in _EXTENSIONS:
-        register(sub)
+    from .commands import register_commands
+
+    register_commands(sub)
     parser.set_defaults(func=lambda a: _usage(parser))
     return parser
-
-
-#: Functions adding further subcommands (``plan``, ``tune``, ``db``) to the subparsers object.
-_EXTENSIONS: list[Callable[[argparse._SubParsersAction], None]] = []
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:

@@ -11,6 +11,7 @@ commands that only inspect operators answer in well under a second.
 from __future__ import annotations
 
 import math
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
@@ -211,6 +212,25 @@ class Operator:
         if missing:
             raise ValueError(f"{spec.name}: from_loop_nest needs structural parameter(s) {', '.join(missing)}")
         return cls.create(spec.name, **spec.params_from_loop_nest(extents, structural))
+
+    @classmethod
+    def parse(cls, text: str) -> "Operator":
+        """Read the :attr:`key` form back: ``C2D(N=1,CI=64,H=56,W=56,CO=64,KH=3,KW=3,padding=1)``.
+
+        Omitted parameters take their defaults; ``1x2`` gives a per-axis value.
+        """
+        m = re.fullmatch(r"\s*([A-Za-z0-9]+)\s*\((.*)\)\s*", text)
+        if not m:
+            raise ValueError(f"cannot read operator {text!r}: expected TYPE(name=value,...), e.g. "
+                             "'BMM(B=1,M=128,N=768,K=768)'")
+        params: dict[str, Any] = {}
+        for item in filter(None, (s.strip() for s in m.group(2).split(","))):
+            name, eq, value = item.partition("=")
+            if not eq or not re.fullmatch(r"-?\d+(x-?\d+)*", value.strip()):
+                raise ValueError(f"cannot read operator {text!r}: bad parameter {item!r} (want name=int or name=AxB)")
+            parts = [int(v) for v in value.strip().split("x")]
+            params[name.strip()] = parts[0] if len(parts) == 1 else tuple(parts)
+        return cls.create(m.group(1), **params)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Operator":

@@ -1,0 +1,171 @@
+"""``eto tune`` and ``eto db``: the commands that tune and keep programs.
+
+Heavy imports (TVM, MetaSchedule) happen inside the command functions, never at parser build time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, CLIError
+
+DEFAULT_DB = "eto-db"
+
+
+def _operators(args: argparse.Namespace):
+    from .operators import Operator
+    from .opsets import OperatorSet, load_opset
+
+    if args.op and args.opset:
+        raise CLIError("give either --opset or --op, not both")
+    if args.op:
+        return OperatorSet.from_layers("operators", [Operator.parse(t) for t in args.op])
+    return load_opset(args.opset or "resnet50")
+
+
+# -- eto tune -----------------------------------------------------------------------------------
+def _tune(args: argparse.Namespace) -> int:
+    opset = _operators(args)
+    if args.trials < 1:
+        raise CLIError(f"--trials must be positive, got {args.trials}")
+    if args.method != "ansor":
+        raise CLIError(f"--method {args.method!r} is not available yet; use --method ansor")
+    from .database import Database
+    from .target import parse_target
+    from .tuning import progress_printer, tune_with_backend
+
+    target = parse_target(args.target)
+    db = Database(args.db)
+    for p in db.problems:
+        print(f"eto: warning: {os.path.join(args.db, str(p))} (skipped)", file=sys.stderr)
+    todo = [e for e in opset if not db.attempted(e.op, target)]
+    print(f"eto: {opset.name}: {len(opset)} operators, {len(opset) - len(todo)} already in {args.db}; "
+          f"tuning {len(todo)} with MetaSchedule, {args.trials} trials each, target {target}", file=sys.stderr)
+    report = tune_with_backend(
+        opset, target, db, trials=args.trials, num_trials_per_iter=args.trials_per_iter, seed=args.seed,
+        on_batch=None if args.json or args.quiet else progress_printer(), verbose=args.verbose,
+    )
+    if args.json:
+        print(json.dumps(report.to_json(), indent=1))
+    else:
+        print(_report_table(report))
+    return EXIT_FAILED if report.failed else EXIT_OK
+
+
+def _report_table(report) -> str:
+    from .report import format_table
+
+    rows = [(r.op, r.frequency, r.status, r.method, r.candidates, round(r.seconds, 1),
+             "-" if r.latency_s is None else round(r.latency_s * 1e6, 2),
+             "-" if r.gflops is None else round(r.gflops, 1)) for r in report.rows]
+    lines = [format_table(("operator", "freq", "status", "method", "trials", "seconds", "latency_us", "GFLOP/s"),
+                          rows, align="lrllrrrr")]
+    w = report.weighted_latency_s
+    lines.append(f"weighted latency sum: {'-' if w is None else f'{w * 1e3:.4f} ms'}; "
+                 f"wall time {report.seconds:.1f} s; failed: {len(report.failed)}")
+    for r in report.failed:
+        lines.append(f"  failed: {r.op}: {r.error}")
+    return "\n".join(lines)
+
+
+# -- eto db -------------------------------------------------------------------------------------
+def _db_show(args: argparse.Namespace) -> int:
+    from .database import Database
+
+    db = Database(args.db, readonly=True)
+    programs = db.programs()
+    if not args.all:
+        best: dict = {}
+        for p in programs:
+            k = (p.op, p.target)
+            if k not in best or p.latency_s < best[k].latency_s:
+                best[k] = p
+        programs = list(best.values())
+    if args.json:
+        print(json.dumps({
+            "programs": [{"op": p.op.name, "key": p.op.key, "type": p.op.type, "target": json.loads(p.target),
+                          "latency_s": p.latency_s, "gflops": p.gflops, "method": p.method, "source": p.source,
+                          "candidates": p.candidates, "seconds": p.seconds, "rank": p.rank, "line": p.line + 1,
+                          "features": p.features} for p in programs],
+            "orphan_records": len(db.orphans),
+            "problems": [str(p) for p in db.problems],
+        }, indent=1))
+    else:
+        from .report import format_table
+
+        targets = sorted({p.target for p in programs})
+        short = {t: _short_target(t) for t in targets}
+        rows = [(p.op.name, short[p.target], p.method, (p.source or "-")[:40], round(p.latency_s * 1e6, 2),
+                 round(p.gflops, 1), p.candidates, round(p.seconds, 1)) for p in programs]
+        print(f"{args.db}: {len(db)} programs of {len({p.op for p in db.programs()})} operators")
+        print(format_table(("operator", "target", "method", "source", "latency_us", "GFLOP/s", "trials", "seconds"),
+                           rows, align="llllrrrr"))
+        if db.orphans:
+            print(f"{len(db.orphans)} record(s) without eto metadata (an interrupted commit); "
+                  "MetaSchedule can still use them")
+    for p in db.problems:
+        print(f"eto: warning: {os.path.join(args.db, str(p))} (skipped)", file=sys.stderr)
+    return EXIT_OK
+
+
+def _short_target(t: str) -> str:
+    d = json.loads(t)
+    if d.get("kind") == "llvm":
+        return f"llvm/{d.get('mcpu', 'generic')}/{d.get('num-cores', '?')}c"
+    return f"{d.get('kind')}/{d.get('arch', '')}"
+
+
+def _db_merge(args: argparse.Namespace) -> int:
+    from .database import Database
+
+    dest = Database(args.dest)
+    total = {"results": 0, "records": 0, "orphans": 0, "problems": 0}
+    for src in args.sources:
+        if os.path.abspath(src) == os.path.abspath(args.dest):
+            raise CLIError(f"cannot merge {src} into itself")
+        counts = dest.merge_from(Database(src, readonly=True))
+        for k, v in counts.items():
+            total[k] += v
+        print(f"{src}: {counts['results']} results, {counts['records']} records, "
+              f"{counts['orphans']} orphan records, {counts['problems']} unreadable lines", file=sys.stderr)
+    print(f"merged into {args.dest}: {total['results']} results, {total['records']} records"
+          + (f"; {total['problems']} unreadable lines kept in {os.path.join(args.dest, 'corrupt_lines.txt')}"
+             if total["problems"] else ""))
+    return EXIT_OK
+
+
+def register_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tune", help="tune an operator set into a database")
+    p.add_argument("--opset", help="built-in set name or JSON file (default: resnet50)")
+    p.add_argument("--op", action="append", help="one operator, e.g. 'BMM(B=1,M=128,N=768,K=768)' (repeatable)")
+    p.add_argument("--method", default="ansor", choices=["ansor"], help="ansor: MetaSchedule for every operator")
+    p.add_argument("--trials", type=int, default=64, help="measured candidates per backend-tuned operator")
+    p.add_argument("--trials-per-iter", type=int, default=64, help="MetaSchedule batch size")
+    p.add_argument("--db", default=DEFAULT_DB, help=f"database directory (default: {DEFAULT_DB})")
+    p.add_argument("--target", default="cpu", help="cpu (this machine), cuda, or a TVM tag")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--verbose", action="store_true", help="MetaSchedule's own logging on the console")
+    p.set_defaults(func=_tune)
+
+    db = sub.add_parser("db", help="inspect and merge databases")
+    dsub = db.add_subparsers(dest="db_command", metavar="SUBCOMMAND")
+    s = dsub.add_parser("show", help="the best program per operator and target")
+    s.add_argument("db")
+    s.add_argument("--all", action="store_true", help="every stored program, not only the best")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=_db_show)
+    m = dsub.add_parser("merge", help="merge databases into DEST (created if missing)")
+    m.add_argument("dest")
+    m.add_argument("sources", nargs="+")
+    m.set_defaults(func=_db_merge)
+
+    def usage(_a: argparse.Namespace) -> int:
+        db.print_help(sys.stderr)
+        return EXIT_BAD_INPUT
+
+    db.set_defaults(func=usage)

@@ -1,0 +1,461 @@
+"""The database of optimized programs: MetaSchedule's JSON files plus eto's metadata.
+
+A database is a directory that TVM reads as it is::
+
+    database_workload.json        MetaSchedule: one workload per line  [shash, module]
+    database_tuning_record.json   MetaSchedule: one record per line    [workload_line, record]
+    eto_meta.json                 eto: one line per tuning result (operator, target, method,
+                                  reused source, candidates, seconds, and the record lines it owns)
+    corrupt_lines.txt             lines eto could not read, kept verbatim with file and line
+
+so ``ms.database.JSONDatabase(work_dir=path)`` and Relax's ``MetaScheduleApplyDatabase`` work on it.
+
+Writes are append-only: each line goes out in one ``write`` on an ``O_APPEND`` descriptor and is
+fsync'ed, records before the metadata line that references them, under an exclusive lock. A process
+killed at any point leaves complete lines plus at most one partial last line, which the next writer
+moves to ``corrupt_lines.txt`` (reported, never silently dropped). A corrupt line anywhere is
+reported with file and line number and skipped.
+
+Reading needs no TVM: metadata and record lines are parsed as JSON; TuningRecord objects are built
+only when a caller asks for them.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import statistics
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal, Sequence
+
+from .operators import Operator
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tvm.s_tir.meta_schedule.database import MemoryDatabase, TuningRecord, Workload
+    from tvm.target import Target
+
+WORKLOADS = "database_workload.json"
+RECORDS = "database_tuning_record.json"
+META = "eto_meta.json"
+CORRUPT = "corrupt_lines.txt"
+LOCK = ".lock"
+
+Method = Literal["backend", "reuse", "topk", "import"]
+
+
+@dataclass(frozen=True)
+class ProgramRecord:
+    """A stored program of an operator on a target, and how it was found."""
+
+    op: Operator
+    target: str
+    latency_s: float
+    method: str
+    source: str | None  # key of the operator whose program was reused
+    candidates: int  # measured by the tuning run that produced this program
+    seconds: float  # wall seconds of that tuning run
+    rank: int  # 0 = the run's best program
+    features: dict | None
+    line: int  # line of the record in database_tuning_record.json (0-based)
+    created: float
+    _db: "Database" = field(compare=False, repr=False, hash=False, default=None)  # type: ignore[assignment]
+
+    @property
+    def gflops(self) -> float:
+        return self.op.flops / self.latency_s / 1e9 if self.latency_s > 0 else 0.0
+
+    @property
+    def tuning_record(self) -> "TuningRecord":
+        """The MetaSchedule TuningRecord (imports TVM)."""
+        return self._db.tuning_record(self.line)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A line eto could not use."""
+
+    file: str
+    line: int  # 1-based, as editors show it
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.reason}"
+
+
+class DatabaseError(ValueError):
+    """A database that cannot be used at all (not a directory, unreadable)."""
+
+
+def target_key(target: "str | Target") -> str:
+    """The canonical text of a target, as MetaSchedule stores it in records."""
+    if isinstance(target, str) and target.startswith("{"):
+        return json.dumps(json.loads(target), separators=(",", ":"), sort_keys=True)
+    from .target import parse_target
+
+    return json.dumps(json.loads(str(parse_target(target))), separators=(",", ":"), sort_keys=True)
+
+
+class Database:
+    """An eto database directory (created if missing unless ``readonly``)."""
+
+    def __init__(self, path: str | os.PathLike, *, readonly: bool = False) -> None:
+        self.path = os.fspath(path)
+        self.readonly = readonly
+        if os.path.exists(self.path) and not os.path.isdir(self.path):
+            raise DatabaseError(f"{self.path}: not a database directory")
+        if not readonly:
+            os.makedirs(self.path, exist_ok=True)
+        elif not os.path.isdir(self.path):
+            raise DatabaseError(f"{self.path}: no such database")
+        self.problems: list[Problem] = []
+        self._load()
+
+    # -- loading --------------------------------------------------------------------------
+    def _file(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
+    def _read_lines(self, name: str) -> list[str | None]:
+        """Lines of a file; a partial (unterminated) last line is reported and returned as None."""
+        try:
+            with open(self._file(name), "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        if not data:
+            return []
+        raw = data.split(b"\n")
+        partial = raw.pop()  # b"" when the file ends with a newline
+        lines: list[str | None] = []
+        for i, b in enumerate(raw):
+            try:
+                lines.append(b.decode("utf-8"))
+            except UnicodeDecodeError:
+                self.problems.append(Problem(name, i + 1, "not UTF-8 text"))
+                lines.append(None)
+        if partial:
+            self.problems.append(Problem(name, len(raw) + 1, "incomplete last line (interrupted write)"))
+        return lines
+
+    def _load(self) -> None:
+        self.problems = []
+        self._workloads: list[Any] = []  # parsed JSON or None
+        self._workload_index: dict[str, int] = {}
+        for i, text in enumerate(self._read_lines(WORKLOADS)):
+            obj = _parse(text)
+            if not (isinstance(obj, list) and len(obj) == 2 and isinstance(obj[0], str)):
+                if text is not None:
+                    self.problems.append(Problem(WORKLOADS, i + 1, "not a [shash, module] workload"))
+                obj = None
+            else:
+                self._workload_index.setdefault(obj[0], i)
+            self._workloads.append(obj)
+        self._records: list[Any] = []
+        for i, text in enumerate(self._read_lines(RECORDS)):
+            obj = _parse(text)
+            ok = (isinstance(obj, list) and len(obj) == 2 and isinstance(obj[0], int)
+                  and isinstance(obj[1], list) and len(obj[1]) == 4)
+            if ok and not (0 <= obj[0] < len(self._workloads) and self._workloads[obj[0]] is not None):
+                self.problems.append(Problem(RECORDS, i + 1, f"refers to missing workload line {obj[0] + 1}"))
+                obj = None
+            elif not ok:
+                if text is not None:
+                    self.problems.append(Problem(RECORDS, i + 1, "not a [workload, record] tuning record"))
+                obj = None
+            self._records.append(obj)
+        self._programs: list[ProgramRecord] = []
+        self._results: list[dict] = []
+        owned: set[int] = set()
+        for i, text in enumerate(self._read_lines(META)):
+            obj = _parse(text)
+            try:
+                if not isinstance(obj, dict):
+                    raise ValueError("not a JSON object")
+                progs = self._programs_of(obj)
+            except (ValueError, KeyError, TypeError) as exc:
+                if text is not None:
+                    self.problems.append(Problem(META, i + 1, f"unreadable metadata ({exc})"))
+                continue
+            self._results.append(obj)
+            for p in progs:
+                owned.add(p.line)
+            self._programs.extend(progs)
+        self.orphans = [i for i, r in enumerate(self._records) if r is not None and i not in owned]
+
+    def _programs_of(self, meta: dict) -> list[ProgramRecord]:
+        op = Operator.from_dict(meta["op"])
+        out = []
+        for rank, rec in enumerate(meta.get("records", [])):
+            line = int(rec["line"])
+            if not (0 <= line < len(self._records)) or self._records[line] is None:
+                raise ValueError(f"record line {line + 1} is missing or corrupt")
+            out.append(ProgramRecord(
+                op=op, target=meta["target"], latency_s=float(rec["latency_s"]), method=meta["method"],
+                source=meta.get("source"), candidates=int(meta.get("candidates", 0)),
+                seconds=float(meta.get("seconds", 0.0)), rank=rank, features=rec.get("features"),
+                line=line, created=float(meta.get("time", 0.0)), _db=self,
+            ))
+        return out
+
+    # -- queries --------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._programs)
+
+    def programs(self, *, target: "str | Target | None" = None, op: Operator | None = None) -> list[ProgramRecord]:
+        tk = None if target is None else target_key(target)
+        return [p for p in self._programs
+                if (tk is None or p.target == tk) and (op is None or p.op == op)]
+
+    def results(self) -> list[dict]:
+        """The raw metadata of each tuning result, in commit order (failed ones included)."""
+        return list(self._results)
+
+    def best(self, op: Operator, target: "str | Target") -> ProgramRecord | None:
+        """The fastest stored program of ``op`` on ``target`` (None if never tuned there)."""
+        progs = self.programs(target=target, op=op)
+        return min(progs, key=lambda p: p.latency_s) if progs else None
+
+    def top_k(self, op: Operator, target: "str | Target", k: int) -> list[ProgramRecord]:
+        return sorted(self.programs(target=target, op=op), key=lambda p: p.latency_s)[:k]
+
+    def tuned(self, target: "str | Target") -> dict[Operator, ProgramRecord]:
+        """Best program per operator on ``target``."""
+        best: dict[Operator, ProgramRecord] = {}
+        for p in self.programs(target=target):
+            if p.op not in best or p.latency_s < best[p.op].latency_s:
+                best[p.op] = p
+        return best
+
+    def attempted(self, op: Operator, target: "str | Target") -> bool:
+        """Whether a tuning result (successful or not) for ``op`` on ``target`` is committed."""
+        tk, key = target_key(target), op.key
+        return any(r.get("op_key") == key and r.get("target") == tk for r in self._results)
+
+    def sources(self, *, op_type: str, target: "str | Target", sketch: str | None = None) -> list[ProgramRecord]:
+        """Best programs of tuned operators of one type (and sketch key): candidate reuse sources."""
+        return [p for op, p in self.tuned(target).items()
+                if op.type == op_type.upper() and (sketch is None or op.sketch_key() == sketch)]
+
+    # -- TVM objects ----------------------------------------------------------------------
+    def workload(self, index: int) -> "Workload":
+        from tvm.s_tir.meta_schedule.database import Workload
+
+        if not hasattr(self, "_workload_objs"):
+            self._workload_objs: dict[int, Workload] = {}
+        if index not in self._workload_objs:
+            self._workload_objs[index] = Workload.from_json(self._workloads[index])
+        return self._workload_objs[index]
+
+    def tuning_record(self, line: int) -> "TuningRecord":
+        from tvm.s_tir.meta_schedule.database import TuningRecord
+
+        wl, rec = self._records[line]
+        return TuningRecord.from_json(rec, self.workload(wl))
+
+    def to_memory_database(self, *, target: "str | Target | None" = None) -> "MemoryDatabase":
+        """All readable records (orphans included) in a MetaSchedule MemoryDatabase."""
+        from tvm.s_tir.meta_schedule.database import MemoryDatabase
+
+        mem = MemoryDatabase()
+        tk = None if target is None else target_key(target)
+        for i, r in enumerate(self._records):
+            if r is None:
+                continue
+            if tk is not None and _record_target(r) != tk:
+                continue
+            rec = self.tuning_record(i)
+            mem.commit_workload(rec.workload.mod)
+            mem.commit_tuning_record(rec)
+        return mem
+
+    # -- writing --------------------------------------------------------------------------
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        if self.readonly:
+            raise DatabaseError(f"{self.path}: opened read-only")
+        fd = os.open(self._file(LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._repair_partial_lines()
+            self._load()  # another process may have appended
+            self._line_counts = {name: _count_lines(self._file(name)) for name in (WORKLOADS, RECORDS, META, CORRUPT)}
+            yield
+        finally:
+            self._line_counts = None
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def _repair_partial_lines(self) -> None:
+        """Move an interrupted write's partial last line to corrupt_lines.txt and cut it off."""
+        for name in (WORKLOADS, RECORDS, META):
+            path = self._file(name)
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except FileNotFoundError:
+                continue
+            if data and not data.endswith(b"\n"):
+                cut = data.rfind(b"\n") + 1
+                lineno = data[:cut].count(b"\n") + 1
+                self._append(CORRUPT, f"{name}:{lineno}: " + data[cut:].decode("utf-8", "replace"))
+                with open(path, "r+b") as f:
+                    f.truncate(cut)
+                    os.fsync(f.fileno())
+
+    def _append(self, name: str, line: str) -> int:
+        """Append one line with a single write; return its 0-based line number."""
+        path = self._file(name)
+        data = (line.replace("\n", " ") + "\n").encode("utf-8")
+        counts = getattr(self, "_line_counts", None)
+        n = counts[name] if counts is not None and name in counts else _count_lines(path)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            written = os.write(fd, data)
+            if written != len(data):
+                raise OSError(f"{path}: short write ({written} of {len(data)} bytes)")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if counts is not None:
+            counts[name] = n + 1
+        return n
+
+    def commit(
+        self,
+        op: Operator,
+        target: "str | Target",
+        records: Sequence["TuningRecord"],
+        *,
+        method: Method,
+        source: Operator | str | None = None,
+        candidates: int,
+        seconds: float,
+        features: Sequence[dict | None] | None = None,
+        error: str | None = None,
+        extra: dict | None = None,
+    ) -> list[ProgramRecord]:
+        """Store a tuning result: its programs (best first) and how they were found.
+
+        Records without a measured time are skipped; a result with no usable record is still
+        committed (with ``error``), so that a resumed run knows the operator was attempted.
+        """
+        from tvm.s_tir.meta_schedule.database import Workload
+
+        tk = target_key(target)
+        usable = []
+        for i, rec in enumerate(records):
+            secs = [float(s) for s in (rec.run_secs or [])]
+            if secs and all(s < 1e9 for s in secs):
+                usable.append((statistics.median(secs), rec, features[i] if features else None))
+        usable.sort(key=lambda t: t[0])
+        with self._locked():
+            entries = []
+            for latency, rec, feat in usable:
+                wl_json = Workload(rec.workload.mod).as_json()
+                idx = self._workload_index.get(wl_json[0])
+                if idx is None:
+                    idx = self._append(WORKLOADS, _dumps(wl_json))
+                    self._workload_index[wl_json[0]] = idx
+                    self._workloads.extend([None] * (idx + 1 - len(self._workloads)))
+                    self._workloads[idx] = wl_json
+                line = self._append(RECORDS, _dumps([idx, rec.as_json()]))
+                entries.append({"line": line, "latency_s": latency, "features": feat})
+            meta = {
+                "v": 1,
+                "op": op.to_dict(),
+                "op_key": op.key,
+                "target": tk,
+                "method": method,
+                "source": source.key if isinstance(source, Operator) else source,
+                "candidates": int(candidates),
+                "seconds": float(seconds),
+                "records": entries,
+                "error": error if not entries else None,
+                "time": time.time(),
+                **(extra or {}),
+            }
+            self._append(META, _dumps(meta))
+            self._load()
+        return [p for p in self._programs if p.line in {e["line"] for e in entries}]
+
+    # -- merging --------------------------------------------------------------------------
+    def merge_from(self, other: "Database") -> dict[str, int]:
+        """Copy another database's results, records and problems (as corrupt lines) into this one."""
+        copied = {"results": 0, "records": 0, "orphans": 0, "problems": len(other.problems)}
+        with self._locked():
+            wl_map: dict[int, int] = {}
+
+            def workload_line(src_idx: int) -> int:
+                if src_idx not in wl_map:
+                    wl = other._workloads[src_idx]
+                    idx = self._workload_index.get(wl[0])
+                    if idx is None:
+                        idx = self._append(WORKLOADS, _dumps(wl))
+                        self._workload_index[wl[0]] = idx
+                    wl_map[src_idx] = idx
+                return wl_map[src_idx]
+
+            def copy_record(line: int) -> int:
+                wl, rec = other._records[line]
+                return self._append(RECORDS, _dumps([workload_line(wl), rec]))
+
+            for meta in other._results:
+                new = dict(meta)
+                new["records"] = [{**r, "line": copy_record(int(r["line"]))} for r in meta.get("records", [])]
+                new["merged_from"] = other.path
+                self._append(META, _dumps(new))
+                copied["results"] += 1
+                copied["records"] += len(new["records"])
+            for line in other.orphans:
+                copy_record(line)
+                copied["orphans"] += 1
+            for p in other.problems:
+                self._append(CORRUPT, f"{os.path.join(other.path, p.file)}:{p.line}: {p.reason}: "
+                             + _raw_line(other._file(p.file), p.line))
+            self._load()
+        return copied
+
+
+def _parse(text: str | None) -> Any:
+    if text is None or not text.strip():
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return None
+
+
+def _count_lines(path: str) -> int:
+    try:
+        with open(path, "rb") as f:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+    except FileNotFoundError:
+        return 0
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"))
+
+
+def _record_target(rec: Any) -> str | None:
+    try:
+        return json.dumps(rec[1][2], separators=(",", ":"), sort_keys=True)
+    except (IndexError, TypeError):
+        return None
+
+
+def _raw_line(path: str, lineno: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            for i, line in enumerate(f, 1):
+                if i == lineno:
+                    return line.decode("utf-8", "replace").rstrip("\n")
+    except OSError:
+        pass
+    return ""
+
+
+def open_databases(paths: Iterable[str | os.PathLike], *, readonly: bool = True) -> list[Database]:
+    return [Database(p, readonly=readonly) for p in paths]

@@ -1,0 +1,39 @@
+"""Turning a tuning record back into a program: replay its trace, build it, run it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tvm.ir import IRModule
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+    from tvm.target import Target
+
+
+def scheduled_module(record: "TuningRecord") -> "IRModule":
+    """The record's program: its trace replayed (postprocessors included) on its workload."""
+    from tvm.s_tir import Schedule
+
+    sch = Schedule(record.workload.mod)
+    record.trace.apply_to_schedule(sch, remove_postproc=False)
+    return sch.mod
+
+
+def build(mod: "IRModule", target: "Target"):
+    """Compile for ``target``; any weight-layout preprocessing stays inside the function."""
+    import tvm
+
+    return tvm.compile(mod, target=target)
+
+
+def run_once(lib, inputs: Sequence[np.ndarray], output_shape: Sequence[int], dtype: str = "float32") -> np.ndarray:
+    """Call a built CPU function on numpy inputs and return its output."""
+    import tvm
+
+    dev = tvm.cpu()
+    args = [tvm.runtime.tensor(np.ascontiguousarray(a), dev) for a in inputs]
+    out = tvm.runtime.tensor(np.zeros(tuple(output_shape), dtype), dev)
+    lib(*args, out)
+    return out.numpy()

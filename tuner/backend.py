@@ -1,0 +1,303 @@
+"""The backend compiler: MetaSchedule (Ansor's search space, evolutionary search, XGBoost model).
+
+The paper's backend is Ansor; TVM removed ``auto_scheduler`` in v0.20 and MetaSchedule's
+multi-level-tiling rules are Ansor's sketch rules, so MetaSchedule plays that role here.
+:func:`tune_backend` tunes one or several operators with TVM's task scheduler and, per operator,
+records what the benchmarks need: candidates measured, wall seconds, the best programs and the
+best-so-far trajectory ``(seconds, trial, best latency)`` from which "time to best" and "time to
+reach latency X" are computed. Each operator's result is handed to ``on_result`` as soon as its
+task finishes, so a caller can commit it before the rest of the set is done.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Literal, Sequence
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.builder import PyBuilder
+from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture
+
+from .measure import Measurer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tvm.s_tir.meta_schedule.database import Database as MSDatabase, TuningRecord
+    from tvm.target import Target
+    from tvm.tirx import PrimFunc
+
+Scheduler = Literal["gradient", "round-robin"]
+
+
+@dataclass(frozen=True)
+class TrajectoryPoint:
+    seconds: float  # since the start of the tuning run
+    trial: int  # candidates measured for this operator so far
+    best_s: float  # best median latency so far (inf before the first success)
+
+
+@dataclass(frozen=True)
+class BackendTask:
+    name: str
+    func: "PrimFunc"
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class BackendResult:
+    """One operator's backend tuning: its best programs (best first) and how it got there."""
+
+    name: str
+    records: tuple["TuningRecord", ...]
+    candidates: int
+    failed: int
+    seconds: float
+    trajectory: tuple[TrajectoryPoint, ...]
+    errors: tuple[str, ...] = ()
+
+    @property
+    def best_latency(self) -> float:
+        return median_secs(self.records[0]) if self.records else math.inf
+
+    def time_to_best(self) -> float | None:
+        """Run seconds at which the final best latency was first reached ("Ansor best")."""
+        return self.time_to_reach(self.best_latency)
+
+    def time_to_reach(self, latency: float) -> float | None:
+        """Run seconds at which the best-so-far first got to ``latency`` or better ("Ansor same")."""
+        for p in self.trajectory:
+            if p.best_s <= latency:
+                return p.seconds
+        return None
+
+    def trials_to_reach(self, latency: float) -> int | None:
+        for p in self.trajectory:
+            if p.best_s <= latency:
+                return p.trial
+        return None
+
+
+def median_secs(record: "TuningRecord") -> float:
+    secs = [float(s) for s in (record.run_secs or [])]
+    return statistics.median(secs) if secs and all(s < 1e9 for s in secs) else math.inf
+
+
+@dataclass
+class _TaskProgress:
+    name: str
+    budget: int
+    trials: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+    best: float = math.inf
+    trajectory: list[TrajectoryPoint] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    reported: bool = False
+
+
+class _BatchClock:
+    """Times each batch from the end of the previous measurement to the end of its own runs.
+
+    The task scheduler generates a task's candidates, builds and runs them, and calls the measure
+    callbacks only when it comes back to that task; so the gap before a build (search and cost-model
+    update) plus the build and the runs is that batch's cost, and the batch's measurements end when
+    its runs do. Batches are matched to tasks by the identity of their first module.
+    """
+
+    def __init__(self) -> None:
+        self.last_end = time.perf_counter()
+        self.pending: list[list] = []  # [first module, gap start, end]
+
+    def built(self, first_mod) -> None:
+        self.pending.append([first_mod, self.last_end, None])
+
+    def ran(self) -> None:
+        self.last_end = time.perf_counter()
+        if self.pending and self.pending[-1][2] is None:
+            self.pending[-1][2] = self.last_end
+
+    def take(self, first_mod) -> tuple[float, float] | None:
+        for i, (mod, start, end) in enumerate(self.pending):
+            if mod.same_as(first_mod):
+                del self.pending[i]
+                end = end if end is not None else time.perf_counter()
+                return end - start, end
+        return None
+
+
+@derived_object
+class _TimedBuilder(PyBuilder):
+    def __init__(self, inner, clock: _BatchClock):
+        super().__init__()
+        self.inner, self.clock = inner, clock
+
+    def build(self, build_inputs):
+        if build_inputs:
+            self.clock.built(build_inputs[0].mod)
+        return self.inner.build(build_inputs)
+
+
+@derived_object
+class _TimedRunner(PyRunner):
+    def __init__(self, inner, clock: _BatchClock):
+        super().__init__()
+        self.inner, self.clock = inner, clock
+
+    def run(self, runner_inputs):
+        futures = self.inner.run(runner_inputs)
+        results = [f.result() for f in futures]  # measurements are synchronous: no build overlaps a run
+        self.clock.ran()
+        return [_Done(r) for r in results]
+
+
+@derived_object
+class _Done(PyRunnerFuture):
+    def __init__(self, result):
+        super().__init__()
+        self.res = result
+
+    def done(self) -> bool:
+        return True
+
+    def result(self):
+        return self.res
+
+
+@derived_object
+class _ProgressCallback(PyMeasureCallback):
+    """Runs after MetaSchedule's own callbacks (so the batch is already in its database)."""
+
+    def __init__(self, progress: list[_TaskProgress], start: float, clock: _BatchClock,
+                 finish: Callable[[int], None], on_batch: Callable[[str, int, int, float], None] | None):
+        super().__init__()
+        self.progress = progress
+        self.start = start
+        self.clock = clock
+        self.finish = finish
+        self.on_batch = on_batch
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
+        p = self.progress[task_id]
+        timing = self.clock.take(measure_candidates[0].sch.mod) if measure_candidates else None
+        if timing is None:
+            timing = (0.0, time.perf_counter())
+        p.seconds += timing[0]
+        at = timing[1] - self.start
+        for b, r in zip(builder_results, runner_results):
+            p.trials += 1
+            err = b.error_msg or r.error_msg
+            secs = [float(s) for s in (r.run_secs or [])]
+            if err is not None or not secs:
+                p.failed += 1
+                if len(p.errors) < 5:
+                    p.errors.append(str(err or "no timing").strip().splitlines()[-1][:300])
+                continue
+            p.best = min(p.best, statistics.median(secs))
+            p.trajectory.append(TrajectoryPoint(at, p.trials, p.best))
+        if not p.trajectory or p.trajectory[-1].trial != p.trials:
+            p.trajectory.append(TrajectoryPoint(at, p.trials, p.best))
+        if self.on_batch is not None:
+            self.on_batch(p.name, p.trials, p.budget, p.best)
+        if p.trials >= p.budget and not p.reported:
+            self.finish(task_id)
+
+
+def quiet_metaschedule(verbose: bool = False) -> None:
+    """MetaSchedule prints a task table per batch at INFO; keep the console for eto's progress."""
+    level = logging.INFO if verbose else logging.WARNING
+    for h in logging.getLogger("tvm.s_tir.meta_schedule").handlers:
+        if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler):
+            h.setLevel(level)
+
+
+def tune_backend(
+    tasks: Sequence[BackendTask],
+    target: "Target",
+    *,
+    trials_per_task: int,
+    measurer: Measurer,
+    num_trials_per_iter: int = 64,
+    scheduler: Scheduler = "gradient",
+    seed: int | None = None,
+    top_k: int = 5,
+    prior: "MSDatabase | None" = None,
+    work_dir: str | None = None,
+    num_threads: int | None = None,
+    on_result: Callable[[BackendResult], None] | None = None,
+    on_batch: Callable[[str, int, int, float], None] | None = None,
+    verbose: bool = False,
+) -> list[BackendResult]:
+    """Tune ``tasks`` with MetaSchedule, ``trials_per_task`` measured candidates each.
+
+    ``prior`` (a MetaSchedule database) seeds the evolutionary search with programs measured
+    before; ``on_result`` is called once per task as soon as it finishes.
+    """
+    if not tasks:
+        raise ValueError("no tasks to tune")
+    if trials_per_task < 1:
+        raise ValueError(f"trials_per_task must be positive, got {trials_per_task}")
+    import tvm.s_tir.tensor_intrin  # noqa: F401  (~25 s once per process: keep it off the clock)
+    from tvm.s_tir.meta_schedule.logging import get_loggers_from_work_dir
+    from tvm.s_tir.meta_schedule.utils import fork_seed
+
+    work_dir = work_dir or tempfile.mkdtemp(prefix="eto-ms-")
+    # Task names become log file names: keep them to safe characters.
+    names = [re.sub(r"[^A-Za-z0-9_.,-]+", "_", t.name) for t in tasks]
+    loggers = get_loggers_from_work_dir(work_dir, names)
+    quiet_metaschedule(verbose)
+    threads = num_threads or int(os.environ.get("TVM_NUM_THREADS", "0") or 0) or measurer.config.num_threads or 1
+    contexts = [
+        ms.TuneContext(
+            mod=t.func, target=target, space_generator="post-order-apply", search_strategy="evolutionary",
+            task_name=name, rand_state=rs, num_threads=threads, logger=lg,
+        ).clone()
+        for t, name, lg, rs in zip(tasks, names, loggers, fork_seed(seed, n=len(tasks)))
+    ]
+    database = ms.database.MemoryDatabase()
+    if prior is not None:
+        for rec in prior.get_all_tuning_records():
+            database.commit_workload(rec.workload.mod)
+            database.commit_tuning_record(rec)
+    progress = [_TaskProgress(t.name, trials_per_task) for t in tasks]
+    results: list[BackendResult | None] = [None] * len(tasks)
+
+    def finish(i: int) -> None:
+        p = progress[i]
+        p.reported = True
+        wl = database.commit_workload(contexts[i].mod)
+        records = [r for r in database.get_top_k(wl, top_k) if median_secs(r) < math.inf]
+        res = BackendResult(p.name, tuple(records), p.trials, p.failed, p.seconds, tuple(p.trajectory),
+                            tuple(p.errors))
+        results[i] = res
+        if on_result is not None:
+            on_result(res)
+
+    clock = _BatchClock()
+    start = clock.last_end
+    callback = _ProgressCallback(progress, start, clock, finish, on_batch)
+    ms.tune.tune_tasks(
+        tasks=contexts,
+        task_weights=[t.weight for t in tasks],
+        work_dir=work_dir,
+        max_trials_global=trials_per_task * len(tasks),
+        max_trials_per_task=trials_per_task,
+        num_trials_per_iter=min(num_trials_per_iter, trials_per_task),
+        builder=_TimedBuilder(measurer.builder, clock),
+        runner=_TimedRunner(measurer.runner, clock),
+        database=database,
+        cost_model=ms.CostModel.create("xgb", num_tuning_cores=threads),
+        measure_callbacks=ms.MeasureCallback.create("default") + [callback],
+        task_scheduler=scheduler,
+    )
+    for i, r in enumerate(results):
+        if r is None:  # the search space was exhausted before the budget
+            finish(i)
+    return results  # type: ignore[return-value]

@@ -1,0 +1,263 @@
+"""Measurement: build candidate programs in parallel and run them one at a time, for real.
+
+MetaSchedule's default ``LocalBuilder`` starts a fresh process pool for every batch and each worker
+imports ``tvm.s_tir.tensor_intrin`` (~25 s here), which eats the 30 s build timeout on 2 cores.
+:class:`PersistentBuilder` keeps its workers alive (recycled every ``recycle_after`` builds against
+TVM's known worker memory leak), builds without that import (safe for float32 programs that use no
+tensor intrinsics) and links a shared library in the parallel workers, so the sequential runner
+only loads it. :class:`Measurer` bundles a builder and a runner: runs are sequential and happen
+after the batch's builds have finished, so a build never competes with a timed run.
+
+A candidate that fails to build, crashes its worker or exceeds its timeout yields a
+:class:`MeasureResult` with ``error`` set; measuring continues with the next one.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, Sequence
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
+from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig, RunnerInput
+from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tvm.ir import IRModule
+    from tvm.target import Target
+
+RunnerKind = Literal["local", "rpc"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeasureConfig:
+    """How candidates are timed. ``repeat`` medians are what eto compares (noise: see DESIGN.md)."""
+
+    number: int = 3
+    repeat: int = 5
+    min_repeat_ms: int = 40
+    enable_cpu_cache_flush: bool = False
+    build_timeout_s: float = 30.0
+    run_timeout_s: float = 30.0
+    num_threads: int | None = None  # TVM_NUM_THREADS for timed runs; default: physical cores
+    builder_workers: int | None = None  # default: physical cores
+    recycle_after: int = 256  # builds per worker process before it is restarted
+
+    def evaluator(self) -> EvaluatorConfig:
+        return EvaluatorConfig(
+            number=self.number,
+            repeat=self.repeat,
+            min_repeat_ms=self.min_repeat_ms,
+            enable_cpu_cache_flush=self.enable_cpu_cache_flush,
+        )
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    """One candidate's outcome: ``run_secs`` (one per repeat) or an ``error`` naming what failed."""
+
+    run_secs: tuple[float, ...] | None
+    error: str | None = None
+    stage: Literal["build", "run", ""] = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.run_secs is not None and self.error is None
+
+    @property
+    def median(self) -> float:
+        """Median seconds, or +inf for a failed candidate (so it never wins a comparison)."""
+        if not self.ok:
+            return float("inf")
+        s = sorted(self.run_secs)  # type: ignore[arg-type]
+        n = len(s)
+        return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def physical_cores() -> int:
+    try:
+        import psutil
+
+        return int(psutil.cpu_count(logical=False) or os.cpu_count() or 1)
+    except Exception:  # pragma: no cover
+        return os.cpu_count() or 1
+
+
+# -- builder ------------------------------------------------------------------------------------
+def _set_threads(n: int) -> None:
+    """Worker initializer: TVM reads TVM_NUM_THREADS when its thread pool starts."""
+    os.environ["TVM_NUM_THREADS"] = str(n)
+
+
+def _build_and_export(mod: "IRModule", target: "Target", out_dir: str) -> str:
+    """Build in a worker without the tensor_intrin import; export a linked ``.so``."""
+    import tvm
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    rt_mod = tvm.compile(mod, target=target)
+    # One directory per artifact: MetaSchedule's RemoveBuildArtifact deletes the whole directory.
+    path = os.path.join(tempfile.mkdtemp(prefix="candidate-", dir=out_dir), "candidate.so")
+    rt_mod.export_library(path)
+    return path
+
+
+@derived_object
+class PersistentBuilder(PyBuilder):
+    """A MetaSchedule builder whose worker processes live across batches."""
+
+    def __init__(self, *, max_workers: int | None = None, timeout_sec: float = 30.0, recycle_after: int = 256):
+        super().__init__()
+        self.max_workers = max_workers or physical_cores()
+        self.timeout_sec = timeout_sec
+        self.out_dir = tempfile.mkdtemp(prefix="eto-build-")
+        self.pool = PopenPoolExecutor(
+            max_workers=self.max_workers,
+            timeout=timeout_sec,
+            maximum_process_uses=recycle_after,
+        )
+
+    def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
+        results = []
+        for res in self.pool.map_with_error_catching(
+            lambda x: _build_and_export(*x), [(b.mod, b.target, self.out_dir) for b in build_inputs]
+        ):
+            if res.status == StatusKind.COMPLETE:
+                results.append(BuilderResult(res.value, None))
+            elif res.status == StatusKind.TIMEOUT:
+                results.append(BuilderResult(None, f"build timed out after {self.timeout_sec:g} s"))
+            else:
+                results.append(BuilderResult(None, f"build failed: {_one_line(res.value)}"))
+        return results
+
+    def shutdown(self) -> None:
+        self.pool.shutdown()
+        shutil.rmtree(self.out_dir, ignore_errors=True)
+
+
+def _one_line(exc: object) -> str:
+    text = str(exc).strip()
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return type(exc).__name__
+    # TVM errors put the message last, after a C++ backtrace.
+    return (lines[-1] if len(lines) > 1 else lines[0])[:500]
+
+
+# -- measurer -----------------------------------------------------------------------------------
+@dataclass
+class Measurer:
+    """A builder and a runner with one configuration; usable as MetaSchedule's builder/runner too.
+
+    Create with :meth:`local` or :meth:`rpc`; call :meth:`close` (or use ``with``) when done.
+    """
+
+    builder: ms.Builder
+    runner: ms.Runner
+    config: MeasureConfig
+    kind: RunnerKind = "local"
+    counters: dict = field(default_factory=lambda: {"built": 0, "build_failed": 0, "run_failed": 0, "ok": 0})
+
+    @classmethod
+    def local(cls, config: MeasureConfig | None = None) -> "Measurer":
+        config = config or MeasureConfig()
+        threads = config.num_threads or physical_cores()
+        builder = PersistentBuilder(
+            max_workers=config.builder_workers, timeout_sec=config.build_timeout_s,
+            recycle_after=config.recycle_after,
+        )
+        runner = ms.runner.LocalRunner(
+            timeout_sec=config.run_timeout_s,
+            evaluator_config=config.evaluator(),
+            initializer=functools.partial(_set_threads, threads),
+        )
+        return cls(builder, runner, config, "local")
+
+    @classmethod
+    def rpc(
+        cls,
+        tracker_host: str,
+        tracker_port: int,
+        key: str,
+        config: MeasureConfig | None = None,
+        *,
+        max_workers: int | None = None,
+        session_timeout_s: float | None = None,
+    ) -> "Measurer":
+        """Run on devices registered with a TVM RPC tracker under ``key`` (one run per device at a time)."""
+        config = config or MeasureConfig()
+        builder = PersistentBuilder(
+            max_workers=config.builder_workers, timeout_sec=config.build_timeout_s,
+            recycle_after=config.recycle_after,
+        )
+        rpc_config = RPCConfig(
+            tracker_host=tracker_host,
+            tracker_port=tracker_port,
+            tracker_key=key,
+            session_priority=1,
+            session_timeout_sec=int(session_timeout_s or config.run_timeout_s),
+        )
+        runner = ms.runner.RPCRunner(
+            rpc_config=rpc_config, evaluator_config=config.evaluator(), max_workers=max_workers or 1
+        )
+        return cls(builder, runner, config, "rpc")
+
+    def measure(self, mods: Sequence["IRModule"], target: "Target") -> list[MeasureResult]:
+        """Build all candidates in parallel, then run each; failures are results, not exceptions."""
+        if not mods:
+            return []
+        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+        built = self.builder.build([BuilderInput(m, target) for m in mods])
+        results: list[MeasureResult | None] = [None] * len(mods)
+        inputs, where = [], []
+        for i, (mod, b) in enumerate(zip(mods, built)):
+            self.counters["built"] += 1
+            if b.error_msg is not None:
+                self.counters["build_failed"] += 1
+                results[i] = MeasureResult(None, str(b.error_msg), "build")
+                continue
+            args = ArgInfo.from_entry_func(mod, remove_preproc=True)
+            device = "cpu" if target.kind.name == "llvm" else target.kind.name
+            inputs.append(RunnerInput(b.artifact_path, device, args))
+            where.append(i)
+        futures = self.runner.run(inputs)
+        for i, fut, inp in zip(where, futures, inputs):
+            r = fut.result()
+            if r.error_msg is not None or r.run_secs is None:
+                self.counters["run_failed"] += 1
+                results[i] = MeasureResult(None, _run_error(r.error_msg), "run")
+            else:
+                self.counters["ok"] += 1
+                results[i] = MeasureResult(tuple(float(s) for s in r.run_secs))
+            _remove_artifact(str(inp.artifact_path))
+        return results  # type: ignore[return-value]
+
+    def close(self) -> None:
+        if isinstance(self.builder, PersistentBuilder):
+            self.builder.shutdown()
+
+    def __enter__(self) -> "Measurer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _run_error(msg: object) -> str:
+    text = _one_line(msg or "no timing returned")
+    if "Subprocess terminated" in str(msg):
+        return "the candidate crashed the runner process (aborted or killed by a signal)"
+    if "Timeout" in str(msg):
+        return "run " + text[text.find("Timeout"):].lower()
+    return text
+
+
+def _remove_artifact(path: str) -> None:
+    shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+
