@@ -44,8 +44,14 @@ def _tune(args: argparse.Namespace) -> int:
     todo = [e for e in opset if not db.attempted(e.op, target)]
     print(f"eto: {opset.name}: {len(opset)} operators, {len(opset) - len(todo)} already in {args.db}; "
           f"tuning {len(todo)} with MetaSchedule, {args.trials} trials each, target {target}", file=sys.stderr)
+    strategy = "evolutionary"
+    if args.search == "light":
+        from tuner.backend import light_search
+
+        strategy = light_search()
     report = tune_with_backend(
         opset, target, db, trials=args.trials, num_trials_per_iter=args.trials_per_iter, seed=args.seed,
+        strategy=strategy,
         on_batch=None if args.json or args.quiet else progress_printer(), verbose=args.verbose,
     )
     if args.json:
@@ -146,6 +152,8 @@ def register_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trials-per-iter", type=int, default=64, help="MetaSchedule batch size")
     p.add_argument("--db", default=DEFAULT_DB, help=f"database directory (default: {DEFAULT_DB})")
     p.add_argument("--target", default="cpu", help="cpu (this machine), cuda, or a TVM tag")
+    p.add_argument("--search", default="evolutionary", choices=["evolutionary", "light"],
+                   help="MetaSchedule's evolutionary search with its defaults, or a small-population one")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress lines")

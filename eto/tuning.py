@@ -99,6 +99,7 @@ def tune_with_backend(
     seed: int | None = None,
     work_dir: str | None = None,
     on_batch: Callable[[str, int, int, float], None] | None = None,
+    strategy: str | object = "evolutionary",
     verbose: bool = False,
 ) -> TuneReport:
     """Tune every operator not yet in ``database`` with MetaSchedule (task scheduler, ``trials`` each)."""
@@ -127,7 +128,7 @@ def tune_with_backend(
 
             tune_backend(tasks, target, trials_per_task=trials, measurer=measurer,
                          num_trials_per_iter=num_trials_per_iter, seed=seed, work_dir=work_dir,
-                         on_result=commit, on_batch=on_batch, verbose=verbose)
+                         on_result=commit, on_batch=on_batch, strategy=strategy, verbose=verbose)
         finally:
             if own:
                 measurer.close()

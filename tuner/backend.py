@@ -16,6 +16,7 @@ import math
 import os
 import re
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -210,12 +211,37 @@ class _ProgressCallback(PyMeasureCallback):
             self.finish(task_id)
 
 
-def quiet_metaschedule(verbose: bool = False) -> None:
-    """MetaSchedule prints a task table per batch at INFO; keep the console for eto's progress."""
-    level = logging.INFO if verbose else logging.WARNING
-    for h in logging.getLogger("tvm.s_tir.meta_schedule").handlers:
-        if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler):
-            h.setLevel(level)
+def _task_logger(log_dir: str | None, name: str, verbose: bool) -> logging.Logger:
+    """A per-task logger writing MetaSchedule's task log to ``log_dir`` (if any), not the console.
+
+    MetaSchedule's own ``get_loggers_from_work_dir`` reconfigures global logging with
+    ``dictConfig`` on every call and fails on a second call in the same process when another
+    library has attached an unnamed handler, so eto builds its loggers itself.
+    """
+    logger = logging.getLogger(f"eto.metaschedule.{name}")
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG if (log_dir or verbose) else logging.WARNING)
+    for h in list(logger.handlers):
+        logger.removeHandler(h)
+        h.close()
+    if log_dir:
+        os.makedirs(log_dir, exist_ok=True)
+        fh = logging.FileHandler(os.path.join(log_dir, f"{name}.log"))
+        fh.setFormatter(logging.Formatter("%(asctime)s [%(levelname)s] %(message)s"))
+        logger.addHandler(fh)
+    if verbose:
+        logger.addHandler(logging.StreamHandler(sys.stderr))
+    if not logger.handlers:
+        logger.addHandler(logging.NullHandler())
+    return logger
+
+
+def light_search(seed_population: int = 64) -> "ms.search_strategy.SearchStrategy":
+    """Evolutionary search with a small population: seconds instead of minutes per batch."""
+    return ms.search_strategy.EvolutionarySearch(
+        population_size=seed_population, init_measured_ratio=0.1, init_min_unmeasured=16,
+        genetic_num_iters=2, genetic_mutate_prob=0.85, genetic_max_fail_count=4,
+    )
 
 
 def tune_backend(
@@ -233,30 +259,32 @@ def tune_backend(
     num_threads: int | None = None,
     on_result: Callable[[BackendResult], None] | None = None,
     on_batch: Callable[[str, int, int, float], None] | None = None,
+    strategy: "str | ms.search_strategy.SearchStrategy" = "evolutionary",
     verbose: bool = False,
 ) -> list[BackendResult]:
     """Tune ``tasks`` with MetaSchedule, ``trials_per_task`` measured candidates each.
 
     ``prior`` (a MetaSchedule database) seeds the evolutionary search with programs measured
-    before; ``on_result`` is called once per task as soon as it finishes.
+    before; ``on_result`` is called once per task as soon as it finishes. ``strategy`` defaults to
+    MetaSchedule's evolutionary search with its default settings (what the benchmarks compare
+    against); :func:`light_search` gives a cheaper one for tests and examples.
     """
     if not tasks:
         raise ValueError("no tasks to tune")
     if trials_per_task < 1:
         raise ValueError(f"trials_per_task must be positive, got {trials_per_task}")
     import tvm.s_tir.tensor_intrin  # noqa: F401  (~25 s once per process: keep it off the clock)
-    from tvm.s_tir.meta_schedule.logging import get_loggers_from_work_dir
     from tvm.s_tir.meta_schedule.utils import fork_seed
 
-    work_dir = work_dir or tempfile.mkdtemp(prefix="eto-ms-")
     # Task names become log file names: keep them to safe characters.
     names = [re.sub(r"[^A-Za-z0-9_.,-]+", "_", t.name) for t in tasks]
-    loggers = get_loggers_from_work_dir(work_dir, names)
-    quiet_metaschedule(verbose)
+    log_dir = os.path.join(work_dir, "logs") if work_dir else None
+    loggers = [_task_logger(log_dir, f"task_{i}_{n}", verbose) for i, n in enumerate(names)]
+    work_dir = work_dir or tempfile.mkdtemp(prefix="eto-ms-")
     threads = num_threads or int(os.environ.get("TVM_NUM_THREADS", "0") or 0) or measurer.config.num_threads or 1
     contexts = [
         ms.TuneContext(
-            mod=t.func, target=target, space_generator="post-order-apply", search_strategy="evolutionary",
+            mod=t.func, target=target, space_generator="post-order-apply", search_strategy=strategy,
             task_name=name, rand_state=rs, num_threads=threads, logger=lg,
         ).clone()
         for t, name, lg, rs in zip(tasks, names, loggers, fork_seed(seed, n=len(tasks)))

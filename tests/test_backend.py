@@ -1,0 +1,114 @@
+"""Measurement harness and MetaSchedule backend: real builds, real runs, failures survive."""
+
+import math
+
+import numpy as np
+import pytest
+
+from eto.database import Database
+from eto.operators import Operator
+from eto.target import parse_target
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def target():
+    return parse_target("cpu")
+
+
+@pytest.fixture(scope="module")
+def measurer():
+    from tuner.measure import MeasureConfig, Measurer
+
+    m = Measurer.local(MeasureConfig(number=2, repeat=3, min_repeat_ms=5, run_timeout_s=5))
+    yield m
+    m.close()
+
+
+def _sabotage(mod, how):
+    from tvm import tirx
+    from tvm.ir import IRModule
+
+    call = tirx.call_extern("int32", "abort") if how == "crash" else tirx.call_extern("int32", "sleep", 1000)
+    return IRModule({"main": mod["main"].with_body(tirx.Evaluate(call))})
+
+
+def test_failing_candidates_are_results_and_measuring_continues(measurer, target):
+    from tvm import tirx
+    from tvm.ir import IRModule
+
+    op = Operator.create("DENSE", M=8, N=8, K=8)
+    good = IRModule({"main": op.prim_func()})
+    unlinkable = IRModule({"main": op.prim_func().with_body(
+        tirx.Evaluate(tirx.call_extern("int32", "eto_no_such_symbol")))})
+    results = measurer.measure([good, _sabotage(good, "crash"), _sabotage(good, "hang"), unlinkable, good], target)
+    assert [r.ok for r in results] == [True, False, False, False, True]
+    assert "crashed the runner process" in results[1].error
+    assert "timeout" in results[2].error.lower()
+    assert results[3].error
+    assert all(len(r.run_secs) == 3 for r in (results[0], results[4]))
+    assert math.isinf(results[1].median) and results[0].median > 0
+
+
+def test_backend_programs_from_the_database_match_numpy(tmp_path, target, measurer):
+    from eto.tuning import tune_with_backend
+    from eto.verify import check_record
+
+    ops = [
+        Operator.create("C2D", N=1, CI=16, H=10, W=10, CO=16, KH=3, KW=3, padding=1),
+        Operator.create("DENSE", M=32, N=48, K=64),
+        Operator.create("BMM", B=2, M=16, N=24, K=32),
+    ]
+    db = Database(tmp_path / "db")
+    from tuner.backend import light_search
+
+    report = tune_with_backend(ops, target, db, trials=8, measurer=measurer, num_trials_per_iter=8, seed=1,
+                               strategy=light_search())
+    assert not report.failed
+    for op, row in zip(ops, report.rows):
+        assert row.status == "tuned" and row.candidates == 8 and row.latency_s > 0
+        best = db.best(op, target)
+        check = check_record(op, best.tuning_record, target)
+        assert check.ok, (op.name, check)
+    # trajectories are recorded with the result and never get worse
+    meta = db.results()[0]
+    best_so_far = [p[2] for p in meta["trajectory"]]
+    assert best_so_far == sorted(best_so_far, reverse=True) and meta["trajectory"][-1][1] == 8
+    # rerunning tunes nothing
+    again = tune_with_backend(ops, target, db, trials=8, measurer=measurer, num_trials_per_iter=8)
+    assert [r.status for r in again.rows] == ["cached"] * 3 and len(db.results()) == 3
+
+
+def test_tuning_completes_when_candidates_crash_or_hang(target, measurer):
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.builder import BuilderInput, PyBuilder
+
+    from tuner.backend import BackendTask, light_search, tune_backend
+
+    @derived_object
+    class Saboteur(PyBuilder):
+        """Turns the first candidate into one that aborts and the second into one that hangs."""
+
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+            self.done = False
+
+        def build(self, inputs):
+            if not self.done and len(inputs) >= 2:
+                self.done = True
+                inputs = [BuilderInput(_sabotage(inputs[0].mod, "crash"), inputs[0].target),
+                          BuilderInput(_sabotage(inputs[1].mod, "hang"), inputs[1].target)] + list(inputs[2:])
+            return self.inner.build(inputs)
+
+    from tuner.measure import Measurer
+
+    sabotaged = Measurer(Saboteur(measurer.builder), measurer.runner, measurer.config)
+    op = Operator.create("DENSE", M=16, N=16, K=16)
+    (res,) = tune_backend([BackendTask(op.name, op.prim_func())], target, trials_per_task=8,
+                          measurer=sabotaged, num_trials_per_iter=8, seed=0, strategy=light_search())
+    assert res.candidates == 8 and res.failed == 2
+    assert any("crashed" in e or "Subprocess" in e for e in res.errors) or len(res.errors) == 2
+    assert res.records and math.isfinite(res.best_latency)
+    assert res.time_to_best() is not None and res.time_to_reach(res.best_latency * 10) <= res.time_to_best()

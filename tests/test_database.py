@@ -1,0 +1,146 @@
+"""The program database: MetaSchedule-readable files, metadata, corrupt lines, crashes, merging."""
+
+import json
+import os
+
+import pytest
+
+from eto.database import CORRUPT, META, RECORDS, WORKLOADS, Database, DatabaseError
+from eto.operators import Operator
+from eto.target import parse_target
+
+
+@pytest.fixture(scope="module")
+def target():
+    return parse_target("cpu")
+
+
+def make_records(op, secs_list, target):
+    """Real TuningRecords with an empty trace (the unscheduled program), as MetaSchedule writes them."""
+    from tvm.ir import IRModule
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+    from tvm.s_tir.schedule import Trace
+
+    mod = IRModule({"main": op.prim_func()})
+    wl = Workload(mod)
+    args = ArgInfo.from_prim_func(op.prim_func())
+    return [TuningRecord(Trace([], {}), wl, [float(s) for s in secs], target, args) for secs in secs_list]
+
+
+def test_commit_and_query(tmp_path, target):
+    a = Operator.create("DENSE", M=4, N=8, K=16)
+    b = Operator.create("DENSE", M=8, N=8, K=16)
+    db = Database(tmp_path / "db")
+    progs = db.commit(a, target, make_records(a, [[3e-6, 3e-6], [1e-6, 2e-6, 1e-6], [1e10]], target),
+                      method="backend", candidates=64, seconds=12.5)
+    assert [p.rank for p in progs] == [0, 1]  # the failed (1e10) record is not stored
+    assert progs[0].latency_s == pytest.approx(1e-6)
+    db.commit(b, target, make_records(b, [[5e-6]], target), method="reuse", source=a, candidates=9, seconds=2.0)
+    again = Database(tmp_path / "db")
+    assert len(again) == 3 and not again.problems
+    assert again.best(a, target).latency_s == pytest.approx(1e-6)
+    assert again.best(b, target).source == a.key and again.best(b, target).method == "reuse"
+    assert again.attempted(a, target) and not again.attempted(Operator.create("DENSE", M=1, N=1, K=1), target)
+    assert {p.op for p in again.sources(op_type="DENSE", target=target)} == {a, b}
+    other = '{"kind":"llvm","mcpu":"skylake-avx512","num-cores":4}'
+    assert again.best(a, other) is None and again.tuned(other) == {}
+    # The same files are a MetaSchedule JSONDatabase.
+    from tvm.s_tir import meta_schedule as ms
+
+    jdb = ms.database.JSONDatabase(work_dir=str(tmp_path / "db"))
+    assert len(jdb.get_all_tuning_records()) == 3
+    assert again.best(a, target).tuning_record.run_secs is not None
+
+
+def test_failed_result_is_remembered(tmp_path, target):
+    op = Operator.create("DENSE", M=4, N=8, K=16)
+    db = Database(tmp_path / "db")
+    db.commit(op, target, [], method="backend", candidates=8, seconds=1.0, error="every candidate failed")
+    assert db.best(op, target) is None and db.attempted(op, target)
+    assert db.results()[0]["error"] == "every candidate failed"
+
+
+def test_corrupt_lines_are_reported_and_skipped(tmp_path, target):
+    op = Operator.create("DENSE", M=4, N=8, K=16)
+    path = tmp_path / "db"
+    db = Database(path)
+    db.commit(op, target, make_records(op, [[1e-6]], target), method="backend", candidates=1, seconds=1)
+    db.commit(op.replace(M=5), target, make_records(op.replace(M=5), [[2e-6]], target), method="backend",
+              candidates=1, seconds=1)
+    with open(path / RECORDS, "a") as f:
+        f.write("[0, this is not json]\n")
+    lines = (path / META).read_text().splitlines()
+    lines.insert(1, '{"op": {"type": "NOPE"}, "records": []}')
+    (path / META).write_text("\n".join(lines) + "\n")
+    again = Database(path)
+    reasons = [str(p) for p in again.problems]
+    assert any(r.startswith(f"{RECORDS}:3: ") for r in reasons), reasons
+    assert any(r.startswith(f"{META}:2: ") and "unknown operator type 'NOPE'" in r for r in reasons), reasons
+    assert len(again) == 2  # both good programs survive
+
+
+def test_interrupted_write_is_repaired_without_losing_it(tmp_path, target):
+    op = Operator.create("DENSE", M=4, N=8, K=16)
+    path = tmp_path / "db"
+    db = Database(path)
+    db.commit(op, target, make_records(op, [[1e-6]], target), method="backend", candidates=1, seconds=1)
+    with open(path / RECORDS, "a") as f:
+        f.write('[0,[[[["GetSBlock"')  # a write cut off by a kill
+    opened = Database(path)
+    assert any("incomplete last line" in str(p) for p in opened.problems)
+    assert len(opened) == 1
+    op2 = op.replace(M=6)
+    opened.commit(op2, target, make_records(op2, [[3e-6]], target), method="backend", candidates=1, seconds=1)
+    assert '[0,[[[["GetSBlock"' in (path / CORRUPT).read_text()  # kept, not dropped
+    final = Database(path)
+    assert not final.problems and len(final) == 2
+    from tvm.s_tir import meta_schedule as ms
+
+    assert len(ms.database.JSONDatabase(work_dir=str(path)).get_all_tuning_records()) == 2
+
+
+def test_merge_keeps_everything(tmp_path, target):
+    a, b = Operator.create("BMM", B=1, M=4, N=4, K=4), Operator.create("BMM", B=2, M=4, N=4, K=4)
+    d1, d2 = Database(tmp_path / "d1"), Database(tmp_path / "d2")
+    d1.commit(a, target, make_records(a, [[1e-6], [2e-6]], target), method="backend", candidates=2, seconds=1)
+    d2.commit(b, target, make_records(b, [[4e-6]], target), method="reuse", source=a, candidates=3, seconds=1)
+    d2.commit(a, target, make_records(a, [[0.5e-6]], target), method="backend", candidates=2, seconds=1)
+    with open(tmp_path / "d2" / META, "a") as f:
+        f.write("garbage line\n")
+    dest = Database(tmp_path / "merged")
+    counts = [dest.merge_from(Database(tmp_path / p, readonly=True)) for p in ("d1", "d2")]
+    assert counts[1]["problems"] == 1
+    merged = Database(tmp_path / "merged")
+    assert len(merged) == 4
+    assert merged.best(a, target).latency_s == pytest.approx(0.5e-6)
+    assert merged.best(b, target).source == a.key
+    assert "garbage line" in (tmp_path / "merged" / CORRUPT).read_text()
+    assert len((tmp_path / "merged" / WORKLOADS).read_text().splitlines()) == 2  # workloads deduplicated
+
+
+def test_not_a_database(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(DatabaseError, match="not a database directory"):
+        Database(f)
+    with pytest.raises(DatabaseError, match="no such database"):
+        Database(tmp_path / "missing", readonly=True)
+
+
+def test_db_show_and_merge_commands(tmp_path, target, capsys):
+    from eto.cli import main
+
+    op = Operator.create("DENSE", M=4, N=8, K=16)
+    Database(tmp_path / "a").commit(op, target, make_records(op, [[2e-6]], target), method="backend",
+                                    candidates=5, seconds=1.5)
+    with open(tmp_path / "a" / RECORDS, "a") as f:
+        f.write("oops\n")
+    assert main(["db", "show", str(tmp_path / "a"), "--json"]) == 0
+    out, err = capsys.readouterr()
+    shown = json.loads(out)
+    assert shown["programs"][0]["key"] == op.key and shown["programs"][0]["candidates"] == 5
+    assert shown["problems"] == [f"{RECORDS}:2: not a [workload, record] tuning record"]
+    assert f"{RECORDS}:2" in err
+    assert main(["db", "merge", str(tmp_path / "m"), str(tmp_path / "a")]) == 0
+    assert main(["db", "show", str(tmp_path / "nope")]) == 2

@@ -1,0 +1,56 @@
+"""Measurement through TVM's RPC tracker: a tracker and two servers on 127.0.0.1."""
+
+import pytest
+
+from eto.database import Database
+from eto.operators import Operator
+from eto.target import parse_target
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def tracker():
+    from tvm.rpc.server import Server
+    from tvm.rpc.tracker import Tracker
+
+    tr = Tracker(host="127.0.0.1", port=19190, port_end=19290, silent=True)
+    servers = [Server(host="127.0.0.1", port=19300, port_end=19400, key="eto-test",
+                      tracker_addr=("127.0.0.1", tr.port), silent=True) for _ in range(2)]
+    yield tr
+    for s in servers:
+        s.terminate()
+    tr.terminate()
+
+
+def test_tuning_through_rpc_devices(tmp_path, tracker):
+    import time
+
+    from tvm import rpc
+
+    from eto.tuning import tune_with_backend
+    from eto.verify import check_record
+    from tuner.backend import light_search
+    from tuner.measure import MeasureConfig, Measurer
+
+    client = rpc.connect_tracker("127.0.0.1", tracker.port)
+    for _ in range(50):  # servers register asynchronously
+        if "eto-test   2" in client.text_summary():
+            break
+        time.sleep(0.1)
+    assert "eto-test   2" in client.text_summary()
+    target = parse_target("cpu")
+    ops = [Operator.create("DENSE", M=16, N=32, K=32), Operator.create("BMM", B=2, M=8, N=8, K=16)]
+    db = Database(tmp_path / "db")
+    measurer = Measurer.rpc("127.0.0.1", tracker.port, "eto-test",
+                            MeasureConfig(number=2, repeat=3, min_repeat_ms=5), max_workers=2)
+    try:
+        report = tune_with_backend(ops, target, db, trials=8, measurer=measurer, num_trials_per_iter=8,
+                                   strategy=light_search(), seed=0)
+    finally:
+        measurer.close()
+    assert not report.failed
+    for op in ops:
+        best = db.best(op, target)
+        assert best is not None and best.candidates == 8 and best.latency_s > 0
+        assert check_record(op, best.tuning_record, target).ok
