@@ -1,0 +1,41 @@
+"""Reuse-pair selection for ETO (paper, Section 6): pure algorithms on operators as loop nests.
+
+One module per concept:
+
+* :mod:`selector.loopnest` -- :class:`LoopNestOp`, an operator as (type, sketch-set key, loop nest);
+* :mod:`selector.reuse` -- reuse conditions (Definition 2) and reuse-pair enumeration;
+* :mod:`selector.bridge` -- bridge operators (Definition 5), k-hop sets and closure;
+* :mod:`selector.costs` -- a cheap analytic reuse-cost estimate (placeholder for the tuner's);
+* :mod:`selector.ocgraph` -- the optimization-choice (OC) graph;
+* :mod:`selector.arborescence` -- min-cost arborescence (no bridges);
+* :mod:`selector.steiner` -- directed Steiner tree: exact MIP, heuristic, :func:`solve`;
+* :mod:`selector.solution` -- :class:`TreeSolution`, what solvers return;
+* :mod:`selector.plan` -- :func:`select_reuse_pairs`, :class:`Plan`, :func:`replan`;
+* :mod:`selector.graphio` -- JSON instances (:func:`load_graph`).
+
+Imports only the standard library, numpy, networkx and OR-Tools; costs and sketch checks come in
+as caller-supplied functions.
+"""
+
+from .arborescence import edmonds, min_cost_arborescence
+from .bridge import SketchCheck, bridge_of, bridge_operators
+from .costs import analytic_cost, analytic_cost_fn
+from .graphio import GraphFormatError, SteinerInstance, dump_graph, load_graph
+from .loopnest import LoopNestOp
+from .ocgraph import ROOT, BackendCost, CostFn, build_oc_graph
+from .plan import BridgeMode, Plan, PlanEdge, SelectionRequest, replan, select_reuse_pairs
+from .reuse import dominates, is_reuse_pair, reuse_pair_indices, reuse_pairs
+from .solution import TreeSolution
+from .steiner import SolverName, dual_ascent_bound, solve, steiner_approx, steiner_exact
+
+__all__ = [
+    "LoopNestOp",
+    "dominates", "is_reuse_pair", "reuse_pairs", "reuse_pair_indices",
+    "bridge_of", "bridge_operators", "SketchCheck",
+    "analytic_cost", "analytic_cost_fn",
+    "ROOT", "build_oc_graph", "CostFn", "BackendCost",
+    "edmonds", "min_cost_arborescence",
+    "solve", "steiner_exact", "steiner_approx", "dual_ascent_bound", "TreeSolution", "SolverName",
+    "Plan", "PlanEdge", "SelectionRequest", "BridgeMode", "select_reuse_pairs", "replan",
+    "GraphFormatError", "SteinerInstance", "load_graph", "dump_graph",
+]

@@ -1,0 +1,108 @@
+"""The optimization-choice (OC) graph (paper, Section 6).
+
+Nodes: a special ``"root"``, one node per requested operator and per bridge operator (named by
+``op.name``).  Edges, each with a ``weight`` (estimated number of measured trials):
+
+* ``root → op``: ``op`` is tuned by the backend compiler; weight = backend budget, or 0 when the
+  operator is already ``tuned`` in a prior database (it then serves as a free source of reuse);
+* ``β → α`` for every reuse pair (α, β) (α reuses β's best program); weight = ``cost_fn(α, β)``.
+
+Selecting reuse pairs is a min-cost arborescence problem on this graph when there are no bridges,
+and a directed Steiner tree problem with the requested operators as terminals otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Callable, Union
+
+import networkx as nx
+
+from .loopnest import LoopNestOp
+from .reuse import reuse_pair_indices
+
+__all__ = ["ROOT", "CostFn", "BackendCost", "build_oc_graph", "check_cost"]
+
+ROOT = "root"
+
+#: ``cost_fn(alpha, beta)``: estimated trials to tune ``alpha`` reusing ``beta``'s best program.
+#: Must be ≥ 0 and not NaN; ``math.inf`` vetoes the pair (the edge is left out).
+CostFn = Callable[[LoopNestOp, LoopNestOp], float]
+#: Backend tuning cost: one number for every operator, or a function of the operator.
+BackendCost = Union[float, Callable[[LoopNestOp], float]]
+
+
+def check_cost(value: object, edge: str, *, allow_inf: bool = False) -> float:
+    """``value`` as a float, or ValueError naming ``edge`` when it is negative, NaN or not a number."""
+    try:
+        if isinstance(value, (str, bytes, bool)):
+            raise TypeError
+        cost = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"cost of edge {edge} is not a number: {value!r}") from None
+    if math.isnan(cost):
+        raise ValueError(f"cost of edge {edge} is NaN")
+    if cost < 0:
+        raise ValueError(f"cost of edge {edge} is negative: {cost!r}")
+    if math.isinf(cost) and not allow_inf:
+        raise ValueError(f"cost of edge {edge} is infinite")
+    return cost
+
+
+def build_oc_graph(
+    ops: Iterable[LoopNestOp],
+    *,
+    cost_fn: CostFn,
+    backend_cost: BackendCost,
+    bridges: Sequence[LoopNestOp] = (),
+) -> nx.DiGraph:
+    """OC graph of ``ops`` (the terminals) expanded with ``bridges`` (Steiner nodes).
+
+    Returns a DiGraph with ``G.graph`` holding ``root`` (``"root"``), ``terminals`` (names of the
+    non-bridge operators, in input order), ``bridges`` (names) and ``candidate_pairs`` (number of
+    reuse-pair edges).  Node attribute ``op`` holds the operator; edge attribute ``kind`` is
+    ``"backend"`` or ``"reuse"``.
+
+    Raises ValueError for duplicate or reserved names and for negative or NaN costs (naming the
+    edge).  A reuse cost of ``math.inf`` leaves the edge out.  Time: O(n² k) for the pairs
+    (vectorized) plus one ``cost_fn`` call per pair.
+    """
+    ops = list(ops)
+    terminals = [op for op in ops if not op.bridge]
+    everything = terminals + [op for op in ops if op.bridge] + list(bridges)
+    seen: set[str] = set()
+    for op in everything:
+        if op.name == ROOT:
+            raise ValueError(f"operator name {ROOT!r} is reserved for the OC graph root")
+        if op.name in seen:
+            raise ValueError(f"duplicate operator name {op.name!r}")
+        seen.add(op.name)
+
+    G = nx.DiGraph()
+    G.add_node(ROOT, kind="root")
+    for op in everything:
+        G.add_node(op.name, op=op, kind="bridge" if op.bridge else "operator")
+        if op.tuned:
+            cost = 0.0
+        else:
+            raw = backend_cost(op) if callable(backend_cost) else backend_cost
+            cost = check_cost(raw, f"{ROOT} -> {op.name}")
+        G.add_edge(ROOT, op.name, weight=cost, kind="backend")
+
+    n_pairs = 0
+    for a, b in reuse_pair_indices(everything).tolist():
+        alpha, beta = everything[a], everything[b]
+        cost = check_cost(cost_fn(alpha, beta), f"{beta.name} -> {alpha.name}", allow_inf=True)
+        if math.isinf(cost):
+            continue
+        G.add_edge(beta.name, alpha.name, weight=cost, kind="reuse")
+        n_pairs += 1
+
+    G.graph.update(
+        root=ROOT,
+        terminals=tuple(op.name for op in terminals),
+        bridges=tuple(op.name for op in everything if op.bridge),
+        candidate_pairs=n_pairs,
+    )
+    return G

@@ -1,0 +1,210 @@
+"""OC graph construction, tuned (prior-database) operators, Plan and replan."""
+
+import json
+import math
+
+import pytest
+
+from selector import (ROOT, LoopNestOp, analytic_cost, analytic_cost_fn, bridge_operators,
+                      build_oc_graph, replan, select_reuse_pairs)
+
+
+def bmm(name, ext, **kw):
+    return LoopNestOp(name=name, type="BMM", sketch="K", space=tuple(ext[:3]), reduction=(ext[3],), **kw)
+
+
+def bert():
+    return [bmm("qk", [12, 128, 128, 64]), bmm("sv", [12, 128, 64, 128]), bmm("proj", [1, 128, 768, 768]),
+            bmm("ffn1", [1, 128, 3072, 768]), bmm("ffn2", [1, 128, 768, 3072])]
+
+
+def table_cost(table, default=math.inf):
+    return lambda a, b: table.get((b.name, a.name), default)
+
+
+# -- OC graph -----------------------------------------------------------------------------------
+
+def test_oc_graph_structure():
+    ops = bert()
+    bridges = bridge_operators(ops)
+    calls = []
+
+    def cost(alpha, beta):
+        calls.append((alpha.name, beta.name))
+        return 7.0
+
+    G = build_oc_graph(ops, cost_fn=cost, backend_cost=1000, bridges=bridges)
+    assert G.graph["root"] == ROOT == "root"
+    assert G.graph["terminals"] == ("qk", "sv", "proj", "ffn1", "ffn2")
+    assert set(G.graph["bridges"]) == {b.name for b in bridges}
+    assert G.graph["candidate_pairs"] == 24 == len(calls)
+    for v in list(ops) + bridges:
+        assert G.edges[ROOT, v.name]["weight"] == 1000 and G.edges[ROOT, v.name]["kind"] == "backend"
+        assert G.nodes[v.name]["op"] is v
+    # edge beta -> alpha carries cost_fn(alpha, beta)
+    assert ("ffn1", "proj") in calls and G.edges["proj", "ffn1"]["kind"] == "reuse"
+    assert not G.has_edge("qk", "proj")  # not a reuse pair
+
+
+def test_oc_graph_edge_direction_uses_cost_fn_arguments_in_order():
+    a, b = bmm("big", [1, 128, 768, 768]), bmm("small", [1, 128, 768, 64])
+    G = build_oc_graph([a, b], cost_fn=lambda alpha, beta: 1.0 if alpha.name == "big" else 2.0,
+                       backend_cost=10)
+    assert G.edges["small", "big"]["weight"] == 1.0   # big reuses small's program
+    assert G.edges["big", "small"]["weight"] == 2.0
+
+
+@pytest.mark.parametrize("bad", [-0.5, float("nan"), "3"])
+def test_oc_graph_rejects_bad_costs_naming_the_edge(bad):
+    a, b = bmm("a", [1, 128, 768, 768]), bmm("b", [1, 128, 768, 64])
+    with pytest.raises(ValueError, match="b -> a|a -> b"):
+        build_oc_graph([a, b], cost_fn=lambda alpha, beta: bad, backend_cost=10)
+    with pytest.raises(ValueError, match="root -> a"):
+        build_oc_graph([a, b], cost_fn=lambda alpha, beta: 1.0, backend_cost=lambda op: bad)
+
+
+def test_infinite_reuse_cost_vetoes_the_pair():
+    a, b = bmm("a", [1, 128, 768, 768]), bmm("b", [1, 128, 768, 64])
+    G = build_oc_graph([a, b], cost_fn=lambda alpha, beta: math.inf if alpha.name == "a" else 1.0,
+                       backend_cost=10)
+    assert not G.has_edge("b", "a") and G.has_edge("a", "b") and G.graph["candidate_pairs"] == 1
+
+
+def test_duplicate_and_reserved_names():
+    with pytest.raises(ValueError, match="duplicate"):
+        build_oc_graph([bmm("a", [1, 2, 3, 4]), bmm("a", [1, 2, 3, 5])], cost_fn=lambda a, b: 1, backend_cost=1)
+    with pytest.raises(ValueError, match="reserved"):
+        build_oc_graph([bmm("root", [1, 2, 3, 4])], cost_fn=lambda a, b: 1, backend_cost=1)
+
+
+# -- tuned (prior database) operators -------------------------------------------------------------
+
+def test_tuned_operators_are_free_sources():
+    prior = bmm("prior", [1, 128, 768, 768], tuned=True)
+    new = [bmm("ffn1", [1, 128, 3072, 768]), bmm("ffn2", [1, 128, 768, 3072])]
+    G = build_oc_graph([prior, *new], cost_fn=lambda a, b: 50.0, backend_cost=1000)
+    assert G.edges[ROOT, "prior"]["weight"] == 0
+    plan = select_reuse_pairs([prior, *new], cost_fn=lambda a, b: 50.0, backend_cost=1000, bridges="none")
+    assert plan.parent == {"prior": ROOT, "ffn1": "prior", "ffn2": "prior"}
+    assert plan.total_cost == 100
+    assert plan.backend == () and plan.prior == ("prior",)
+    assert plan.order == ("ffn1", "ffn2")        # nothing to do for the prior operator
+    assert plan.edge_costs[(ROOT, "prior")] == 0
+
+
+# -- select_reuse_pairs / Plan --------------------------------------------------------------------
+
+def test_plan_on_bert_with_and_without_bridges():
+    ops = bert()
+    none = select_reuse_pairs(ops, bridges="none")
+    hop1 = select_reuse_pairs(ops, bridges="1hop", solver="exact")
+    assert none.candidate_pairs == 4 and hop1.candidate_pairs == 24
+    assert none.bridges == () and len(hop1.bridges) == 3
+    assert hop1.total_cost < none.total_cost < none.baseline_cost == 5000
+    assert hop1.solution.optimal and none.solution.optimal
+    # every requested operator is in the tree, parents are tuned before children
+    for plan in (none, hop1):
+        assert {op.name for op in ops} <= set(plan.parent)
+        position = {name: i for i, name in enumerate(plan.order)}
+        for child, parent in plan.parent.items():
+            if parent != ROOT:
+                assert position[parent] < position[child]
+        assert plan.total_cost == pytest.approx(sum(plan.edge_costs.values()))
+        assert set(plan.used_bridges) <= {b.name for b in plan.bridges}
+        assert set(plan.backend) == {c for c, p in plan.parent.items() if p == ROOT}
+
+
+def test_plan_json_and_tree_format():
+    plan = select_reuse_pairs(bert(), bridges="1hop")
+    data = json.loads(json.dumps(plan.to_json()))
+    for key in ("total_cost", "edges", "bridges", "candidate_pairs", "backend", "order"):
+        assert key in data
+    assert data["candidate_pairs"] == 24
+    assert data["total_cost"] == plan.total_cost
+    assert all(len(e) == 2 for e in data["edges"])
+    assert {p for p, _ in data["edges"]} >= {"root"}
+    assert {b["name"] for b in data["bridges"]} == {b.name for b in plan.bridges}
+    assert all("extents" in b for b in data["bridges"])
+    assert sorted(data["bridges_used"]) == sorted(plan.used_bridges)
+    text = plan.format_tree()
+    lines = text.splitlines()
+    assert lines[0].startswith("root")
+    assert len(lines) == 1 + len(plan.edges)
+    for name in plan.parent:
+        assert name in text
+    child_line = next(line for line in lines if "reuse" in line)
+    assert child_line.index("─") > 0
+
+
+def test_bridges_argument_validation():
+    with pytest.raises(ValueError):
+        select_reuse_pairs(bert(), bridges="2hop")
+    assert len(select_reuse_pairs(bert(), bridges=2).bridges) == 4
+    assert len(select_reuse_pairs(bert(), bridges="all").bridges) == 4
+
+
+def test_default_cost_is_the_analytic_estimate():
+    ops = bert()
+    G = build_oc_graph(ops, cost_fn=analytic_cost_fn(1000), backend_cost=1000)
+    plan = select_reuse_pairs(ops, backend_cost=1000, bridges="none")
+    for (p, c), cost in plan.edge_costs.items():
+        assert cost == G.edges[p, c]["weight"]
+
+
+def test_steiner_plan_uses_bridge_only_when_it_pays():
+    # Two incomparable operators; their bridge is worth it only if reuse is cheap.
+    a = bmm("a", [1, 128, 768, 64])
+    b = bmm("b", [1, 128, 64, 768])
+    cheap = select_reuse_pairs([a, b], cost_fn=lambda x, y: 10.0, backend_cost=1000, bridges="1hop")
+    assert cheap.used_bridges == ("bridge:BMM[1,128,64,64]",)
+    assert cheap.total_cost == 1000 + 10 + 10
+    assert cheap.order[0] == cheap.backend[0] and len(cheap.backend) == 1
+    dear = select_reuse_pairs([a, b], cost_fn=lambda x, y: 600.0, backend_cost=1000, bridges="1hop")
+    assert dear.used_bridges == () and dear.total_cost == 2000
+
+
+def test_sketch_check_is_applied():
+    plan = select_reuse_pairs(bert(), bridges="1hop", sketch_check=lambda op: op.extents[0] == 1)
+    assert all(b.extents[0] == 1 for b in plan.bridges) and len(plan.bridges) == 2
+
+
+# -- re-estimation and replan ----------------------------------------------------------------------
+
+def test_multi_sketch_kind_costs_max_until_first_is_tuned():
+    ops = [LoopNestOp(name=f"n{i}", type="FRB", sketch="two-sketches", space=(b,), reduction=(r,),
+                      sketch_count=2) for i, (b, r) in enumerate([(8, 4096), (4, 4096), (8, 2048)])]
+    first = select_reuse_pairs(ops, backend_cost=1000, bridges="none")
+    assert set(first.backend) == {"n0", "n1", "n2"} and first.total_cost == 3000
+    assert len(first.replan_after) == 1
+    second = replan(first, tuned=first.replan_after)
+    tuned_name = first.replan_after[0]
+    assert second.operators[tuned_name].tuned and second.edge_costs[(ROOT, tuned_name)] == 0
+    assert second.total_cost < 2000 and second.replan_after == ()
+    assert tuned_name not in second.order
+
+
+def test_replan_accumulates_tuned_operators_and_accepts_new_costs():
+    ops = bert()
+    plan = select_reuse_pairs(ops, bridges="1hop")
+    first = plan.order[0]
+    p2 = replan(plan, tuned=[first])
+    assert p2.operators[first].tuned and first not in p2.order
+    second = p2.order[0]
+    p3 = replan(p2, tuned=[second], cost_fn=lambda a, b: 1.0)
+    assert p3.operators[first].tuned and p3.operators[second].tuned
+    assert all(c == 1.0 for (p, _), c in p3.edge_costs.items() if p != ROOT)
+    with pytest.raises(ValueError, match="nope"):
+        replan(plan, tuned=["nope"])
+
+
+def test_analytic_cost_properties():
+    a = bmm("a", [1, 128, 768, 768])
+    same = bmm("same", [1, 128, 768, 768])
+    near = bmm("near", [1, 128, 768, 384])
+    far = bmm("far", [1, 128, 96, 64])
+    assert analytic_cost(a, same) == 10.0                    # 1 * (1 + 1) + 8
+    assert analytic_cost(a, near) < analytic_cost(a, far)    # farther shapes cost more trials
+    assert analytic_cost(a, far, budget=50) == 50            # capped at the budget
+    assert analytic_cost(a, near) == analytic_cost(a, near)  # pure
+    fn = analytic_cost_fn(1000)
+    assert fn(a, far) == analytic_cost(a, far, budget=1000)

@@ -1,0 +1,243 @@
+"""Arborescence and directed Steiner tree solvers against brute force and stated guarantees."""
+
+import itertools
+import math
+import random
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from selector import (dual_ascent_bound, edmonds, min_cost_arborescence, solve, steiner_approx,
+                      steiner_exact)
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+def random_instance(rng, n_terminals, n_steiner, density, wmax=20, root_p=0.85):
+    """Random digraph; integer weights (zero allowed) so that ties are exact."""
+    T = [f"t{i}" for i in range(n_terminals)]
+    S = [f"s{i}" for i in range(n_steiner)]
+    G = nx.DiGraph()
+    G.add_node("r")
+    G.add_nodes_from(T + S)
+    for v in T + S:
+        if rng.random() < root_p:
+            G.add_edge("r", v, weight=rng.randint(wmax // 2, wmax))
+    for u, v in itertools.permutations(T + S, 2):
+        if rng.random() < density:
+            G.add_edge(u, v, weight=rng.randint(0, wmax))
+    for t in T:
+        if not nx.has_path(G, "r", t):
+            G.add_edge("r", t, weight=wmax)
+    return G, T, S
+
+
+def brute_force(G, root, T, S):
+    """Optimal Steiner tree cost: best min-cost arborescence (networkx) over all Steiner subsets."""
+    best = math.inf
+    for k in range(len(S) + 1):
+        for subset in itertools.combinations(S, k):
+            H = G.subgraph([root, *T, *subset]).copy()
+            H.remove_edges_from(list(H.in_edges(root)))
+            try:
+                A = nx.minimum_spanning_arborescence(H)
+            except nx.NetworkXException:
+                continue
+            best = min(best, A.size(weight="weight"))
+    return best
+
+
+def assert_valid_tree(G, root, terminals, sol):
+    parents = {}
+    for u, v in sol.edges:
+        assert G.has_edge(u, v), (u, v)
+        assert v not in parents, f"{v} has two parents"
+        assert v != root
+        parents[v] = u
+    for t in terminals:
+        v, seen = t, set()
+        while v != root:
+            assert v in parents, f"{t} not connected to the root"
+            assert v not in seen, "cycle"
+            seen.add(v)
+            v = parents[v]
+    assert sol.cost == pytest.approx(sum(G.edges[e]["weight"] for e in sol.edges))
+
+
+def instances(seed, count):
+    rng = random.Random(seed)
+    for _ in range(count):
+        yield random_instance(rng, rng.randint(1, 5), rng.randint(0, 6), rng.choice([0.15, 0.35, 0.7]))
+
+
+# -- Edmonds ----------------------------------------------------------------------------------
+
+def test_edmonds_matches_networkx_on_random_graphs():
+    rng = random.Random(1)
+    for _ in range(60):
+        n = rng.randint(2, 25)
+        G = nx.DiGraph()
+        G.add_nodes_from(range(n))
+        for v in range(1, n):
+            G.add_edge(0, v, weight=float(rng.randint(50, 100)))
+        for u, v in itertools.permutations(range(1, n), 2):
+            if rng.random() < 0.3:
+                G.add_edge(u, v, weight=float(rng.randint(0, 60)))
+        ours = min_cost_arborescence(G, 0)
+        ref = nx.minimum_spanning_arborescence(G)
+        assert ours.cost == pytest.approx(ref.size(weight="weight"))
+        assert ours.optimal and len(ours.edges) == n - 1
+        assert_valid_tree(G, 0, range(1, n), ours)
+
+
+def test_edmonds_ignores_in_edges_of_root():
+    # The cheapest in-edge of the root must not make another node the arborescence's root.
+    G = nx.DiGraph()
+    G.add_edge("root", "a", weight=10)
+    G.add_edge("a", "root", weight=0)
+    G.add_edge("a", "b", weight=1)
+    G.add_edge("b", "a", weight=1)
+    sol = min_cost_arborescence(G, "root")
+    assert set(sol.edges) == {("root", "a"), ("a", "b")}
+    assert sol.cost == 11
+
+
+def test_edmonds_array_interface_reports_unreachable():
+    with pytest.raises(ValueError):
+        edmonds(3, 0, np.array([0]), np.array([1]), np.array([1.0]))
+
+
+# -- exact, approx, arborescence vs brute force ---------------------------------------------
+
+def test_exact_equals_brute_force_and_approx_within_guarantee():
+    checked = 0
+    for G, T, S in instances(seed=2022, count=120):
+        opt = brute_force(G, "r", T, S)
+        exact = steiner_exact(G, "r", T, time_limit=30)
+        assert exact.optimal
+        assert exact.cost == pytest.approx(opt), (T, S, list(G.edges(data="weight")))
+        assert_valid_tree(G, "r", T, exact)
+
+        approx = steiner_approx(G, "r", T)
+        assert_valid_tree(G, "r", T, approx)
+        assert approx.cost >= opt - 1e-9
+        # stated guarantee: cost <= sum of root distances <= |T| * OPT
+        dist = nx.single_source_dijkstra_path_length(G, "r")
+        assert approx.cost <= sum(dist[t] for t in T) + 1e-9
+        assert approx.cost <= len(T) * opt + 1e-9
+        # never worse than the best tree without Steiner nodes, when one exists
+        H = G.subgraph(["r", *T]).copy()
+        H.remove_edges_from(list(H.in_edges("r")))
+        try:
+            no_steiner = nx.minimum_spanning_arborescence(H).size(weight="weight")
+            assert approx.cost <= no_steiner + 1e-9
+        except nx.NetworkXException:
+            pass
+        assert approx.lower_bound is not None and approx.lower_bound <= opt + 1e-9
+        assert dual_ascent_bound(G, "r", T) <= opt + 1e-9
+        auto = solve(G, "r", T)
+        assert auto.cost == pytest.approx(opt) and auto.optimal
+        checked += 1
+    assert checked >= 100
+
+
+def test_arborescence_solver_equals_brute_force_without_steiner_nodes():
+    rng = random.Random(7)
+    for _ in range(100):
+        G, T, _ = random_instance(rng, rng.randint(1, 7), 0, rng.choice([0.2, 0.5, 0.8]))
+        opt = brute_force(G, "r", T, [])
+        for solver in ("arborescence", "auto", "exact", "approx"):
+            sol = solve(G, "r", T, solver=solver)
+            assert sol.cost == pytest.approx(opt)
+            assert sol.optimal and sol.solver == "arborescence"
+            assert_valid_tree(G, "r", T, sol)
+
+
+def test_arborescence_solver_ignores_steiner_nodes():
+    G = nx.DiGraph()
+    G.add_weighted_edges_from([("r", "a", 10), ("r", "b", 10), ("r", "s", 1), ("s", "a", 1), ("s", "b", 1),
+                               ("a", "b", 9)])
+    assert solve(G, "r", ["a", "b"], solver="arborescence").cost == 19
+    assert solve(G, "r", ["a", "b"], solver="exact").cost == 3
+
+
+def test_decomposition_into_components():
+    # Two independent reuse classes joined only through the root; zero-cost tuned source.
+    G = nx.DiGraph()
+    G.add_weighted_edges_from([("r", "a1", 100), ("r", "a2", 100), ("a1", "a2", 5), ("a2", "a1", 7),
+                               ("r", "b1", 100), ("r", "b2", 100), ("r", "bs", 0), ("bs", "b1", 3),
+                               ("bs", "b2", 4), ("r", "c", 100), ("c", "a1", 1)])
+    sol = solve(G, "r", ["a1", "a2", "b1", "b2"], solver="exact")
+    assert sol.optimal and sol.cost == 100 + 5 + 0 + 3 + 4
+    assert ("r", "bs") in sol.edges
+
+
+def test_dual_ascent_is_tight_on_a_shared_bridge():
+    # a cheap Steiner node feeding three terminals: the LP (and dual ascent) is integral here
+    G = nx.DiGraph()
+    G.add_weighted_edges_from([("r", "s", 10), *[("r", t, 10) for t in "abc"], *[("s", t, 1) for t in "abc"]])
+    assert dual_ascent_bound(G, "r", list("abc")) == pytest.approx(13)
+    sol = solve(G, "r", list("abc"), solver="approx")
+    assert sol.cost == 13 and sol.optimal and sol.lower_bound == pytest.approx(13)
+
+
+def test_time_limited_exact_still_returns_a_valid_tree():
+    rng = random.Random(3)
+    G, T, S = random_instance(rng, 25, 25, 0.3, wmax=1000)
+    sol = solve(G, "r", T, solver="exact", time_limit=0.5)
+    assert_valid_tree(G, "r", T, sol)
+    assert sol.lower_bound is not None and sol.lower_bound <= sol.cost + 1e-9
+    assert sol.seconds < 10
+
+
+# -- bad input ----------------------------------------------------------------------------------
+
+def test_unreachable_terminal_is_named():
+    G = nx.DiGraph()
+    G.add_weighted_edges_from([("r", "a", 1), ("b", "a", 1)])
+    G.add_node("lonely")
+    for solver in ("auto", "exact", "approx", "arborescence"):
+        with pytest.raises(ValueError, match="'lonely'"):
+            solve(G, "r", ["a", "lonely"], solver=solver)
+    with pytest.raises(ValueError, match="'b'"):
+        min_cost_arborescence(G, "r")
+
+
+def test_terminal_reachable_only_through_steiner_nodes():
+    G = nx.DiGraph()
+    G.add_weighted_edges_from([("r", "s", 1), ("s", "t", 1)])
+    assert solve(G, "r", ["t"]).cost == 2
+    with pytest.raises(ValueError, match="'t'"):
+        solve(G, "r", ["t"], solver="arborescence")
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf"), "12"])
+def test_bad_weights_rejected_naming_the_edge(bad):
+    G = nx.DiGraph()
+    G.add_edge("r", "a", weight=1.0)
+    G.add_edge("r", "b", weight=1.0)
+    G.add_edge("a", "b", weight=bad)
+    with pytest.raises(ValueError, match="'a' -> 'b'"):
+        solve(G, "r", ["a", "b"])
+
+
+def test_missing_weight_and_unknown_nodes():
+    G = nx.DiGraph()
+    G.add_edge("r", "a")
+    with pytest.raises(ValueError, match="weight"):
+        solve(G, "r", ["a"])
+    G.edges["r", "a"]["weight"] = 1
+    with pytest.raises(ValueError, match="'zz'"):
+        solve(G, "r", ["zz"])
+    with pytest.raises(ValueError, match="root"):
+        solve(G, "nope", ["a"])
+    with pytest.raises(ValueError, match="solver"):
+        solve(G, "r", ["a"], solver="magic")
+
+
+def test_empty_terminal_set():
+    G = nx.DiGraph()
+    G.add_edge("r", "a", weight=3)
+    sol = solve(G, "r", [])
+    assert sol.cost == 0 and sol.edges == () and sol.optimal
