@@ -1,0 +1,90 @@
+"""`eto plan`: reuse pair selection on the built-in sets and on plain graphs."""
+
+import json
+
+import pytest
+
+from eto.cli import main
+
+
+def plan_json(capsys, *argv):
+    code = main(["plan", *argv, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("opset,bridges,count", [
+    ("resnet50", "1hop", 44), ("resnet50", "all", 49), ("mobilenetv2", "1hop", 81), ("mobilenetv2", "all", 121),
+])
+def test_bridge_counts_match_the_paper(capsys, opset, bridges, count):
+    assert len(plan_json(capsys, "--opset", opset, "--bridges", bridges)["bridges"]) == count
+
+
+def test_bert_reuse_pairs(capsys):
+    assert plan_json(capsys, "--opset", "bert_base", "--bridges", "none")["candidate_pairs"] == 4
+    d = plan_json(capsys, "--opset", "bert_base", "--bridges", "1hop")
+    assert d["candidate_pairs"] == 24 and len(d["bridges"]) == 3
+    assert d["total_cost"] < 5 * 1000
+
+
+def test_plan_is_a_tree_over_the_set(capsys):
+    from eto.opsets import builtin_opset
+
+    d = plan_json(capsys, "--opset", "resnet50", "--bridges", "1hop")
+    children = [c for _, c in d["edges"]]
+    assert len(children) == len(set(children))  # one parent each
+    names = {e.op.name for e in builtin_opset("resnet50")}
+    assert names <= set(children)
+    parents = {c: p for p, c in d["edges"]}
+    for name in names:  # every operator hangs off the root through its ancestors
+        seen = 0
+        while name != "root":
+            name = parents[name]
+            seen += 1
+            assert seen < 200
+    assert d["total_cost"] < 20 * 1000
+
+
+def test_prior_database_makes_operators_free(capsys, tmp_path):
+    from eto.database import Database
+    from eto.opsets import builtin_opset
+    from eto.target import parse_target
+    from tests.test_database import make_records
+
+    target = parse_target("cpu")
+    bert = builtin_opset("bert_base")
+    db = Database(tmp_path / "db")
+    for e in bert:
+        db.commit(e.op, target, make_records(e.op, [[1e-3]], target), method="backend", candidates=1, seconds=1)
+    d = plan_json(capsys, "--opset", "bert_base", "--db", str(tmp_path / "db"))
+    assert d["total_cost"] == 0 and sorted(d["prior"]) == sorted(e.op.name for e in bert)
+
+
+def test_plain_graph(capsys, tmp_path):
+    g = tmp_path / "g.json"
+    # root -> a (10), root -> b (10), a -> s (1), s -> b (1): the Steiner node s makes b cheap.
+    g.write_text(json.dumps({"root": "r", "terminals": ["a", "b"],
+                             "arcs": [["r", "a", 10], ["r", "b", 10], ["a", "s", 1], ["s", "b", 1], [1, "b", 0]]}))
+    d = plan_json(capsys, "--graph", str(g), "--solver", "exact")
+    assert d["total_cost"] == 12 and sorted(map(tuple, d["edges"])) == [("a", "s"), ("r", "a"), ("s", "b")]
+
+
+@pytest.mark.parametrize("content,message", [
+    ("{not json", "g.json"),
+    (json.dumps({"root": "r", "terminals": ["a"]}), "arcs"),
+    (json.dumps({"root": "r", "terminals": ["a"], "arcs": [["r", "a", -1]]}), "negative"),
+    (json.dumps({"root": "r", "terminals": ["a"], "arcs": [["r", "a", "NaN"]]}), "cost"),
+])
+def test_malformed_graph_files_exit_2(capsys, tmp_path, content, message):
+    g = tmp_path / "g.json"
+    g.write_text(content)
+    assert main(["plan", "--graph", str(g)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_unreachable_terminal_is_named(capsys, tmp_path):
+    g = tmp_path / "g.json"
+    g.write_text(json.dumps({"root": "r", "terminals": ["a", "lonely"], "arcs": [["r", "a", 1], ["lonely", "a", 1]]}))
+    assert main(["plan", "--graph", str(g)]) == 2
+    assert "lonely" in capsys.readouterr().err
