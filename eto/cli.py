@@ -132,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", help="built-in set name (see 'eto ops list') or path to a JSON operator set")
     p.add_argument("--json", action="store_true", help="JSON list: type, params, space, reduction, frequency")
     p.set_defaults(func=_ops_show)
+    from .frontend import register_model_commands  # imports TVM/onnx/torch only when it runs
+
+    register_model_commands(ops_sub)  # eto ops from-model FILE
     ops.set_defaults(func=lambda a: _usage(ops))
 
     tgt = sub.add_parser("target", help="show a target and its hardware description")
