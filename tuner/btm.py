@@ -1,0 +1,314 @@
+"""B, T, M: the features the paper reads from a program (section 3), on GPU and on CPU.
+
+Tile decisions of a multi-level tile sketch give, per loop of the major loop nest, one factor per
+tile level. Each level has a role:
+
+======  =====================================  ==================================
+level   GPU "SSSRRSRS"                          CPU "SSRSRS" (eto's analogue)
+======  =====================================  ==================================
+S0      blockIdx: thread blocks                 parallel tasks (the fused outer loop)
+S1      vthread                                 --
+S2      threadIdx: threads of a block           sub-tiles of a task ("threads")
+S3, S4  one thread's work                       S2, S3: the register tile (S3 vectorised)
+R0      cooperative fetches (LShape)            cache blocks of the reduction (LShape)
+R1, R2  one fetch's reduction                   R1: reduction inside a cache block
+======  =====================================  ==================================
+
+BShape = the output tile of one block (task): extent / S0 per space loop. TShape = (vthread
+factors, the output tile of one thread). LShape = the R0 factors. B = blocks, T = threads in all
+blocks, M = bytes staged per block for one fetch (the shared-memory tile on GPU, the per-task
+working set of one cache block on CPU) times B. On CUDA :func:`lowered_btm` reads B, T and the
+shared bytes from the lowered function, which is what the hardware sees.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Literal, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tvm.ir import IRModule
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+    from tvm.target import Target
+
+Kind = Literal["cpu", "cuda"]
+
+
+@dataclass(frozen=True)
+class Access:
+    """How one input of the major loop nest is indexed: per buffer dim, coefficients per loop."""
+
+    name: str
+    shape: tuple[int, ...]
+    coeffs: tuple[tuple[int, ...], ...]  # [buffer dim][loop] (space loops then reduction loops)
+    dtype_bytes: int = 4
+
+    def footprint(self, tile: Sequence[int]) -> tuple[int, ...]:
+        """Extent per buffer dim of the box touched when each loop ranges over ``tile`` values."""
+        return tuple(min(s, sum(abs(c) * (t - 1) for c, t in zip(row, tile)) + 1)
+                     for s, row in zip(self.shape, self.coeffs))
+
+    def elements(self, tile: Sequence[int]) -> int:
+        return math.prod(self.footprint(tile))
+
+    def cache_lines(self, tile: Sequence[int], line_bytes: int) -> int:
+        """Cache lines of the box, row-major: trailing dims covered whole form one contiguous run."""
+        fp = self.footprint(tile)
+        k = len(fp) - 1
+        while k > 0 and fp[k] == self.shape[k]:
+            k -= 1
+        run = math.prod(fp[k:]) * self.dtype_bytes
+        return math.prod(fp[:k]) * math.ceil(run / line_bytes)
+
+
+@dataclass(frozen=True)
+class LoopNest:
+    """The major loop nest of an operator and how its inputs are read."""
+
+    space: tuple[int, ...]
+    reduction: tuple[int, ...]
+    inputs: tuple[Access, ...]
+
+    @property
+    def extents(self) -> tuple[int, ...]:
+        return self.space + self.reduction
+
+
+def loop_nest_of(mod: "IRModule", block: str) -> LoopNest:
+    """Read the block's loop extents and the affine index coefficients of its inputs."""
+    from tvm.s_tir import Schedule
+
+    sch = Schedule(mod)
+    blk = sch.get(sch.get_sblock(block))
+    ivs = list(blk.iter_vars)
+    space = [iv for iv in ivs if int(iv.iter_type) == 0]
+    red = [iv for iv in ivs if int(iv.iter_type) != 0]
+    order = space + red
+    inputs = []
+    for r in blk.reads:
+        buf = _region_buffer(r)
+        if any(_region_buffer(w).same_as(buf) for w in blk.writes):  # the accumulator
+            continue
+        rows = []
+        for rng in r.region:
+            expr = rng.min
+            base = _eval(expr, {iv.var: 0 for iv in order})
+            row = []
+            for iv in order:
+                one = _eval(expr, {v.var: (1 if v is iv else 0) for v in order})
+                row.append(one - base if one is not None and base is not None else 1)
+            rows.append(tuple(row))
+        shape = tuple(int(s) for s in buf.shape)
+        inputs.append(Access(buf.name, shape, tuple(rows), _bytes(buf.dtype)))
+    return LoopNest(tuple(int(iv.dom.extent) for iv in space), tuple(int(iv.dom.extent) for iv in red),
+                    tuple(inputs))
+
+
+def _region_buffer(region):
+    return region.buffer if hasattr(region, "buffer") else region.source
+
+
+def _eval(expr, values) -> int | None:
+    """The integer value of ``expr`` with its variables bound to ``values`` (None if not constant)."""
+    from tvm.sym import Analyzer
+
+    ana = Analyzer()
+    for var, value in values.items():
+        ana.bind(var, value)
+    out = ana.simplify(expr)
+    return int(out.value) if hasattr(out, "value") else None
+
+
+def _bytes(dtype) -> int:
+    s = str(dtype)
+    digits = "".join(ch for ch in s if ch.isdigit())
+    return max(1, int(digits or 32) // 8)
+
+
+# -- tile configurations ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TileConfig:
+    """Tile factors per loop and level, with the features the paper derives from them."""
+
+    kind: Kind
+    space: tuple[tuple[int, ...], ...]
+    reduction: tuple[tuple[int, ...], ...]
+
+    # level roles
+    @property
+    def _thread_level(self) -> int:
+        return 2 if self.kind == "cuda" else 1
+
+    @property
+    def _vthread_level(self) -> int | None:
+        return 1 if self.kind == "cuda" else None
+
+    @cached_property
+    def block_counts(self) -> tuple[int, ...]:
+        return tuple(f[0] for f in self.space)
+
+    @cached_property
+    def bshape(self) -> tuple[int, ...]:
+        return tuple(math.prod(f[1:]) for f in self.space)
+
+    @cached_property
+    def thread_counts(self) -> tuple[int, ...]:
+        return tuple(f[self._thread_level] for f in self.space)
+
+    @cached_property
+    def vthreads(self) -> tuple[int, ...]:
+        v = self._vthread_level
+        return tuple(f[v] if v is not None else 1 for f in self.space)
+
+    @cached_property
+    def thread_tile(self) -> tuple[int, ...]:
+        return tuple(math.prod(f[self._thread_level + 1:]) for f in self.space)
+
+    @property
+    def tshape(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        return self.vthreads, self.thread_tile
+
+    @cached_property
+    def lshape(self) -> tuple[int, ...]:
+        return tuple(f[0] for f in self.reduction)
+
+    @property
+    def B(self) -> int:
+        return math.prod(self.block_counts)
+
+    @property
+    def threads_per_block(self) -> int:
+        return math.prod(self.thread_counts)
+
+    @property
+    def T(self) -> int:
+        return self.B * self.threads_per_block
+
+    def chunk(self) -> tuple[int, ...]:
+        """Reduction extent of one fetch: ext / LShape."""
+        return tuple(math.prod(f[1:]) for f in self.reduction)
+
+    def thread_work(self) -> int:
+        """Iterations one thread (CPU: one sub-task) runs per fetch: its tile times the fetch's chunk."""
+        return math.prod(self.thread_tile) * math.prod(math.prod(f[1:]) for f in self.reduction)
+
+    def block_bytes(self, nest: LoopNest) -> int:
+        """Bytes one block stages for one fetch (shared memory on GPU, a cache block on CPU)."""
+        tile = self.bshape + self.chunk()
+        return sum(a.elements(tile) * a.dtype_bytes for a in nest.inputs)
+
+    def M(self, nest: LoopNest) -> int:
+        return self.B * self.block_bytes(nest)
+
+    def decisions(self) -> list[list[int]]:
+        return [list(f) for f in self.space] + [list(f) for f in self.reduction]
+
+
+def program_features(record: "TuningRecord", kind: Kind) -> tuple[TileConfig, LoopNest]:
+    """The tile configuration of a tuned program (its B/T/M features) and its major loop nest."""
+    from .sketch import Sketch
+
+    sketch = Sketch(record.trace)
+    space, reduction = sketch.tile_decisions()
+    cfg = TileConfig(kind, tuple(map(tuple, space)), tuple(map(tuple, reduction)))
+    return cfg, loop_nest_of(record.workload.mod, sketch.main_tiles.block)
+
+
+# -- cost models --------------------------------------------------------------------------------
+def bshape_cost(nest: LoopNest, bshape: Sequence[int], B: int, line_bytes: int) -> int:
+    """BShape cost: cache-line requests of all blocks loading what they need from global memory."""
+    tile = tuple(bshape) + nest.reduction
+    return B * sum(a.cache_lines(tile, line_bytes) for a in nest.inputs)
+
+
+def tshape_cost(nest: LoopNest, cfg: TileConfig, *, warp: int = 32, lanes: int = 8) -> float:
+    """TShape cost.
+
+    GPU: separate conflict-free shared-memory requests of all threads of a block per reduction
+    step: each warp requests the elements its threads' tiles touch; a thread-contiguous walk with
+    stride ``s`` in the shared tile conflicts ``gcd(s, 32)``-way.
+    CPU: loads per multiply-add of the register tile (its input footprint over its volume), doubled
+    when the vectorised innermost extent is not a multiple of the vector lanes, and penalised when
+    the accumulators exceed the 16 vector registers.
+    """
+    step = tuple(1 for _ in nest.reduction)
+    tile = cfg.thread_tile
+    if cfg.kind == "cuda":
+        t = cfg.threads_per_block
+        warps = math.ceil(t / warp)
+        cost = 0.0
+        for a in nest.inputs:
+            elems = a.elements(tuple(tile) + step)
+            stride = abs(a.coeffs[-1][len(nest.space) - 1]) if a.coeffs else 1
+            conflict = math.gcd(max(stride, 1), 32) if cfg.thread_counts[-1] > 1 else 1
+            cost += warps * elems * conflict
+        return cost * math.prod(cfg.vthreads)
+    vol = math.prod(tile)
+    loads = sum(a.elements(tuple(tile) + step) for a in nest.inputs)
+    cost = loads / vol
+    inner = cfg.space[-1][-1]
+    if inner % lanes:
+        cost *= 2
+    if vol / lanes > 12:
+        cost *= 1 + (vol / lanes - 12) / 12
+    return cost
+
+
+# -- reading B/T/M from a lowered CUDA function -------------------------------------------------
+@dataclass(frozen=True)
+class LoweredBTM:
+    blocks: int
+    threads_per_block: int
+    shared_bytes_per_block: int
+
+    @property
+    def B(self) -> int:
+        return self.blocks
+
+    @property
+    def T(self) -> int:
+        return self.blocks * self.threads_per_block
+
+    @property
+    def M(self) -> int:
+        return self.blocks * self.shared_bytes_per_block
+
+
+def lowered_btm(mod: "IRModule", target: "Target") -> LoweredBTM:
+    """B, threads per block and shared bytes per block of the (single-kernel) lowered program.
+
+    Read after the default TIR pipeline: shared allocations are only final there (the scheduled
+    TIR over-states them); vthread does not count as threads. TVM 0.27 has no Python statement
+    visitor, so the device kernel's TVMScript is read: ``T.launch_thread`` and ``T.alloc_shared``.
+    """
+    import re
+
+    import tvm
+    from tvm import tirx
+    from tvm.tirx.compilation_pipeline import get_default_tir_pipeline
+
+    with target:
+        lowered = tirx.transform.BindTarget(target)(mod)
+        lowered = get_default_tir_pipeline(target)[0](lowered)
+    extents: dict[str, int] = {}
+    shared = 0
+    kernels = 0
+    for _gv, func in lowered.functions_items():
+        if not isinstance(func, tirx.PrimFunc) or func.attrs is None or "calling_conv" not in func.attrs:
+            continue
+        if int(func.attrs["calling_conv"]) != 2:  # device kernels only
+            continue
+        kernels += 1
+        text = func.script()
+        for tag, value in re.findall(r'T\.launch_thread\("((?:blockIdx|threadIdx)\.[xyz])", (\d+)\)', text):
+            extents[tag] = int(value)
+        for shape, dtype in re.findall(r'T\.alloc_shared\(\(([\d, ]+)\)(?:, "(\w+)")?', text):
+            shared += math.prod(int(x) for x in shape.replace(" ", "").strip(",").split(",")) * _bytes(dtype or "float32")
+    if kernels != 1:
+        raise ValueError(f"expected one CUDA kernel, found {kernels}")
+    blocks = math.prod(v for k, v in extents.items() if k.startswith("blockIdx"))
+    threads = math.prod(v for k, v in extents.items() if k.startswith("threadIdx"))
+    del tvm
+    return LoweredBTM(blocks, threads, shared)

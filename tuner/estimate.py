@@ -1,0 +1,120 @@
+"""Trial-count estimator (paper section 6.1): how many candidates Algorithm 1 measures for a pair.
+
+The reuse pair selector needs an edge cost before β is tuned, so β's best program is unknown. The
+paper's observation: averaged over the possible BShape/TShape/LShape sizes of the reused program,
+the count Algorithm 1's enumeration gives is close to what it actually measures. This module runs
+the *same* enumeration as :class:`tuner.reuse.ReuseSpace` (rounds T, M, unroll and vector per B)
+on a small random sample of β tile configurations, without building or measuring anything.
+
+Cost: O(samples x (d_B x (d_T + d_M))) enumerations of divisor products, milliseconds per pair.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from dataclasses import dataclass
+from typing import Sequence
+
+from .btm import Kind, LoopNest, TileConfig
+from .reuse import GPU_MAX_THREADS, GPU_MIN_THREADS, MAX_INNERMOST, ReuseSpace, divisors
+
+#: MetaSchedule's default choices (``unroll_max_steps`` and ``vector_load_lens`` of its rules).
+UNROLL_VALUES: dict[Kind, tuple[int, ...]] = {"cpu": (0, 16, 64, 512), "cuda": (0, 16, 64, 512, 1024)}
+FETCH_LANES: tuple[int, ...] = (1, 2, 3, 4)
+LEVELS: dict[Kind, tuple[int, int]] = {"cpu": (4, 2), "cuda": (5, 3)}  # (space, reduction) tile levels
+
+
+@dataclass(frozen=True)
+class TrialEstimate:
+    """The mean over sampled β configurations, and the spread the sample showed."""
+
+    mean: float
+    low: int
+    high: int
+    samples: int
+
+
+def random_tiling(extent: int, levels: int, rng: random.Random) -> tuple[int, ...]:
+    """A uniformly drawn perfect tiling of ``extent`` into ``levels`` factors (innermost <= 64)."""
+    while True:
+        rest, out = extent, []
+        for _ in range(levels - 1):
+            f = rng.choice(divisors(rest))
+            out.append(f)
+            rest //= f
+        out.append(rest)
+        if out[-1] <= MAX_INNERMOST:
+            return tuple(out)
+
+
+def random_config(kind: Kind, nest: LoopNest, rng: random.Random, *, max_threads: int = GPU_MAX_THREADS,
+                  max_shared_bytes: int = 48 * 1024, tries: int = 200) -> TileConfig:
+    """A random tile configuration of ``nest`` that the target accepts (GPU: thread and shared limits)."""
+    n_s, n_r = LEVELS[kind]
+    cfg = None
+    for _ in range(tries):
+        cfg = TileConfig(kind, tuple(random_tiling(e, n_s, rng) for e in nest.space),
+                         tuple(random_tiling(e, n_r, rng) for e in nest.reduction))
+        if kind == "cpu" or (GPU_MIN_THREADS <= cfg.threads_per_block <= max_threads
+                             and cfg.block_bytes(nest) <= max_shared_bytes):
+            return cfg
+    assert cfg is not None
+    return cfg
+
+
+def count_trials(space: ReuseSpace, *, unroll_values: Sequence[int], fetch_lanes: Sequence[int],
+                 n_fetch: int, beta_unroll: int | None = None) -> int:
+    """Candidates Algorithm 1 would measure for one β configuration (``space.beta_cfg``).
+
+    Round T is enumerated exactly; the later rounds run once per B from that B's median-thread
+    candidate, standing in for the (unknown until measured) winner of round T.
+    """
+    t_round = space.t_round()
+    if not t_round:
+        return 3  # the reuse tuner's fallback measures at most three configurations
+    by_b: dict[int, list[TileConfig]] = {}
+    for cfg in t_round:
+        by_b.setdefault(cfg.B, []).append(cfg)
+    total = len(t_round)
+    current = len(unroll_values) - 1 if beta_unroll is None else beta_unroll
+    one = fetch_lanes.index(1) if 1 in fetch_lanes else None
+    for cands in by_b.values():
+        rep = cands[len(cands) // 2]
+        total += len(space.m_round(rep))
+        total += len(space.unroll_round(rep, unroll_values, current))
+        total += sum(len(space.vector_round(fetch_lanes, one, k)) for k in range(n_fetch))
+    return total
+
+
+def estimate_trials(kind: Kind, alpha: LoopNest, beta: LoopNest, *, samples: int = 16, seed: int = 0,
+                    unroll_values: Sequence[int] | None = None, fetch_lanes: Sequence[int] = FETCH_LANES,
+                    n_fetch: int | None = None, max_threads: int = GPU_MAX_THREADS,
+                    max_shared_bytes: int = 48 * 1024, vector_lanes: int = 8) -> TrialEstimate:
+    """Mean number of candidates Algorithm 1 measures for (α, β) over ``samples`` random β programs.
+
+    ``n_fetch`` is the number of cooperatively fetched inputs (GPU; default: all of α's inputs),
+    zero on CPU where MetaSchedule's tiling has no cooperative fetch.
+    """
+    rng = random.Random(seed)
+    unroll_values = tuple(unroll_values or UNROLL_VALUES[kind])
+    if n_fetch is None:
+        n_fetch = len(alpha.inputs) if kind == "cuda" else 0
+    counts = []
+    for _ in range(samples):
+        cfg = random_config(kind, beta, rng, max_threads=max_threads, max_shared_bytes=max_shared_bytes)
+        space = ReuseSpace(kind, alpha, beta, cfg, max_threads=max_threads, max_shared_bytes=max_shared_bytes,
+                           vector_lanes=vector_lanes)
+        counts.append(count_trials(space, unroll_values=unroll_values, fetch_lanes=fetch_lanes, n_fetch=n_fetch,
+                                   beta_unroll=rng.randrange(len(unroll_values))))
+    return TrialEstimate(statistics.fmean(counts), min(counts), max(counts), samples)
+
+
+def trials_for_config(kind: Kind, alpha: LoopNest, beta: LoopNest, beta_cfg: TileConfig, **kw) -> int:
+    """The enumeration's count for a *known* β program (what :func:`estimate_trials` averages)."""
+    space = ReuseSpace(kind, alpha, beta, beta_cfg, **{k: kw.pop(k) for k in ("max_threads", "max_shared_bytes",
+                                                                             "vector_lanes") if k in kw})
+    n_fetch = kw.pop("n_fetch", len(alpha.inputs) if kind == "cuda" else 0)
+    return count_trials(space, unroll_values=kw.pop("unroll_values", UNROLL_VALUES[kind]),
+                        fetch_lanes=kw.pop("fetch_lanes", FETCH_LANES), n_fetch=n_fetch, **kw)
+
