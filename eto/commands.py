@@ -19,8 +19,20 @@ def _operators(args: argparse.Namespace):
     from .operators import Operator
     from .opsets import OperatorSet, load_opset
 
-    if args.op and args.opset:
-        raise CLIError("give either --opset or --op, not both")
+    given = [flag for flag, v in (("--opset", args.opset), ("--op", args.op), ("--model", getattr(args, "model", None)))
+             if v]
+    if len(given) > 1:
+        raise CLIError(f"give one of --opset, --op and --model, not {' and '.join(given)}")
+    if getattr(args, "model", None):
+        from .frontend import MissingExtraError, extract_from_file
+
+        try:
+            result = extract_from_file(args.model)
+        except MissingExtraError as exc:
+            raise CLIError(str(exc)) from None
+        for u in result.unsupported:
+            print(f"eto: {args.model}: not tuned: {u.count} x {u.op} ({u.reason})", file=sys.stderr)
+        return result.opset
     if args.op:
         return OperatorSet.from_layers("operators", [Operator.parse(t) for t in args.op])
     return load_opset(args.opset or "resnet50")
@@ -195,6 +207,7 @@ def register_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tune", help="tune an operator set into a database")
     p.add_argument("--opset", help="built-in set name or JSON file (default: resnet50)")
     p.add_argument("--op", action="append", help="one operator, e.g. 'BMM(B=1,M=128,N=768,K=768)' (repeatable)")
+    p.add_argument("--model", help="an ONNX model or torch.export .pt2 file: tune its operator set")
     p.add_argument("--method", default="ansor", choices=["ansor"], help="ansor: MetaSchedule for every operator")
     p.add_argument("--trials", type=int, default=64, help="measured candidates per backend-tuned operator")
     p.add_argument("--trials-per-iter", type=int, default=64, help="MetaSchedule batch size")

@@ -488,3 +488,30 @@ def test_real_networks_match_builtin_sets(model, builtin, extra):
         del expected[op("C2D", N=1, CI=1280, H=1, W=1, CO=1000, KH=1, KW=1)]
     assert as_dict(r) == {**expected, **extra}
     assert r.unsupported == ()
+
+
+def test_cli_tune_model_bad_input_exit_2(capsys, tmp_path):
+    text = tmp_path / "readme.txt"
+    text.write_text("hello\n")
+    code, out, err = run(capsys, "tune", "--model", text, "--db", tmp_path / "db")
+    assert code == 2 and "not an ONNX model" in err and "Traceback" not in err
+    code, _, err = run(capsys, "tune", "--model", text, "--opset", "resnet50", "--db", tmp_path / "db")
+    assert code == 2 and "--opset and --model" in err
+
+
+@pytest.mark.slow
+def test_cli_tune_model_tunes_its_operator_set(capsys, tmp_path):
+    from eto.database import Database
+    from eto.frontend import extract_from_file
+    from eto.target import parse_target
+
+    good = tmp_path / "good.onnx"
+    good.write_bytes(handmade_onnx(1).SerializeToString())
+    wanted = {e.op for e in extract_from_file(good).opset}
+    assert wanted
+    code, out, err = run(capsys, "tune", "--model", good, "--db", tmp_path / "db", "--trials", "2",
+                         "--trials-per-iter", "2", "--search", "light", "--json", "--quiet")
+    assert code == 0, err
+    assert {r["key"] for r in json.loads(out)["operators"]} == {op.key for op in wanted}
+    assert "not tuned:" in err  # the model's unsupported calls are named, not dropped silently
+    assert set(Database(tmp_path / "db").tuned(parse_target("cpu"))) == wanted

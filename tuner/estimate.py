@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .btm import Kind, LoopNest, TileConfig
-from .reuse import GPU_MAX_THREADS, GPU_MIN_THREADS, MAX_INNERMOST, ReuseSpace, divisors
+from .reuse import GPU_MAX_THREADS, GPU_MIN_THREADS, MAX_INNERMOST, ReuseSpace, Strategy, divisors
 
 #: MetaSchedule's default choices (``unroll_max_steps`` and ``vector_load_lens`` of its rules).
 UNROLL_VALUES: dict[Kind, tuple[int, ...]] = {"cpu": (0, 16, 64, 512), "cuda": (0, 16, 64, 512, 1024)}
@@ -64,18 +64,18 @@ def random_config(kind: Kind, nest: LoopNest, rng: random.Random, *, max_threads
 
 
 def count_trials(space: ReuseSpace, *, unroll_values: Sequence[int], fetch_lanes: Sequence[int],
-                 n_fetch: int, beta_unroll: int | None = None) -> int:
+                 n_fetch: int, beta_unroll: int | None = None, strategy: Strategy = "per-b") -> int:
     """Candidates Algorithm 1 would measure for one β configuration (``space.beta_cfg``).
 
-    Round T is enumerated exactly; the later rounds run once per B from that B's median-thread
-    candidate, standing in for the (unknown until measured) winner of round T.
+    Round T is enumerated exactly; the later rounds run once per B (``"global"``: once) from the
+    median candidate, standing in for the (unknown until measured) winner of round T.
     """
     t_round = space.t_round()
     if not t_round:
         return 3  # the reuse tuner's fallback measures at most three configurations
     by_b: dict[int, list[TileConfig]] = {}
     for cfg in t_round:
-        by_b.setdefault(cfg.B, []).append(cfg)
+        by_b.setdefault(cfg.B if strategy == "per-b" else 0, []).append(cfg)
     total = len(t_round)
     current = len(unroll_values) - 1 if beta_unroll is None else beta_unroll
     one = fetch_lanes.index(1) if 1 in fetch_lanes else None
@@ -90,7 +90,8 @@ def count_trials(space: ReuseSpace, *, unroll_values: Sequence[int], fetch_lanes
 def estimate_trials(kind: Kind, alpha: LoopNest, beta: LoopNest, *, samples: int = 16, seed: int = 0,
                     unroll_values: Sequence[int] | None = None, fetch_lanes: Sequence[int] = FETCH_LANES,
                     n_fetch: int | None = None, max_threads: int = GPU_MAX_THREADS,
-                    max_shared_bytes: int = 48 * 1024, vector_lanes: int = 8) -> TrialEstimate:
+                    max_shared_bytes: int = 48 * 1024, vector_lanes: int = 8,
+                    strategy: Strategy = "per-b") -> TrialEstimate:
     """Mean number of candidates Algorithm 1 measures for (α, β) over ``samples`` random β programs.
 
     ``n_fetch`` is the number of cooperatively fetched inputs (GPU; default: all of α's inputs),
@@ -106,7 +107,7 @@ def estimate_trials(kind: Kind, alpha: LoopNest, beta: LoopNest, *, samples: int
         space = ReuseSpace(kind, alpha, beta, cfg, max_threads=max_threads, max_shared_bytes=max_shared_bytes,
                            vector_lanes=vector_lanes)
         counts.append(count_trials(space, unroll_values=unroll_values, fetch_lanes=fetch_lanes, n_fetch=n_fetch,
-                                   beta_unroll=rng.randrange(len(unroll_values))))
+                                   beta_unroll=rng.randrange(len(unroll_values)), strategy=strategy))
     return TrialEstimate(statistics.fmean(counts), min(counts), max(counts), samples)
 
 

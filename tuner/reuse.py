@@ -24,7 +24,6 @@ Algorithm 1 measures, built in parallel.
 
 from __future__ import annotations
 
-import itertools
 import math
 import statistics
 import time
@@ -41,6 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .measure import Measurer
 
+Strategy = Literal["per-b", "global"]
 MAX_INNERMOST = 64  # MetaSchedule's max_innermost_factor for SamplePerfectTile
 GPU_MAX_THREADS = 1024
 GPU_MIN_THREADS = 32  # MetaSchedule's thread_extent_low_inclusive
@@ -145,18 +145,19 @@ class ReuseSpace:
                 best, best_cost = shape, key
         return best
 
-    def lshape(self, bshape: Sequence[int]) -> tuple[int, ...]:
-        """One non-unit reduction loop; per-block bytes closest to β's."""
-        target = self.beta_cfg.block_bytes(self.beta)
-        best, best_key = None, None
+    def lshapes(self) -> list[tuple[int, ...]]:
+        """LShapes with at most one non-unit reduction loop (the paper's simplification)."""
         n = len(self.alpha.reduction)
+        out = {tuple(1 for _ in range(n))}
         for r, ext in enumerate(self.alpha.reduction):
-            for f in divisors(ext):
-                ls = tuple(f if i == r else 1 for i in range(n))
-                key = (abs(math.log(max(self._block_bytes(bshape, ls), 1) / max(target, 1))), -f)
-                if best_key is None or key < best_key:
-                    best, best_key = ls, key
-        return best if best is not None else tuple(1 for _ in range(n))
+            out.update(tuple(f if i == r else 1 for i in range(n)) for f in divisors(ext))
+        return sorted(out)
+
+    def lshape(self, bshape: Sequence[int]) -> tuple[int, ...]:
+        """GetLShape: the LShape whose per-block bytes are closest to β's."""
+        target = self.beta_cfg.block_bytes(self.beta)
+        return min(self.lshapes(), key=lambda ls: (abs(math.log(max(self._block_bytes(bshape, ls), 1)
+                                                                 / max(target, 1))), -max(ls)))
 
     def _block_bytes(self, bshape: Sequence[int], lshape: Sequence[int]) -> int:
         chunk = tuple(e // l for e, l in zip(self.alpha.reduction, lshape))
@@ -245,14 +246,15 @@ class ReuseSpace:
     def vector_round(self, lanes: Sequence[int], current: int | None, input_index: int) -> list[int]:
         """Indices of the cooperative-fetch vector lengths to try for one input (16-byte bound)."""
         width = self.alpha.inputs[input_index].dtype_bytes if input_index < len(self.alpha.inputs) else 4
-        return [i for i, n in enumerate(lanes) if i != current and n * width <= 16]
+        # global memory accesses are 1, 2, 4, 8 or 16-byte words
+        return [i for i, n in enumerate(lanes) if i != current and n * width in (2, 4, 8, 16)]
 
     def m_round(self, best: TileConfig) -> list[TileConfig]:
         """Round M: other LShapes of ``best`` whose M lies in the equation-3 range."""
         lo, hi = self.m_range()
         threads = best.thread_counts
         options = []
-        for ls in itertools.product(*(divisors(e) for e in self.alpha.reduction)):
+        for ls in self.lshapes():
             if ls == best.lshape:
                 continue
             cfg = self.config(best.bshape, threads, ls)
@@ -382,11 +384,13 @@ class ReuseTuner:
             out.append((f"vector[{k}]", fetch_round))
         return out
 
-    def tune(self, measure: Callable[[list[Any]], list[float]], *, per_b: bool = True) -> ReuseResult:
+    def tune(self, measure: Callable[[list[Any]], list[float]], *, strategy: Strategy = "per-b") -> ReuseResult:
         """Run Algorithm 1; ``measure(schedules)`` returns seconds per schedule (inf if it failed).
 
-        ``per_b`` keeps the paper's structure: after round T every B value keeps its own best
+        ``"per-b"`` keeps the paper's structure: after round T every B value keeps its own best
         candidate through rounds M, unroll and vector; the best over all B is returned.
+        ``"global"`` runs rounds M, unroll and vector once, from the best candidate of round T:
+        fewer measurements (d_B + d_M + ... instead of d_B x (d_T + d_M + ...)) for a small risk.
         """
         start = time.perf_counter()
         trials = invalid = failed = 0
@@ -421,7 +425,7 @@ class ReuseTuner:
             measured = run([self._cand(c) for c in self._fallback()], "fallback")
         groups: dict[int, _Cand] = {}
         for c in measured:
-            key = c.cfg.B if per_b else 0
+            key = c.cfg.B if strategy == "per-b" else 0
             if key not in groups or c.latency < groups[key].latency:
                 groups[key] = c
         for name, make in self.rounds():
@@ -434,7 +438,7 @@ class ReuseTuner:
                 owner += [key] * len(new)
             measured = run(batch, name)
             for c in measured:
-                key = c.cfg.B if per_b else 0
+                key = c.cfg.B if strategy == "per-b" else 0
                 if c.latency < groups[key].latency:
                     groups[key] = c
         best = min(groups.values(), key=lambda c: c.latency, default=None)
@@ -466,7 +470,7 @@ class ReuseTuner:
 
 
 def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target", measurer: "Measurer", *,
-               vector_lanes: int = 8) -> ReuseResult:
+               vector_lanes: int = 8, strategy: Strategy = "per-b") -> ReuseResult:
     """Derive α's program (``func``) from β's best program (``source_record``) by Algorithm 1.
 
     Every candidate is built and timed by ``measurer``; the result's record carries the median of
@@ -477,4 +481,4 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
     def measure(schedules: list) -> list[float]:
         return [r.median for r in measurer.measure([s.mod for s in schedules], target)]
 
-    return tuner.tune(measure)
+    return tuner.tune(measure, strategy=strategy)

@@ -68,7 +68,9 @@ class Sketch:
     """One trace split into its instructions (the sketch) and decisions (the annotations)."""
 
     def __init__(self, trace: "Trace") -> None:
-        insts, decisions = plain(trace.as_json(remove_postproc=True))
+        # MetaSchedule stores tuned traces simplified (dead queries such as GetConsumers dropped):
+        # simplify design-space traces the same way so that both compare equal.
+        insts, decisions = plain(trace.simplified(remove_postproc=True).as_json(remove_postproc=True))
         self.insts: list[list] = insts
         self.decisions: dict[int, Any] = {int(i): d for i, d in decisions}
         self._tainted = self._taint()

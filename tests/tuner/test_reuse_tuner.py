@@ -1,0 +1,208 @@
+"""The reuse-based tuner: Algorithm 1's enumeration (paper Example 3), GetS on CPU and CUDA, estimator."""
+
+import ast
+import math
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from eto.operators import Operator
+from eto.target import cpu_target, cuda_target
+
+tvm = pytest.importorskip("tvm")
+
+from tuner.btm import LoopNest, TileConfig, loop_nest_of, lowered_btm  # noqa: E402
+from tuner.estimate import count_trials, estimate_trials, trials_for_config  # noqa: E402
+from tuner.reuse import ReuseSpace, ReuseTuner, reuse_tune  # noqa: E402
+
+
+def nest(op: Operator) -> LoopNest:
+    from tvm.ir import IRModule
+
+    assert op.type == "C2D"
+    return loop_nest_of(IRModule({"main": op.prim_func()}), "c2d")
+
+
+def sampled_record(op: Operator, target, index: int = 0):
+    """A program of ``op`` from MetaSchedule's design space (a stand-in for a tuned S*_β)."""
+    from tvm.ir import IRModule
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+
+    mod = IRModule({"main": op.prim_func()})
+    ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                         search_strategy="replay-trace", task_name="beta", num_threads=1, rand_state=7)
+    sch = ctx.generate_design_space()[index]
+    return TuningRecord(sch.trace, Workload(mod), [1e-3], target, ArgInfo.from_prim_func(mod["main"]))
+
+
+# -- Example 3 (section 5.1) -------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def example3():
+    beta = Operator.create("C2D", N=1, CI=512, H=28, W=28, CO=128, KH=1, KW=1)
+    alpha = Operator.create("C2D", N=1, CI=256, H=28, W=28, CO=128, KH=1, KW=1)
+    # β's best program of Figure 2b: BShape [1,32,2,28], TShape ([1,1,1,1],[1,4,2,1]), LShape [4,1,1]
+    beta_cfg = TileConfig("cuda", ((1, 1, 1, 1, 1), (4, 1, 8, 4, 1), (14, 1, 1, 2, 1), (1, 1, 28, 1, 1)),
+                          ((4, 128, 1), (1, 1, 1), (1, 1, 1)))
+    return ReuseSpace("cuda", nest(alpha), nest(beta), beta_cfg)
+
+
+def test_example3_beta_features(example3):
+    cfg = example3.beta_cfg
+    assert cfg.bshape == (1, 32, 2, 28)
+    assert cfg.tshape == ((1, 1, 1, 1), (1, 4, 2, 1))
+    assert cfg.lshape == (4, 1, 1)
+    assert cfg.B == 56 and cfg.T == 56 * 224
+    assert cfg.block_bytes(example3.beta) == 11264 * 4  # the paper counts elements: M = 56 x 11264
+    assert (example3.r1, example3.r2) == (2.0, 0.5)
+
+
+def test_example3_b_values(example3):
+    assert example3.b_values() == [28, 32, 49, 56, 64, 98, 112]
+
+
+def test_example3_b56_bshape_lshape_threads_tshapes(example3):
+    bshape = example3.bshape(56)
+    assert bshape == (1, 32, 2, 28)
+    lshape = example3.lshape(bshape)
+    assert lshape == (2, 1, 1)
+    threads = example3.threads_per_block(56, bshape)
+    assert threads == [112, 128, 224]
+    tshapes = {t: example3.tshape(t, bshape, lshape).tshape for t in threads}
+    assert tshapes == {112: ((1, 1, 1, 1), (1, 4, 2, 2)), 128: ((1, 1, 1, 1), (1, 2, 1, 7)),
+                       224: ((1, 1, 1, 1), (1, 4, 2, 1))}
+
+
+def test_example3_m_round_tries_lshape_4(example3):
+    best = example3.tshape(224, (1, 32, 2, 28), (2, 1, 1))
+    assert [c.lshape for c in example3.m_round(best)] == [(4, 1, 1)]
+
+
+def test_unroll_round_skips_options_with_the_same_effect():
+    space = ReuseSpace("cuda", LoopNest((64,), (8,), ()), LoopNest((64,), (8,), ()),
+                       TileConfig("cuda", ((2, 1, 8, 2, 2),), ((2, 2, 2),)))
+    cfg = space.beta_cfg
+    assert cfg.thread_work() == 4 * 4  # thread tile 4 x fetch chunk 4
+    options = [0, 16, 64, 512, 1024]
+    # every limit >= 16 unrolls the 16 iterations fully: from 1024 only 0 differs
+    assert space.unroll_round(cfg, options, current=4) == [0]
+    assert space.unroll_round(cfg, options, current=0) == [1]
+
+
+def test_vector_round_uses_power_of_two_words_up_to_16_bytes(example3):
+    assert example3.vector_round([1, 2, 3, 4], 0, 0) == [1, 3]  # float32: 2 and 4 lanes (8, 16 bytes)
+
+
+# -- CUDA: GetS, VerifyGPUCode, lowered B/T/M, nvcc (no GPU needed) ---------------------------
+@pytest.mark.slow
+def test_cuda_candidates_verify_and_lower_to_the_intended_btm(tmp_path):
+    target = cuda_target("nvidia/tesla-p100")
+    beta = Operator.create("C2D", N=1, CI=128, H=14, W=14, CO=64, KH=1, KW=1)
+    alpha = Operator.create("C2D", N=1, CI=64, H=14, W=14, CO=64, KH=1, KW=1)
+    tuner = ReuseTuner(alpha.prim_func(), sampled_record(beta, target), target)
+    measured = []
+
+    def dry_measure(schedules):  # no GPU here: a deterministic surrogate latency
+        measured.extend(schedules)
+        return [1.0 + (hash(str(s.trace)) % 1000) / 1000 for s in schedules]
+
+    intended = {}
+    schedule = tuner.schedule
+
+    def remember(cand):
+        sch = schedule(cand)
+        if sch is not None:
+            intended[id(sch)] = cand.cfg
+        return sch
+
+    tuner.schedule = remember
+    res = tuner.tune(dry_measure, strategy="global")
+    assert res.candidates == len(measured) > 5
+    assert {"T", "unroll"} <= set(res.rounds) and any(k.startswith("vector") for k in res.rounds)
+    from tvm.s_tir import meta_schedule as ms
+
+    verify = next(p for p in tuner.postprocs if isinstance(p, ms.postproc.VerifyGPUCode))
+    nvcc = shutil.which("nvcc")
+    for i, sch in enumerate(measured):
+        cfg = intended[id(sch)]
+        assert verify.apply(sch), f"candidate {i} fails VerifyGPUCode"
+        got = lowered_btm(sch.mod, target)
+        assert (got.blocks, got.threads_per_block, got.shared_bytes_per_block) == \
+            (cfg.B, cfg.threads_per_block, cfg.block_bytes(tuner.alpha)), f"candidate {i}: {cfg}"
+        if nvcc and i < 3:
+            src = tvm.compile(sch.mod, target=target).mod.imports[0].inspect_source()
+            cu = tmp_path / f"k{i}.cu"
+            cu.write_text(src)
+            out = subprocess.run([nvcc, "-cubin", "-arch=sm_60", "-Xptxas", "-v", "-o", str(tmp_path / f"k{i}.cubin"),
+                                  str(cu)], capture_output=True, text=True)
+            assert out.returncode == 0, out.stderr
+            smem = re.search(r"(\d+) bytes smem", out.stderr)
+            assert smem and int(smem.group(1)) == cfg.block_bytes(tuner.alpha)
+
+
+def test_reuse_condition_1_failure_is_named():
+    target = cpu_target()
+    beta = Operator.create("C2D", N=1, CI=16, H=8, W=8, CO=16, KH=1, KW=1)
+    alpha = Operator.create("BMM", B=2, M=16, N=16, K=16)
+    with pytest.raises(ValueError, match="reuse condition 1"):
+        ReuseTuner(alpha.prim_func(), sampled_record(beta, target), target)
+
+
+# -- CPU: every returned program matches numpy -------------------------------------------------
+CPU_PAIRS = [
+    ("C2D", dict(N=1, CI=32, H=14, W=14, CO=32, KH=3, KW=3, padding=1),
+     dict(N=1, CI=64, H=14, W=14, CO=64, KH=3, KW=3, padding=1)),
+    ("C1D", dict(N=1, CI=32, L=64, CO=32, K=3, padding=1), dict(N=1, CI=16, L=32, CO=32, K=3, padding=1)),
+    ("BMM", dict(B=2, M=64, N=32, K=64), dict(B=4, M=64, N=64, K=64)),
+    ("DEP", dict(N=1, C=32, H=28, W=28, KH=3, KW=3, padding=1), dict(N=1, C=64, H=28, W=28, KH=3, KW=3, padding=1)),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op_type,alpha,beta", CPU_PAIRS, ids=[p[0] for p in CPU_PAIRS])
+def test_cpu_reuse_program_matches_numpy(op_type, alpha, beta):
+    from eto.verify import check_record
+    from tuner.measure import MeasureConfig, Measurer
+
+    target = cpu_target()
+    a, b = Operator.create(op_type, **alpha), Operator.create(op_type, **beta)
+    with Measurer.local(MeasureConfig(number=1, repeat=2, min_repeat_ms=5)) as m:
+        res = reuse_tune(a.prim_func(), sampled_record(b, target), target, m, strategy="global")
+    assert res.record is not None and math.isfinite(res.latency_s)
+    assert 0 < res.candidates <= 40 and res.rounds["T"] > 0
+    assert res.trajectory[-1].best_s == res.latency_s
+    check = check_record(a, res.record, target)
+    assert check.ok, f"max abs error {check.max_abs_error}"
+
+
+# -- the estimator -------------------------------------------------------------------------------
+def test_estimator_counts_what_the_enumeration_generates(example3):
+    n = trials_for_config("cuda", example3.alpha, example3.beta, example3.beta_cfg, strategy="global", n_fetch=2)
+    t_round = example3.t_round()
+    # round T + round M, unroll and vector once (global) from the median candidate
+    rep = t_round[len(t_round) // 2]
+    extra = len(example3.m_round(rep)) + len(example3.unroll_round(rep, (0, 16, 64, 512, 1024), 4)) + 2 * 2
+    assert n == len(t_round) + extra
+    per_b = trials_for_config("cuda", example3.alpha, example3.beta, example3.beta_cfg, n_fetch=2)
+    assert per_b > n  # rounds after T run once per B value
+    assert count_trials(example3, unroll_values=(0, 16), fetch_lanes=(1,), n_fetch=0) >= len(t_round)
+
+
+def test_estimate_is_a_deterministic_mean_over_samples(example3):
+    e1 = estimate_trials("cpu", example3.alpha, example3.beta, samples=8, seed=3)
+    e2 = estimate_trials("cpu", example3.alpha, example3.beta, samples=8, seed=3)
+    assert e1 == e2 and e1.low <= e1.mean <= e1.high and e1.samples == 8
+
+
+def test_tuner_package_imports_neither_eto_nor_selector():
+    root = Path(__file__).resolve().parents[2] / "tuner"
+    for path in root.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+            for n in names:
+                assert n.split(".")[0] not in ("eto", "selector"), f"{path.name} imports {n}"
