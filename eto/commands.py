@@ -118,13 +118,16 @@ def _plan(args: argparse.Namespace) -> int:
 
     opset = load_opset(args.opset or "resnet50")
     db = target = None
-    if args.db:
-        from .database import Database
+    if args.db or args.cost == "estimate":
         from .target import parse_target
 
-        db, target = Database(args.db, readonly=True), parse_target(args.target)
+        target = parse_target(args.target)
+    if args.db:
+        from .database import Database
+
+        db = Database(args.db, readonly=True)
     result = plan_operator_set(opset, budget=args.budget, bridges=args.bridges, solver=args.solver,
-                               database=db, target=target, time_limit=args.time_limit)
+                               database=db, target=target, time_limit=args.time_limit, cost=args.cost)
     if args.json:
         print(json.dumps(result.to_json(), indent=1))
     else:
@@ -230,6 +233,8 @@ def register_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--db", help="prior database: its operators are free reuse sources")
     p.add_argument("--target", default="cpu", help="target of the prior database's programs")
     p.add_argument("--time-limit", type=float, default=30.0, help="seconds for the exact solver")
+    p.add_argument("--cost", default="analytic", choices=["analytic", "estimate"],
+                   help="edge costs: the selector's analytic stand-in (fast) or the tuner's trial estimator")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_plan)
 

@@ -48,6 +48,45 @@ def loop_nest_op(name: str, op: Operator, frequency: int, tuned: bool) -> LoopNe
                       sketch_count=sketch_count(op))
 
 
+CostModel = Literal["analytic", "estimate"]
+
+
+def estimator_cost_fn(operator_of: Callable[[LoopNestOp], "Operator | None"], target_kind: str, budget: float,
+                      *, samples: int = 8) -> Callable[[LoopNestOp, LoopNestOp], float]:
+    """Edge costs from the tuner's trial estimator (paper section 6.1), capped at the backend budget.
+
+    Loop nests (with their access patterns) are read from each operator's program once; an operator
+    the catalogue cannot build costs the budget (never worth selecting).
+    """
+    from tvm.ir import IRModule
+
+    from tuner.btm import loop_nest_of, major_block
+    from tuner.estimate import estimate_trials
+
+    kind = "cuda" if target_kind == "cuda" else "cpu"
+    nests: dict[str, object] = {}
+
+    def nest(n: LoopNestOp):
+        key = f"{n.type}:{n.sketch}:{n.space}:{n.reduction}"
+        if key not in nests:
+            op = operator_of(n)
+            if op is None:
+                nests[key] = None
+            else:
+                mod = IRModule({"main": op.prim_func()})
+                nests[key] = loop_nest_of(mod, major_block(mod))
+        return nests[key]
+
+    def cost(alpha: LoopNestOp, beta: LoopNestOp) -> float:
+        a, b = nest(alpha), nest(beta)
+        if a is None or b is None:
+            return float(budget)
+        return float(min(budget, estimate_trials(kind, a, b, samples=samples).mean))  # type: ignore[arg-type]
+
+    cost.__name__ = f"estimated_trials_{kind}"
+    return cost
+
+
 def plan_operator_set(
     opset: OperatorSet,
     *,
@@ -58,11 +97,13 @@ def plan_operator_set(
     target=None,
     cost_fn: Callable[[LoopNestOp, LoopNestOp], float] | None = None,
     time_limit: float | None = 30.0,
+    cost: CostModel = "analytic",
 ) -> OperatorPlan:
     """Select reuse pairs for ``opset``; operators already in ``database`` for ``target`` are free roots.
 
-    ``cost_fn`` estimates the trials of tuning α from β (default: selector's analytic estimate, to
-    be replaced by the tuner's trial estimator); the backend costs ``budget`` per operator.
+    ``cost_fn`` estimates the trials of tuning α from β; by default ``cost`` picks it: ``"estimate"``
+    is the tuner's trial estimator (reads every operator's program: seconds), ``"analytic"`` the
+    selector's TVM-free stand-in (milliseconds). The backend costs ``budget`` per operator.
     """
     if budget < 1:
         raise ValueError(f"budget must be positive, got {budget}")
@@ -84,6 +125,15 @@ def plan_operator_set(
             return None
         return op if op.sketch_key() == b.sketch else None
 
+    if cost_fn is None and cost == "estimate":
+        from .target import target_kind
+
+        by_name = dict(names)
+
+        def operator_of(n: LoopNestOp) -> Operator | None:
+            return by_name.get(n.name) or build_bridge(n)
+
+        cost_fn = estimator_cost_fn(operator_of, target_kind(target) if target is not None else "cpu", budget)
     plan = select_reuse_pairs(
         nodes,
         cost_fn=cost_fn or analytic_cost_fn(float(budget)),

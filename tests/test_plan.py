@@ -88,3 +88,27 @@ def test_unreachable_terminal_is_named(capsys, tmp_path):
     g.write_text(json.dumps({"root": "r", "terminals": ["a", "lonely"], "arcs": [["r", "a", 1], ["lonely", "a", 1]]}))
     assert main(["plan", "--graph", str(g)]) == 2
     assert "lonely" in capsys.readouterr().err
+
+
+def test_plan_with_the_tuners_trial_estimator(capsys):
+    """`--cost estimate`: every reuse edge costs what the tuner's estimator says for that pair."""
+    from tvm.ir import IRModule
+
+    from eto.opsets import builtin_opset
+    from tuner.btm import loop_nest_of, major_block
+    from tuner.estimate import estimate_trials
+
+    d = plan_json(capsys, "--opset", "bert_base", "--bridges", "none", "--cost", "estimate")
+    ops = {e.op.name: e.op for e in builtin_opset("bert_base")}
+
+    def nest(op):
+        mod = IRModule({"main": op.prim_func()})
+        return loop_nest_of(mod, major_block(mod))
+
+    reuse = [(p, c, cost) for p, c, cost in d["edge_costs"] if p != "root"]
+    assert reuse, "BERT-Base has reuse pairs: the plan should use one"
+    for p, c, cost in reuse:
+        assert cost == pytest.approx(estimate_trials("cpu", nest(ops[c]), nest(ops[p]), samples=8).mean)
+        assert 0 < cost < 1000
+    roots = [c for p, c, _ in d["edge_costs"] if p == "root"]
+    assert d["total_cost"] == pytest.approx(1000 * len(roots) + sum(cost for _, _, cost in reuse))

@@ -106,6 +106,17 @@ def loop_nest_of(mod: "IRModule", block: str) -> LoopNest:
                     tuple(inputs))
 
 
+def major_block(mod: "IRModule") -> str:
+    """The name of the block of the major loop nest: the one with the most loops among reductions."""
+    from tvm.s_tir import Schedule
+
+    sch = Schedule(mod)
+    blocks = [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
+    if not blocks:
+        raise ValueError("the program has no blocks")
+    return max(blocks, key=lambda b: (any(int(iv.iter_type) != 0 for iv in b.iter_vars), len(b.iter_vars))).name_hint
+
+
 def _region_buffer(region):
     return region.buffer if hasattr(region, "buffer") else region.source
 
