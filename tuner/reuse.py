@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
@@ -290,11 +290,16 @@ class ReuseResult:
 
 @dataclass
 class _Cand:
-    cfg: TileConfig
+    cfg: TileConfig | None  # None: the sketch has no multi-level tiling (section 5.2 only)
     unroll: int | None
     fetch: tuple[int, ...]
+    extra: dict[int, Any] = field(default_factory=dict)  # sub-sketch decisions (tuner.subsketch)
     sch: Any = None
     latency: float = math.inf
+
+    def but(self, **changes: Any) -> "_Cand":
+        """A new, unmeasured candidate differing from this one in ``changes``."""
+        return replace(self, sch=None, latency=math.inf, **changes)
 
 
 class ReuseTuner:
@@ -308,10 +313,11 @@ class ReuseTuner:
         from .btm import loop_nest_of, program_features
         from .sketch import Sketch
 
+        from .subsketch import SubSketches
+
         self.target = target
         self.kind: Kind = "cuda" if target.kind.name == "cuda" else "cpu"
         self.beta_sketch = Sketch(beta_record.trace)
-        tiles = self.beta_sketch.main_tiles
         self.alpha_mod = IRModule({"main": alpha_func})
         self.ctx = ms.TuneContext(mod=self.alpha_mod, target=target, space_generator="post-order-apply",
                                   search_strategy="replay-trace", task_name="reuse", num_threads=1)
@@ -321,36 +327,64 @@ class ReuseTuner:
         if self.sketch is None:
             raise ValueError("reuse condition 1 fails: the sketch of β's program is not in α's design space")
         self.postprocs = list(self.ctx.space_generator.postprocs)
-        self.alpha = loop_nest_of(self.alpha_mod, tiles.block)
-        self.beta_cfg, self.beta = program_features(beta_record, self.kind)
-        attrs = target.attrs
-        self.space = ReuseSpace(
-            self.kind, self.alpha, self.beta, self.beta_cfg,
-            max_threads=int(attrs.get("max_threads_per_block", GPU_MAX_THREADS)) if self.kind == "cuda" else 0,
-            max_shared_bytes=int(attrs.get("max_shared_memory_per_block", 48 * 1024)) if self.kind == "cuda" else 0,
-            vector_lanes=vector_lanes,
-        )
-        t = self.sketch.main_tiles
-        bt = self.beta_sketch.main_tiles
-        self.unroll_inst = t.unroll
-        self.unroll_values = [int(v) for v in self.sketch.insts[t.unroll][2][0]] if t.unroll is not None else []
-        self.fetch_insts = t.fetch
-        # GetS defaults (Algorithm 1 tunes these last): β's unroll, no vectorised cooperative fetch
-        self.beta_unroll = self.beta_sketch.decisions.get(bt.unroll) if bt.unroll is not None else None
-        self.beta_fetch = tuple(_index_of(self.sketch.insts[i][2][0], 1) for i in t.fetch)
+        self.has_mlt = bool(self.sketch.tiles)
+        self.unroll_inst: int | None = None
+        self.unroll_values: list[int] = []
+        self.fetch_insts: tuple[int, ...] = ()
+        self.beta_unroll, self.beta_fetch = None, ()
+        self.alpha = self.beta = self.beta_cfg = self.space = None
+        handled: set[int] = set()
+        if self.has_mlt:
+            t, bt = self.sketch.main_tiles, self.beta_sketch.main_tiles
+            self.alpha = loop_nest_of(self.alpha_mod, t.block)
+            self.beta_cfg, self.beta = program_features(beta_record, self.kind)
+            attrs = target.attrs
+            self.space = ReuseSpace(
+                self.kind, self.alpha, self.beta, self.beta_cfg,
+                max_threads=int(attrs.get("max_threads_per_block", GPU_MAX_THREADS)) if self.kind == "cuda" else 0,
+                max_shared_bytes=int(attrs.get("max_shared_memory_per_block", 48 * 1024)) if self.kind == "cuda" else 0,
+                vector_lanes=vector_lanes,
+            )
+            self.unroll_inst = t.unroll
+            self.unroll_values = [int(v) for v in self.sketch.insts[t.unroll][2][0]] if t.unroll is not None else []
+            self.fetch_insts = t.fetch
+            # GetS defaults (Algorithm 1 tunes these last): β's unroll, no vectorised cooperative fetch
+            self.beta_unroll = self.beta_sketch.decisions.get(bt.unroll) if bt.unroll is not None else None
+            self.beta_fetch = tuple(_index_of(self.sketch.insts[i][2][0], 1) for i in t.fetch)
+            handled = set(t.space + t.reduction + t.fetch) | ({t.unroll} if t.unroll is not None else set())
+        # everything else (composite parts, other sketch types) is tuned sub-sketch by sub-sketch
+        self.sub = SubSketches(self.sketch, self.beta_sketch, exclude=handled)
 
     # GetS -------------------------------------------------------------------------------------
     def schedule(self, cand: _Cand):
-        """Replay the sketch with ``cand``'s decisions and run the postprocessors (None if rejected)."""
-        t = self.sketch.main_tiles
+        """GetS: replay the sketch with ``cand``'s decisions, run the postprocessors (None if rejected).
+
+        β's compute locations can leave a producer at a loop whose extent becomes dynamic under α's
+        new tiles; then the locations fall back to α's own sampled ones, then to the root (always
+        valid), and ``cand.extra`` records the locations that were used.
+        """
         decisions: dict[int, Any] = {}
-        for inst, f in zip(t.space + t.reduction, cand.cfg.decisions()):
-            decisions[inst] = list(f)
+        if cand.cfg is not None:
+            t = self.sketch.main_tiles
+            for inst, f in zip(t.space + t.reduction, cand.cfg.decisions()):
+                decisions[inst] = list(f)
         if cand.unroll is not None and self.unroll_inst is not None:
             decisions[self.unroll_inst] = cand.unroll
         for inst, d in zip(self.fetch_insts, cand.fetch):
             if d is not None:
                 decisions[inst] = d
+        locations = self.sub.locations()
+        variants = [cand.extra,
+                    {**cand.extra, **{k: self.sketch.decisions[k] for k in locations}},
+                    {**cand.extra, **{k: -1 for k in locations}}]
+        for extra in variants if locations else variants[:1]:
+            sch = self._replay({**decisions, **extra})
+            if sch is not None:
+                cand.extra = extra
+                return sch
+        return None
+
+    def _replay(self, decisions: dict[int, Any]):
         try:
             sch = self.sketch.apply(self.alpha_mod, decisions)
         except Exception:  # a decision the schedule primitives refuse
@@ -361,25 +395,24 @@ class ReuseTuner:
                 return None
         return sch
 
-    def _cand(self, cfg: TileConfig, unroll=None, fetch=None) -> _Cand:
+    def _cand(self, cfg: TileConfig | None, unroll=None, fetch=None) -> _Cand:
         return _Cand(cfg, self.beta_unroll if unroll is None else unroll,
-                     self.beta_fetch if fetch is None else fetch)
+                     self.beta_fetch if fetch is None else fetch, self.sub.defaults())
 
     # Algorithm 1 -------------------------------------------------------------------------------
     def rounds(self) -> list[tuple[str, Callable[[_Cand], list[_Cand]]]]:
         """The measurement rounds after round T, each a function of the best candidate so far."""
         def m_round(best: _Cand) -> list[_Cand]:
-            return [self._cand(c, best.unroll, best.fetch) for c in self.space.m_round(best.cfg)]
+            return [best.but(cfg=c) for c in self.space.m_round(best.cfg)]
 
         def unroll_round(best: _Cand) -> list[_Cand]:
-            return [_Cand(best.cfg, u, best.fetch)
-                    for u in self.space.unroll_round(best.cfg, self.unroll_values, best.unroll)]
+            return [best.but(unroll=u) for u in self.space.unroll_round(best.cfg, self.unroll_values, best.unroll)]
 
         out = [("M", m_round), ("unroll", unroll_round)]
         for k, inst in enumerate(self.fetch_insts):
             def fetch_round(best: _Cand, k=k, inst=inst) -> list[_Cand]:
                 lanes = [int(v) for v in self.sketch.insts[inst][2][0]]
-                return [_Cand(best.cfg, best.unroll, best.fetch[:k] + (o,) + best.fetch[k + 1:])
+                return [best.but(fetch=best.fetch[:k] + (o,) + best.fetch[k + 1:])
                         for o in self.space.vector_round(lanes, best.fetch[k], k)]
             out.append((f"vector[{k}]", fetch_round))
         return out
@@ -419,16 +452,19 @@ class ReuseTuner:
             rounds[name] = rounds.get(name, 0) + len(ok)
             return ok
 
-        measured = run([self._cand(c) for c in self.space.t_round()], "T")
-        if not measured:
+        if not self.has_mlt:  # section 5.2: β's decisions transferred, then sub-sketch rounds
+            measured = run([self._cand(None)], "transfer")
+        else:
+            measured = run([self._cand(c) for c in self.space.t_round()], "T")
+        if not measured and self.has_mlt:
             # no B/T in range is admissible for α: start from β's own shape scaled to α
             measured = run([self._cand(c) for c in self._fallback()], "fallback")
         groups: dict[int, _Cand] = {}
         for c in measured:
-            key = c.cfg.B if strategy == "per-b" else 0
+            key = c.cfg.B if strategy == "per-b" and c.cfg is not None else 0
             if key not in groups or c.latency < groups[key].latency:
                 groups[key] = c
-        for name, make in self.rounds():
+        for name, make in (self.rounds() if self.has_mlt else []):
             batch, owner = [], []
             for key, best in groups.items():
                 if math.isinf(best.latency):
@@ -438,10 +474,17 @@ class ReuseTuner:
                 owner += [key] * len(new)
             measured = run(batch, name)
             for c in measured:
-                key = c.cfg.B if strategy == "per-b" else 0
+                key = c.cfg.B if strategy == "per-b" and c.cfg is not None else 0
                 if c.latency < groups[key].latency:
                     groups[key] = c
         best = min(groups.values(), key=lambda c: c.latency, default=None)
+        for name, slot in self.sub.rounds():  # composite and other sketches: one sub-sketch at a time
+            if best is None or math.isinf(best.latency):
+                break
+            cands = [best.but(extra={**best.extra, slot.inst: v}) for v in slot.alternatives(best.extra[slot.inst])]
+            for c in run(cands, name):
+                if c.latency < best.latency:
+                    best = c
         record = None
         if best is not None and math.isfinite(best.latency):
             record = self._record(best)

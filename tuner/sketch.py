@@ -6,9 +6,11 @@ cooperative-fetch lengths, ``SampleComputeLocation``) are the annotations.
 
 The **sketch signature** is the instruction sequence without decisions, normalised so that two
 operators of the same type and structure compare equal: variable names are renumbered, block
-names are dropped, and instructions that only serve element-wise producer blocks (the padding
-stage, inlined or computed at a loop) are left out, because whether an operator has padding does
-not change how its major loop nest is tiled.
+names are dropped, and instructions that only place element-wise producer blocks (the padding
+stage, inlined or computed at a loop, never tiled) are left out, because whether an operator has
+padding does not change how its major loop nest is tiled. Blocks with tiling of their own (rfactor,
+cross-thread reduction, Winograd's transforms) are sub-sketches: they stay in the signature and
+:mod:`tuner.subsketch` tunes their decisions.
 
 :class:`Sketch` wraps one trace (a design space of α, or β's best program) and can be applied to a
 workload with new decisions: that is the paper's GetS.
@@ -30,6 +32,10 @@ DECISION_KINDS = ("SamplePerfectTile", "SampleCategorical", "SampleComputeLocati
 TILING_KEY = "meta_schedule.tiling_structure"
 UNROLL_KEYS = ("meta_schedule.unroll_explicit", "meta_schedule.unroll_implicit")
 FETCH_KEY = "meta_schedule.cooperative_fetch"
+#: What is done to a block that only produces elements for another: placed, never tiled.
+PLACEMENT_KINDS = frozenset({"GetSBlock", "SampleComputeLocation", "ComputeAt", "ReverseComputeAt", "ComputeInline",
+                             "ReverseComputeInline", "GetProducers", "GetConsumers", "Annotate", "Unannotate",
+                             "GetLoops"})
 
 
 def plain(obj: Any) -> Any:
@@ -78,23 +84,40 @@ class Sketch:
 
     # -- structure ------------------------------------------------------------------------
     def _taint(self) -> set[int]:
-        """Instructions that only concern element-wise producer blocks (e.g. padding)."""
-        anchors = set()
-        for inst in self.insts:
-            if inst[0] == "Annotate" and inst[2] and inst[2][0] == TILING_KEY:
-                anchors.add(inst[1][0])
-        block_names = {inst[3][0]: inst[2][0] for inst in self.insts if inst[0] == "GetSBlock"}
-        tainted_vars = {v for v, name in block_names.items() if v not in anchors and name != "root"}
+        """Instructions that only place element-wise producer blocks (padding, input tiles).
+
+        A block is such a producer when nothing tiles it: its instructions are compute-at / inline
+        placements only. Blocks with tiling of their own (rfactor, two-level tiles, cross-thread
+        reduction) are sub-sketches and stay in the signature.
+        """
+        anchors = {inst[1][0] for inst in self.insts if inst[0] == "Annotate" and inst[2] and inst[2][0] == TILING_KEY}
+        names = {inst[3][0]: inst[2][0] for inst in self.insts if inst[0] == "GetSBlock"}
+        producers = {v for v, kinds in self._block_kinds().items()
+                     if names.get(v) != "root" and v not in anchors and kinds <= PLACEMENT_KINDS}
         tainted: set[int] = set()
-        for i, (kind, inputs, _attrs, outputs) in enumerate(self.insts):
-            refs = {x for x in _flatten(inputs) if isinstance(x, str)}
-            if kind == "GetSBlock":
-                if outputs[0] in tainted_vars:
+        for i, (inst, roots) in enumerate(zip(self.insts, self._roots)):
+            if inst[0] == "GetSBlock":
+                if inst[3][0] in producers:
                     tainted.add(i)
-            elif refs & tainted_vars:
+            elif roots and roots <= producers:
                 tainted.add(i)
-                tainted_vars.update(outputs)
         return tainted
+
+    def _block_kinds(self) -> dict[str, set[str]]:
+        """Per block variable, the instruction kinds that act on it or on what derives from it."""
+        owner = {inst[3][0]: inst[3][0] for inst in self.insts if inst[0] == "GetSBlock"}
+        kinds: dict[str, set[str]] = {v: set() for v in owner}
+        self._roots: list[set[str]] = []
+        for kind, inputs, _attrs, outputs in self.insts:
+            roots = {owner[x] for x in _flatten(inputs) if isinstance(x, str) and x in owner}
+            for o in _flatten(outputs):
+                if isinstance(o, str) and o not in owner and roots:
+                    owner[o] = min(roots)
+            self._roots.append(roots)
+            for r in roots:
+                kinds[r].add(kind)
+        self._owner = owner
+        return kinds
 
     def _find_tiles(self) -> list[TileLevels]:
         tiles = []
@@ -138,6 +161,21 @@ class Sketch:
         if not self.tiles:
             raise ValueError("the trace has no multi-level tiling (not a multi-level tile sketch)")
         return max(self.tiles, key=lambda t: len(t.space) + len(t.reduction))
+
+    def decision_blocks(self) -> dict[int, str]:
+        """The block each decision concerns (by name), for reports and round names."""
+        names = {inst[3][0]: inst[2][0] for inst in self.insts if inst[0] == "GetSBlock"}
+        return {i: names.get(min(self._roots[i]), "") if self._roots[i] else ""
+                for i, inst in enumerate(self.insts) if inst[0] in DECISION_KINDS}
+
+    def unroll_slots(self) -> set[int]:
+        """The ``SampleCategorical`` instructions whose value is an auto-unroll limit."""
+        owner = {inst[3][0]: i for i, inst in enumerate(self.insts) if inst[0] == "SampleCategorical"}
+        return {owner[inst[1][1]] for inst in self.insts
+                if inst[0] == "Annotate" and inst[2] and inst[2][0] in UNROLL_KEYS and inst[1][1] in owner}
+
+    def tainted_decisions(self) -> set[int]:
+        return {i for i in self._tainted if self.insts[i][0] in DECISION_KINDS}
 
     def decision_slots(self) -> list[int]:
         """Indices of the decisions that belong to the sketch (producer-block ones excluded), in order."""

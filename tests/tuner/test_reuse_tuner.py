@@ -100,7 +100,7 @@ def test_vector_round_uses_power_of_two_words_up_to_16_bytes(example3):
 # -- CUDA: GetS, VerifyGPUCode, lowered B/T/M, nvcc (no GPU needed) ---------------------------
 @pytest.mark.slow
 def test_cuda_candidates_verify_and_lower_to_the_intended_btm(tmp_path):
-    target = cuda_target("nvidia/tesla-p100")
+    target = cuda_target("nvidia/nvidia-a100")
     beta = Operator.create("C2D", N=1, CI=128, H=14, W=14, CO=64, KH=1, KW=1)
     alpha = Operator.create("C2D", N=1, CI=64, H=14, W=14, CO=64, KH=1, KW=1)
     tuner = ReuseTuner(alpha.prim_func(), sampled_record(beta, target), target)
@@ -137,7 +137,7 @@ def test_cuda_candidates_verify_and_lower_to_the_intended_btm(tmp_path):
             src = tvm.compile(sch.mod, target=target).mod.imports[0].inspect_source()
             cu = tmp_path / f"k{i}.cu"
             cu.write_text(src)
-            out = subprocess.run([nvcc, "-cubin", "-arch=sm_60", "-Xptxas", "-v", "-o", str(tmp_path / f"k{i}.cubin"),
+            out = subprocess.run([nvcc, "-cubin", f"-arch={target.attrs['arch']}", "-Xptxas", "-v", "-o", str(tmp_path / f"k{i}.cubin"),
                                   str(cu)], capture_output=True, text=True)
             assert out.returncode == 0, out.stderr
             smem = re.search(r"(\d+) bytes smem", out.stderr)
@@ -206,3 +206,70 @@ def test_tuner_package_imports_neither_eto_nor_selector():
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
             for n in names:
                 assert n.split(".")[0] not in ("eto", "selector"), f"{path.name} imports {n}"
+
+
+# -- other sketch types (section 5.2) ------------------------------------------------------------
+def test_scaled_tiles_follow_beta_and_the_extent_ratio():
+    from tuner.subsketch import scaled_tiles
+
+    # outer factor between β's (8) and β's scaled by the extent ratio (8 x 4 = 32); inner factor β's
+    tiles = scaled_tiles(256, (8, 8))
+    assert tiles[0] == (32, 8) and set(tiles) == {(32, 8), (16, 16), (8, 32)}
+    assert all(math.prod(t) == 256 and t[-1] <= 64 for t in tiles)
+    assert scaled_tiles(100, (8, 2, 4)) == [(10, 5, 2)]  # innermost: largest divisor <= β's 4
+
+
+SUB_PAIRS = [  # (type, alpha, beta, design space index of β's sketch)
+    ("FRB", dict(B=1, M=128, N=256), dict(B=1, M=256, N=256), 0),  # rfactor two-level tile, no MLT
+    ("WIN", dict(N=1, CI=32, H=14, W=14, CO=32), dict(N=1, CI=64, H=14, W=14, CO=64), 0),  # composite
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op_type,alpha,beta,index", SUB_PAIRS, ids=[p[0] for p in SUB_PAIRS])
+def test_cpu_other_sketches_match_numpy(op_type, alpha, beta, index):
+    from eto.verify import check_record
+    from tuner.measure import MeasureConfig, Measurer
+
+    target = cpu_target()
+    a, b = Operator.create(op_type, **alpha), Operator.create(op_type, **beta)
+    tuner = ReuseTuner(a.prim_func(), sampled_record(b, target, index), target)
+    tiles = [s for s in tuner.sub.slots if s.kind == "tile"]
+    assert tiles, "the sketch has sub-sketch tiles (rfactor / transforms) to tune"
+    assert tuner.has_mlt == (op_type == "WIN")
+    with Measurer.local(MeasureConfig(number=1, repeat=2, min_repeat_ms=5)) as m:
+        res = tuner.tune(lambda scheds: [r.median for r in m.measure([s.mod for s in scheds], target)],
+                         strategy="global")
+    assert res.record is not None and math.isfinite(res.latency_s)
+    assert ("transfer" in res.rounds) == (op_type == "FRB")
+    assert sum(res.rounds.values()) == res.candidates
+    check = check_record(a, res.record, target)
+    assert check.ok, f"max abs error {check.max_abs_error}"
+
+
+@pytest.mark.slow
+def test_cuda_cross_thread_reduction_candidates_verify():
+    target = cuda_target("nvidia/nvidia-a100")
+    a = Operator.create("FRB", B=1, M=128, N=256)
+    b = Operator.create("FRB", B=1, M=256, N=256)
+    from tvm.s_tir import meta_schedule as ms
+
+    tuner = None
+    for index in range(4):  # the cross-thread reduction sketch: a categorical thread count, no MLT
+        try:
+            rec = sampled_record(b, target, index)
+        except IndexError:
+            break
+        t = ReuseTuner(a.prim_func(), rec, target)
+        if any(s.kind == "categorical" for s in t.sub.slots):
+            tuner = t
+            break
+    assert tuner is not None, "MetaSchedule's CUDA design space of FRB has a cross-thread reduction sketch"
+    measured = []
+    res = tuner.tune(lambda scheds: measured.extend(scheds) or [1.0 + i for i in range(len(scheds))],
+                     strategy="global")
+    assert res.candidates == len(measured) >= 2
+    verify = next(p for p in tuner.postprocs if isinstance(p, ms.postproc.VerifyGPUCode))
+    for sch in measured:
+        assert verify.apply(sch)
+        tvm.compile(sch.mod, target=target)  # lowers and generates CUDA
