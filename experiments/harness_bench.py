@@ -9,7 +9,7 @@ with the same evaluator settings, so the only difference is the harness:
 * eto: :class:`tuner.measure.Measurer` (persistent build workers, no ``tensor_intrin`` import,
   ``.so`` linked in the parallel builders) + the same synchronous local runner.
 
-Usage: ``python experiments/harness_bench.py --scale ci|small|paper``; writes
+Usage: ``python experiments/harness_bench.py --scale ci|small|paper [--default-timeout S]``; writes
 ``experiments/results/harness_bench_<scale>.json``.
 """
 
@@ -55,6 +55,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", choices=SCALES, default="ci")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--default-timeout", type=float, default=30.0,
+                    help="LocalBuilder timeout of the baseline (30 s is MetaSchedule's default; on 2 cores its "
+                         "workers' tensor_intrin import alone can exceed it, so a longer one compares like with like)")
     args = ap.parse_args(argv)
     n, batch = SCALES[args.scale]
     os.environ.setdefault("TVM_NUM_THREADS", "2")
@@ -75,7 +78,7 @@ def main(argv=None) -> int:
     print(f"sampled {len(mods)} candidates of {op.name} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     config = MeasureConfig(number=3, repeat=3, min_repeat_ms=20)
 
-    default_builder = ms.builder.LocalBuilder()
+    default_builder = ms.builder.LocalBuilder(timeout_sec=args.default_timeout)
     default_runner = ms.runner.LocalRunner(evaluator_config=config.evaluator())
     eto = Measurer.local(config)
 
@@ -117,6 +120,7 @@ def main(argv=None) -> int:
                          "batch_seconds": r["seconds"]}
     ratio = summary["eto"]["per_candidate_s"] / summary["default"]["per_candidate_s"]
     out = {"benchmark": "harness_bench", "scale": args.scale, "operator": op.key, "candidates": len(mods),
+           "default_builder_timeout_s": args.default_timeout,
            "batch": batch, "evaluator": config.evaluator()._asdict(), "environment": environment(),
            "results": summary, "eto_over_default_time_per_candidate": ratio,
            "median_latency_us": {k: (statistics.median(v) * 1e6 if v else None) for k, v in latencies.items()}}
