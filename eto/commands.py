@@ -35,7 +35,7 @@ def _operators(args: argparse.Namespace):
         return result.opset
     if args.op:
         return OperatorSet.from_layers("operators", [Operator.parse(t) for t in args.op])
-    return load_opset(args.opset or "resnet50")
+    return load_opset(args.opset or "quickstart")
 
 
 # -- eto tune -----------------------------------------------------------------------------------
@@ -43,8 +43,6 @@ def _tune(args: argparse.Namespace) -> int:
     opset = _operators(args)
     if args.trials < 1:
         raise CLIError(f"--trials must be positive, got {args.trials}")
-    if args.method != "ansor":
-        raise CLIError(f"--method {args.method!r} is not available yet; use --method ansor")
     from .database import Database
     from .target import parse_target
     from .tuning import progress_printer, tune_with_backend
@@ -54,18 +52,28 @@ def _tune(args: argparse.Namespace) -> int:
     for p in db.problems:
         print(f"eto: warning: {os.path.join(args.db, str(p))} (skipped)", file=sys.stderr)
     todo = [e for e in opset if not db.attempted(e.op, target)]
+    how = "MetaSchedule for every operator" if args.method == "ansor" else "eto (reuse)"
     print(f"eto: {opset.name}: {len(opset)} operators, {len(opset) - len(todo)} already in {args.db}; "
-          f"tuning {len(todo)} with MetaSchedule, {args.trials} trials each, target {target}", file=sys.stderr)
-    strategy = "evolutionary"
+          f"tuning {len(todo)} with {how}, backend budget {args.trials} trials, target {target}", file=sys.stderr)
+    search = "evolutionary"
     if args.search == "light":
         from tuner.backend import light_search
 
-        strategy = light_search()
-    report = tune_with_backend(
-        opset, target, db, trials=args.trials, num_trials_per_iter=args.trials_per_iter, seed=args.seed,
-        strategy=strategy,
-        on_batch=None if args.json or args.quiet else progress_printer(), verbose=args.verbose,
-    )
+        search = light_search()
+    on_batch = None if args.json or args.quiet else progress_printer()
+    if args.method == "ansor":
+        report = tune_with_backend(
+            opset, target, db, trials=args.trials, num_trials_per_iter=args.trials_per_iter, seed=args.seed,
+            strategy=search, on_batch=on_batch, verbose=args.verbose,
+        )
+    else:
+        from .pipeline import tune
+
+        report = tune(opset, target, db, trials=args.trials, plan_budget=args.plan_budget,
+                      num_trials_per_iter=args.trials_per_iter,
+                      seed=args.seed, search=search, bridges=args.bridges, cost=args.cost,
+                      strategy=args.strategy, on_batch=on_batch,
+                      log=None if args.quiet else (lambda m: print(f"eto: {m}", file=sys.stderr, flush=True)))
     if args.json:
         print(json.dumps(report.to_json(), indent=1))
     else:
@@ -76,14 +84,16 @@ def _tune(args: argparse.Namespace) -> int:
 def _report_table(report) -> str:
     from .report import format_table
 
-    rows = [(r.op, r.frequency, r.status, r.method, r.candidates, round(r.seconds, 1),
+    rows = [(r.op, r.frequency, r.status, r.method, r.source or "-", r.candidates, round(r.seconds, 1),
              "-" if r.latency_s is None else round(r.latency_s * 1e6, 2),
              "-" if r.gflops is None else round(r.gflops, 1)) for r in report.rows]
-    lines = [format_table(("operator", "freq", "status", "method", "trials", "seconds", "latency_us", "GFLOP/s"),
-                          rows, align="lrllrrrr")]
+    lines = [format_table(("operator", "freq", "status", "method", "source", "trials", "seconds", "latency_us",
+                           "GFLOP/s"), rows, align="lrlllrrrr")]
     w = report.weighted_latency_s
-    lines.append(f"weighted latency sum: {'-' if w is None else f'{w * 1e3:.4f} ms'}; "
-                 f"wall time {report.seconds:.1f} s; failed: {len(report.failed)}")
+    tuned = sum(r.candidates for r in report.rows if r.status == "tuned")
+    estimate = "" if report.estimated_candidates is None else f" (plan estimated {report.estimated_candidates:.0f})"
+    lines.append(f"weighted latency sum: {'-' if w is None else f'{w * 1e3:.4f} ms'}; candidates measured "
+                 f"{tuned}{estimate}; wall time {report.seconds:.1f} s; failed: {len(report.failed)}")
     for r in report.failed:
         lines.append(f"  failed: {r.op}: {r.error}")
     return "\n".join(lines)
@@ -208,11 +218,20 @@ def _db_merge(args: argparse.Namespace) -> int:
 
 def register_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tune", help="tune an operator set into a database")
-    p.add_argument("--opset", help="built-in set name or JSON file (default: resnet50)")
+    p.add_argument("--opset", help="built-in set name or JSON file (default: quickstart)")
     p.add_argument("--op", action="append", help="one operator, e.g. 'BMM(B=1,M=128,N=768,K=768)' (repeatable)")
     p.add_argument("--model", help="an ONNX model or torch.export .pt2 file: tune its operator set")
-    p.add_argument("--method", default="ansor", choices=["ansor"], help="ansor: MetaSchedule for every operator")
+    p.add_argument("--method", default="eto", choices=["eto", "ansor"],
+                   help="eto: reuse pair selection + backend for roots + reuse tuner (default); "
+                        "ansor: MetaSchedule for every operator")
     p.add_argument("--trials", type=int, default=64, help="measured candidates per backend-tuned operator")
+    p.add_argument("--plan-budget", type=int, default=None,
+                   help="backend cost per operator when planning (default: --trials) (eto)")
+    p.add_argument("--bridges", default="1hop", choices=["none", "1hop", "all"], help="bridge operators (eto)")
+    p.add_argument("--cost", default="estimate", choices=["estimate", "analytic"],
+                   help="OC-graph edge costs: the tuner's trial estimator or the analytic stand-in (eto)")
+    p.add_argument("--strategy", default="global", choices=["global", "per-b"],
+                   help="reuse tuner: rounds after T once (global) or per block count as in the paper (eto)")
     p.add_argument("--trials-per-iter", type=int, default=64, help="MetaSchedule batch size")
     p.add_argument("--db", default=DEFAULT_DB, help=f"database directory (default: {DEFAULT_DB})")
     p.add_argument("--target", default="cpu", help="cpu (this machine), cuda, or a TVM tag")

@@ -116,6 +116,14 @@ def plan_operator_set(
             name = f"{name}#{sum(n.startswith(e.op.name) for n in names) + 1}"
         names[name] = e.op
         nodes.append(loop_nest_op(name, e.op, e.frequency, e.op in tuned))
+    # prior programs of the same kinds join the OC graph as free roots: reuse sources at no cost
+    kinds = {(n.type, n.sketch) for n in nodes}
+    in_set = set(names.values())
+    for op in sorted(tuned - in_set, key=lambda o: o.key):
+        if (op.type, op.sketch_key()) in kinds:
+            name = f"prior:{op.name}"
+            names[name] = op
+            nodes.append(loop_nest_op(name, op, 0, True))
     structural = {(n.type, n.sketch): names[n.name].structural for n in nodes}
 
     def build_bridge(b: LoopNestOp) -> Operator | None:

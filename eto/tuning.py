@@ -45,6 +45,7 @@ class TuneReport:
     target: str
     rows: tuple[OperatorReport, ...]
     seconds: float
+    estimated_candidates: float | None = None  # the plan's estimate (reuse pipeline only)
 
     @property
     def weighted_latency_s(self) -> float | None:
@@ -60,6 +61,7 @@ class TuneReport:
     def to_json(self) -> dict:
         return {"target": self.target, "seconds": self.seconds, "weighted_latency_s": self.weighted_latency_s,
                 "candidates": sum(r.candidates for r in self.rows if r.status == "tuned"),
+                "estimated_candidates": self.estimated_candidates,
                 "operators": [asdict(r) for r in self.rows]}
 
 

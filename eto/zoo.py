@@ -156,7 +156,15 @@ def _sets(name: str, parts: list[list[Operator]]) -> OperatorSet:
 
 
 #: name -> (description, builder)
+def quickstart_layers() -> list[Operator]:
+    """A small CNN block and attention products: a few minutes of tuning on 2 cores (eto tune's default)."""
+    return [_c2d(1, 16, 14, 16, 3), _c2d(1, 32, 14, 32, 3), _c2d(1, 32, 14, 32, 3), _c2d(1, 32, 28, 32, 3),
+            Operator.create("BMM", B=2, M=64, N=64, K=32), Operator.create("BMM", B=4, M=64, N=64, K=64)]
+
+
 BUILTIN: dict[str, tuple[str, Callable[[], OperatorSet]]] = {
+    "quickstart": ("a small CNN block and attention products: 3 C2D + 2 BMM (eto tune's default)",
+                   lambda: OperatorSet.from_layers("quickstart", quickstart_layers())),
     "resnet50": ("ResNet-50 v1, batch 1: 20 C2D",
                  lambda: OperatorSet.from_layers("resnet50", resnet50_layers(1))),
     "resnet50_l": ("ResNet-50 at batch 1 and 16: 40 C2D",

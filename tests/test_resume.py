@@ -17,13 +17,15 @@ from eto.target import parse_target
 pytestmark = pytest.mark.slow
 
 
-def test_killed_tuning_resumes_without_retuning(tmp_path):
+@pytest.mark.parametrize("method", ["ansor", "eto"])
+def test_killed_tuning_resumes_without_retuning(tmp_path, method):
     ops = [Operator.create("DENSE", M=m, N=32, K=32) for m in (8, 16, 24)]
     set_file = tmp_path / "set.json"
-    OperatorSet.from_layers("four", ops).save(set_file)
+    OperatorSet.from_layers("three", ops).save(set_file)
     db_dir = tmp_path / "db"
     cmd = [sys.executable, "-m", "eto", "tune", "--opset", str(set_file), "--trials", "8",
-           "--trials-per-iter", "4", "--search", "light", "--db", str(db_dir), "--quiet", "--seed", "0"]
+           "--trials-per-iter", "4", "--search", "light", "--db", str(db_dir), "--quiet", "--seed", "0",
+           "--method", method, "--bridges", "none", "--plan-budget", "1000"]
     env = {**os.environ, "TVM_NUM_THREADS": "2"}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)

@@ -1,0 +1,85 @@
+"""The main job: select reuse pairs, tune roots with the backend and the rest by reuse, store."""
+
+import json
+
+import pytest
+
+from eto.cli import main
+from eto.database import Database
+from eto.operators import Operator
+from eto.opsets import OperatorSet
+from eto.target import parse_target
+from eto.verify import check_record
+
+pytestmark = pytest.mark.slow
+
+# scale ci: two kinds (C2D, BMM), each a chain of dominating loop nests
+CI_SET = OperatorSet.from_layers("ci", [
+    Operator.create("C2D", N=1, CI=8, H=8, W=8, CO=8, KH=3, KW=3, padding=1),
+    Operator.create("C2D", N=1, CI=16, H=8, W=8, CO=16, KH=3, KW=3, padding=1),
+    Operator.create("C2D", N=1, CI=16, H=8, W=8, CO=16, KH=3, KW=3, padding=1),
+    Operator.create("BMM", B=2, M=32, N=32, K=16),
+    Operator.create("BMM", B=2, M=32, N=32, K=32),
+])
+
+
+def run_cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_eto_tune_reuses_and_every_program_matches_numpy(capsys, tmp_path):
+    set_file = tmp_path / "ci.json"
+    CI_SET.save(set_file)
+    db_dir = tmp_path / "db"
+    code, out, err = run_cli(capsys, "tune", "--opset", set_file, "--db", db_dir, "--trials", 8, "--trials-per-iter",
+                             8, "--plan-budget", 1000, "--search", "light", "--seed", 0, "--bridges", "none",
+                             "--json", "--quiet")
+    assert code == 0, err
+    report = json.loads(out)
+    rows = {r["key"]: r for r in report["operators"]}
+    assert set(rows) == {e.op.key for e in CI_SET}
+    methods = sorted(r["method"] for r in rows.values())
+    assert methods == ["backend", "backend", "reuse", "reuse"]  # one root per kind, the rest by reuse
+    for r in rows.values():
+        assert r["status"] == "tuned" and r["latency_s"] > 0
+        if r["method"] == "reuse":
+            assert r["source"] in rows and rows[r["source"]]["method"] in ("backend", "reuse")
+            assert 0 < r["candidates"] < 100
+    assert report["estimated_candidates"] > 0
+    assert report["weighted_latency_s"] == pytest.approx(
+        sum(e.frequency * rows[e.op.key]["latency_s"] for e in CI_SET))
+
+    target = parse_target("cpu")
+    db = Database(db_dir)
+    for e in CI_SET:
+        best = db.best(e.op, target)
+        check = check_record(e.op, best.tuning_record, target)
+        assert check.ok, f"{e.op.name}: max abs error {check.max_abs_error}"
+    results = len(db.results())
+
+    # a second run finds everything in the database: nothing is tuned again
+    code, out, err = run_cli(capsys, "tune", "--opset", set_file, "--db", db_dir, "--trials", 8,
+                             "--plan-budget", 1000, "--search", "light", "--bridges", "none", "--json", "--quiet")
+    assert code == 0, err
+    assert {r["status"] for r in json.loads(out)["operators"]} == {"cached"}
+    assert len(Database(db_dir).results()) == results
+
+
+def test_prior_database_operators_are_free_reuse_sources(tmp_path):
+    """An operator tuned earlier is a zero-cost root: the new operator is tuned by reuse from it."""
+    from eto.pipeline import tune
+
+    target = parse_target("cpu")
+    db = Database(tmp_path / "db")
+    first = OperatorSet.from_layers("first", [Operator.create("BMM", B=2, M=32, N=32, K=32)])
+    from tuner.backend import light_search
+
+    tune(first, target, db, trials=8, num_trials_per_iter=8, search=light_search(), seed=0, bridges="none")
+    new = Operator.create("BMM", B=2, M=32, N=32, K=16)
+    report = tune(OperatorSet.from_layers("second", [new]), target, db, trials=8, num_trials_per_iter=8,
+                  search=light_search(), seed=0, bridges="none", plan_budget=1000)
+    (row,) = report.rows
+    assert row.method == "reuse" and row.source == first.entries[0].op.key and row.status == "tuned"
+    assert check_record(new, db.best(new, target).tuning_record, target).ok
