@@ -15,8 +15,8 @@ One run, one machine, three results (paper sections 3, 5 and 6.1):
    one whose B, T or M ratio to β's best lies in the paper's range ([r1, r2] for B, [1, r2] for T
    and M); the same for widened ranges, to show which CPU ranges the data supports.
 
-Usage: ``python experiments/reuse_pairs.py --scale ci|small|paper``; results go to
-``experiments/results/reuse_pairs_<scale>.json``. Interrupted runs resume: finished backend runs
+Usage: ``python experiments/reuse_pairs.py --scale ci|small|paper [--ranges paper|cpu]``; results go
+to ``experiments/results/reuse_pairs_<scale>[_cpu-ranges].json``. Interrupted runs resume: finished backend runs
 and reuse runs are cached under ``--work`` (default ``experiments/work/reuse_pairs_<scale>``).
 """
 
@@ -129,19 +129,23 @@ def records_of(op, work: str) -> list:
 STRATEGIES = ("per-b", "global")
 
 
-def reuse_stage(alpha, beta, target, measurer, work: str, strategy: str) -> dict:
+def _reuse_dir(work: str, strategy: str, ranges: str) -> str:
+    return os.path.join(work, "reuse", strategy if ranges == "paper" else f"{strategy}-{ranges}")
+
+
+def reuse_stage(alpha, beta, target, measurer, work: str, strategy: str, ranges: str) -> dict:
     from tvm.s_tir.meta_schedule.database import JSONDatabase
 
     from tuner.reuse import reuse_tune
 
-    d = os.path.join(work, "reuse", strategy, f"{alpha.key}__from__{beta.key}")
+    d = os.path.join(_reuse_dir(work, strategy, ranges), f"{alpha.key}__from__{beta.key}")
     meta = os.path.join(d, "result.json")
     if os.path.exists(meta):
         with open(meta) as f:
             return json.load(f)
     os.makedirs(d, exist_ok=True)
     beta_best = records_of(beta, work)[0]
-    res = reuse_tune(alpha.prim_func(), beta_best, target, measurer, strategy=strategy)
+    res = reuse_tune(alpha.prim_func(), beta_best, target, measurer, strategy=strategy, ranges=ranges)
     if res.record is not None:
         db = JSONDatabase(os.path.join(d, "workloads.json"), os.path.join(d, "records.json"))
         db.commit_workload(res.record.workload.mod)
@@ -155,11 +159,11 @@ def reuse_stage(alpha, beta, target, measurer, work: str, strategy: str) -> dict
     return out
 
 
-def reuse_record(alpha, beta, work: str, strategy: str):
+def reuse_record(alpha, beta, work: str, strategy: str, ranges: str):
     from tvm.ir import IRModule
     from tvm.s_tir.meta_schedule.database import JSONDatabase
 
-    d = os.path.join(work, "reuse", strategy, f"{alpha.key}__from__{beta.key}")
+    d = os.path.join(_reuse_dir(work, strategy, ranges), f"{alpha.key}__from__{beta.key}")
     if not os.path.exists(os.path.join(d, "records.json")):
         return None
     db = JSONDatabase(os.path.join(d, "workloads.json"), os.path.join(d, "records.json"))
@@ -236,6 +240,8 @@ def main(argv=None) -> int:
     ap.add_argument("--scale", choices=SCALES, default="ci")
     ap.add_argument("--trials", type=int, default=None, help="backend budget N (default: the scale's)")
     ap.add_argument("--repeat", type=int, default=4, help="interleaved re-measurement rounds")
+    ap.add_argument("--ranges", choices=["paper", "cpu"], default="paper",
+                    help="B/T/M windows of the reuse tuner: the paper's, or widened as the CPU evidence says")
     ap.add_argument("--work", default=None)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -249,7 +255,8 @@ def main(argv=None) -> int:
     spec, trials, per_type = SCALES[args.scale]
     trials = args.trials or trials
     work = args.work or os.path.join(os.path.dirname(__file__), "work", f"reuse_pairs_{args.scale}")
-    out_path = args.out or os.path.join(os.path.dirname(__file__), "results", f"reuse_pairs_{args.scale}.json")
+    suffix = "" if args.ranges == "paper" else f"_{args.ranges}-ranges"
+    out_path = args.out or os.path.join(os.path.dirname(__file__), "results", f"reuse_pairs_{args.scale}{suffix}.json")
     ops = [Operator.create(t, **p) for t, p in spec]
     pairs = reuse_pairs(ops, per_type)
     c2d_all = [p for p in reuse_pairs(ops, 10_000) if ops[p[0]].type == "C2D"]
@@ -269,7 +276,7 @@ def main(argv=None) -> int:
             _, alpha_nest = program_features(records_of(alpha, work)[0], "cpu")
             for strategy in STRATEGIES:
                 try:
-                    r = reuse_stage(alpha, beta, target, measurer, work, strategy)
+                    r = reuse_stage(alpha, beta, target, measurer, work, strategy, args.ranges)
                 except Exception as exc:  # report the pair, keep going
                     print(f"[reuse {k + 1}/{len(pairs)} {strategy}] {alpha.name} <- {beta.name}: FAILED {exc}",
                           flush=True)
@@ -277,17 +284,17 @@ def main(argv=None) -> int:
                                  "type": alpha.type, "error": str(exc), "candidates": 0, "seconds": 0.0,
                                  "estimate": None})
                     continue
-                est = estimate_trials("cpu", alpha_nest, beta_nest, strategy=strategy)
+                est = estimate_trials("cpu", alpha_nest, beta_nest, strategy=strategy, ranges=args.ranges)
                 rows.append({**r, "pair": [a, b], "type": alpha.type, "estimate": est.mean,
                              "estimate_range": [est.low, est.high],
                              "enumeration_for_actual_beta": trials_for_config("cpu", alpha_nest, beta_nest, beta_cfg,
-                                                                              strategy=strategy)})
+                                                                              strategy=strategy, ranges=args.ranges)})
                 print(f"[reuse {k + 1}/{len(pairs)} {strategy}] {alpha.name} <- {beta.name}: {r['candidates']} "
                       f"candidates, {r['seconds']:.1f} s, estimate {est.mean:.1f}", flush=True)
         # side-by-side re-measurement of α's programs: backend, then each strategy's
         for a, b in pairs:
             mine = [r for r in rows if r["pair"] == [a, b]]
-            recs = [None if "error" in r else reuse_record(ops[a], ops[b], work, r["strategy"]) for r in mine]
+            recs = [None if "error" in r else reuse_record(ops[a], ops[b], work, r["strategy"], args.ranges) for r in mine]
             base = records_of(ops[a], work)[0]
             lats = remeasure([base] + [r for r in recs if r is not None], target, measurer, args.repeat)
             lat_backend, lat_reuse = lats[0], iter(lats[1:])
@@ -316,7 +323,7 @@ def main(argv=None) -> int:
                 "estimate_within_0.67_1.5": (sum(0.67 <= x <= 1.5 for x in ratio) / len(ratio)) if ratio else None}
 
     result = {
-        "benchmark": "reuse_pairs", "scale": args.scale, "trials_N": trials, "target": str(target.kind.name),
+        "benchmark": "reuse_pairs", "scale": args.scale, "ranges": args.ranges, "trials_N": trials, "target": str(target.kind.name),
         "mcpu": str(target.attrs.get("mcpu", "")), "environment": environment(),
         "backend": "MetaSchedule evolutionary search + XGBoost, one task at a time, 32 candidates per batch",
         "remeasure_rounds": args.repeat, "wall_s": time.perf_counter() - t0,

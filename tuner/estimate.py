@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .btm import Kind, LoopNest, TileConfig
-from .reuse import GPU_MAX_THREADS, GPU_MIN_THREADS, MAX_INNERMOST, ReuseSpace, Strategy, divisors
+from .reuse import (GPU_MAX_THREADS, GPU_MIN_THREADS, MAX_INNERMOST, RangeName, ReuseSpace, Strategy,
+                    default_ranges, divisors)
 
 #: MetaSchedule's default choices (``unroll_max_steps`` and ``vector_load_lens`` of its rules).
 UNROLL_VALUES: dict[Kind, tuple[int, ...]] = {"cpu": (0, 16, 64, 512), "cuda": (0, 16, 64, 512, 1024)}
@@ -91,7 +92,7 @@ def estimate_trials(kind: Kind, alpha: LoopNest, beta: LoopNest, *, samples: int
                     unroll_values: Sequence[int] | None = None, fetch_lanes: Sequence[int] = FETCH_LANES,
                     n_fetch: int | None = None, max_threads: int = GPU_MAX_THREADS,
                     max_shared_bytes: int = 48 * 1024, vector_lanes: int = 8,
-                    strategy: Strategy = "per-b") -> TrialEstimate:
+                    strategy: Strategy = "per-b", ranges: RangeName | None = None) -> TrialEstimate:
     """Mean number of candidates Algorithm 1 measures for (α, β) over ``samples`` random β programs.
 
     ``n_fetch`` is the number of cooperatively fetched inputs (GPU; default: all of α's inputs),
@@ -105,7 +106,7 @@ def estimate_trials(kind: Kind, alpha: LoopNest, beta: LoopNest, *, samples: int
     for _ in range(samples):
         cfg = random_config(kind, beta, rng, max_threads=max_threads, max_shared_bytes=max_shared_bytes)
         space = ReuseSpace(kind, alpha, beta, cfg, max_threads=max_threads, max_shared_bytes=max_shared_bytes,
-                           vector_lanes=vector_lanes)
+                           vector_lanes=vector_lanes, ranges=ranges or default_ranges(kind))
         counts.append(count_trials(space, unroll_values=unroll_values, fetch_lanes=fetch_lanes, n_fetch=n_fetch,
                                    beta_unroll=rng.randrange(len(unroll_values)), strategy=strategy))
     return TrialEstimate(statistics.fmean(counts), min(counts), max(counts), samples)
@@ -113,8 +114,8 @@ def estimate_trials(kind: Kind, alpha: LoopNest, beta: LoopNest, *, samples: int
 
 def trials_for_config(kind: Kind, alpha: LoopNest, beta: LoopNest, beta_cfg: TileConfig, **kw) -> int:
     """The enumeration's count for a *known* β program (what :func:`estimate_trials` averages)."""
-    space = ReuseSpace(kind, alpha, beta, beta_cfg, **{k: kw.pop(k) for k in ("max_threads", "max_shared_bytes",
-                                                                             "vector_lanes") if k in kw})
+    space = ReuseSpace(kind, alpha, beta, beta_cfg, ranges=kw.pop("ranges", None) or default_ranges(kind),
+                       **{k: kw.pop(k) for k in ("max_threads", "max_shared_bytes", "vector_lanes") if k in kw})
     n_fetch = kw.pop("n_fetch", len(alpha.inputs) if kind == "cuda" else 0)
     return count_trials(space, unroll_values=kw.pop("unroll_values", UNROLL_VALUES[kind]),
                         fetch_lanes=kw.pop("fetch_lanes", FETCH_LANES), n_fetch=n_fetch, **kw)

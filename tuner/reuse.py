@@ -41,6 +41,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from .measure import Measurer
 
 Strategy = Literal["per-b", "global"]
+RangeName = Literal["paper", "cpu"]
+#: How far the B, T and M windows of equations 1-3 are widened (each side, a factor). "paper" is
+#: the paper's (GPU) windows. "cpu" rests on experiments/reuse_pairs.py's section-3 analysis on this
+#: CPU (30 conv2d pairs, 90%-near-best programs of a 64-trial MetaSchedule run): inside the paper's
+#: windows 80% / 37% / 43% of pairs had one for B / T / M; widened x2 / x4 / x4 it is 93% / 93% / 70%.
+RANGES: dict[str, tuple[float, float, float]] = {"paper": (1.0, 1.0, 1.0), "cpu": (2.0, 4.0, 4.0)}
+
+
+def default_ranges(kind: Kind) -> RangeName:
+    return "cpu" if kind == "cpu" else "paper"
+
 MAX_INNERMOST = 64  # MetaSchedule's max_innermost_factor for SamplePerfectTile
 GPU_MAX_THREADS = 1024
 GPU_MIN_THREADS = 32  # MetaSchedule's thread_extent_low_inclusive
@@ -110,6 +121,7 @@ class ReuseSpace:
     max_shared_bytes: int = 48 * 1024
     vector_lanes: int = 8
     max_lshapes: int = 8
+    ranges: RangeName = "paper"
 
     @property
     def r1(self) -> float:
@@ -124,15 +136,20 @@ class ReuseSpace:
         return self.beta_cfg.M(self.beta)
 
     # ranges (equations 1-3)
+    def _window(self, a: float, b: float, which: int) -> tuple[float, float]:
+        lo, hi = _closed(a, b)
+        w = RANGES[self.ranges][which]
+        return lo / w, hi * w
+
     def b_values(self) -> list[int]:
-        lo, hi = _closed(self.beta_cfg.B * self.r1, self.beta_cfg.B * self.r2)
+        lo, hi = self._window(self.beta_cfg.B * self.r1, self.beta_cfg.B * self.r2, 0)
         return achievable_products(self.alpha.space, lo, hi)
 
     def t_range(self) -> tuple[float, float]:
-        return _closed(self.beta_cfg.T, self.beta_cfg.T * self.r2)
+        return self._window(self.beta_cfg.T, self.beta_cfg.T * self.r2, 1)
 
     def m_range(self) -> tuple[float, float]:
-        return _closed(self.beta_M, self.beta_M * self.r2)
+        return self._window(self.beta_M, self.beta_M * self.r2, 2)
 
     # GetBShape, GetLShape, GetTShape
     def bshape(self, B: int) -> tuple[int, ...] | None:
@@ -306,7 +323,7 @@ class ReuseTuner:
     """Algorithm 1 on one reuse pair (α's function, β's best record, the target)."""
 
     def __init__(self, alpha_func: "PrimFunc", beta_record: "TuningRecord", target: "Target", *,
-                 vector_lanes: int = 8) -> None:
+                 vector_lanes: int = 8, ranges: RangeName | None = None) -> None:
         from tvm.ir import IRModule
         from tvm.s_tir import meta_schedule as ms
 
@@ -343,7 +360,7 @@ class ReuseTuner:
                 self.kind, self.alpha, self.beta, self.beta_cfg,
                 max_threads=int(attrs.get("max_threads_per_block", GPU_MAX_THREADS)) if self.kind == "cuda" else 0,
                 max_shared_bytes=int(attrs.get("max_shared_memory_per_block", 48 * 1024)) if self.kind == "cuda" else 0,
-                vector_lanes=vector_lanes,
+                vector_lanes=vector_lanes, ranges=ranges or default_ranges(self.kind),
             )
             self.unroll_inst = t.unroll
             self.unroll_values = [int(v) for v in self.sketch.insts[t.unroll][2][0]] if t.unroll is not None else []
@@ -513,13 +530,13 @@ class ReuseTuner:
 
 
 def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target", measurer: "Measurer", *,
-               vector_lanes: int = 8, strategy: Strategy = "per-b") -> ReuseResult:
+               vector_lanes: int = 8, strategy: Strategy = "per-b", ranges: RangeName | None = None) -> ReuseResult:
     """Derive α's program (``func``) from β's best program (``source_record``) by Algorithm 1.
 
     Every candidate is built and timed by ``measurer``; the result's record carries the median of
     the measured repeats as its run time.
     """
-    tuner = ReuseTuner(func, source_record, target, vector_lanes=vector_lanes)
+    tuner = ReuseTuner(func, source_record, target, vector_lanes=vector_lanes, ranges=ranges)
 
     def measure(schedules: list) -> list[float]:
         return [r.median for r in measurer.measure([s.mod for s in schedules], target)]
