@@ -190,6 +190,49 @@ def _db_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _db_export(args: argparse.Namespace) -> int:
+    """The best program per operator and target as TVMScript, and as a shared library with --lib."""
+    from .database import Database
+
+    db = Database(args.db, readonly=True)
+    best = {}
+    for p in db.programs():
+        if p.op not in best or p.latency_s < best[p.op].latency_s:
+            if args.target is None or p.target == _target_key(args.target):
+                best[p.op] = p
+    if not best:
+        raise CLIError(f"{args.db}: no programs{'' if args.target is None else ' for target ' + args.target}")
+    import tvm
+
+    from tuner.apply import scheduled_module
+
+    os.makedirs(args.out, exist_ok=True)
+    index = []
+    for op, p in sorted(best.items(), key=lambda kv: kv[0].key):
+        mod = scheduled_module(p.tuning_record)
+        stem = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in op.name)
+        files = {"tvmscript": f"{stem}.py"}
+        with open(os.path.join(args.out, files["tvmscript"]), "w") as f:
+            f.write(f"# {op.name} on {p.target}: {p.latency_s * 1e6:.2f} us ({p.method})\n{mod.script()}\n")
+        if args.lib:
+            from tvm.target import Target
+
+            files["lib"] = f"{stem}.so"
+            tvm.compile(mod, target=Target(json.loads(p.target))).export_library(os.path.join(args.out, files["lib"]))
+        index.append({"op": op.to_dict(), "key": op.key, "target": json.loads(p.target), "latency_s": p.latency_s,
+                      "method": p.method, "source": p.source, **files})
+    with open(os.path.join(args.out, "index.json"), "w") as f:
+        json.dump(index, f, indent=1)
+    print(f"exported {len(index)} programs to {args.out}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _target_key(spec: str) -> str:
+    from .database import target_key
+
+    return target_key(spec)
+
+
 def _short_target(t: str) -> str:
     d = json.loads(t)
     if d.get("kind") == "llvm":
@@ -264,6 +307,12 @@ def register_commands(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--all", action="store_true", help="every stored program, not only the best")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_db_show)
+    x = dsub.add_parser("export", help="the best programs as TVMScript (and shared libraries with --lib)")
+    x.add_argument("db")
+    x.add_argument("out", help="directory to write (created if missing)")
+    x.add_argument("--target", help="only this target (cpu, cuda, a TVM tag)")
+    x.add_argument("--lib", action="store_true", help="also compile each program to a shared library")
+    x.set_defaults(func=_db_export)
     m = dsub.add_parser("merge", help="merge databases into DEST (created if missing)")
     m.add_argument("dest")
     m.add_argument("sources", nargs="+")

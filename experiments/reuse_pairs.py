@@ -242,6 +242,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=4, help="interleaved re-measurement rounds")
     ap.add_argument("--ranges", choices=["paper", "cpu"], default="paper",
                     help="B/T/M windows of the reuse tuner: the paper's, or widened as the CPU evidence says")
+    ap.add_argument("--strategies", nargs="+", choices=STRATEGIES, default=list(STRATEGIES),
+                    help="reuse tuner strategies to run (each pair is tuned once per strategy)")
     ap.add_argument("--work", default=None)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -274,7 +276,7 @@ def main(argv=None) -> int:
             alpha, beta = ops[a], ops[b]
             beta_cfg, beta_nest = program_features(records_of(beta, work)[0], "cpu")
             _, alpha_nest = program_features(records_of(alpha, work)[0], "cpu")
-            for strategy in STRATEGIES:
+            for strategy in args.strategies:
                 try:
                     r = reuse_stage(alpha, beta, target, measurer, work, strategy, args.ranges)
                 except Exception as exc:  # report the pair, keep going
@@ -329,7 +331,7 @@ def main(argv=None) -> int:
         "remeasure_rounds": args.repeat, "wall_s": time.perf_counter() - t0,
         "summary": {st: {"all": summary([r for r in rows if r["strategy"] == st]),
                          **{t: summary([r for r in rows if r["type"] == t and r["strategy"] == st])
-                            for t in sorted({r["type"] for r in rows})}} for st in STRATEGIES},
+                            for t in sorted({r["type"] for r in rows})}} for st in args.strategies},
         "pairs": rows, "backend_runs": list(backend.values()), "feature_ranges_c2d": ranges,
     }
     os.makedirs(os.path.dirname(out_path), exist_ok=True)

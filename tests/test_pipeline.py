@@ -59,6 +59,26 @@ def test_eto_tune_reuses_and_every_program_matches_numpy(capsys, tmp_path):
         assert check.ok, f"{e.op.name}: max abs error {check.max_abs_error}"
     results = len(db.results())
 
+    # eto db export: TVMScript and shared libraries that run outside eto
+    import numpy as np
+    import tvm
+
+    out_dir = tmp_path / "export"
+    code, _, err = run_cli(capsys, "db", "export", db_dir, out_dir, "--lib")
+    assert code == 0, err
+    index = json.loads((out_dir / "index.json").read_text())
+    assert {i["key"] for i in index} == {e.op.key for e in CI_SET}
+    for item in index:
+        op = next(e.op for e in CI_SET if e.op.key == item["key"])
+        assert "def main" in (out_dir / item["tvmscript"]).read_text()
+        fn = tvm.runtime.load_module(str(out_dir / item["lib"]))["main"]
+        inputs = op.random_inputs(1)
+        out = tvm.runtime.tensor(np.zeros(op.output_shape, "float32"))
+        fn(*[tvm.runtime.tensor(x) for x in inputs], out)
+        np.testing.assert_allclose(out.numpy(), op.reference(*inputs), rtol=1e-4, atol=1e-4)
+    code, _, err = run_cli(capsys, "db", "export", db_dir, out_dir, "--target", "cuda")
+    assert code == 2 and "no programs" in err
+
     # a second run finds everything in the database: nothing is tuned again
     code, out, err = run_cli(capsys, "tune", "--opset", set_file, "--db", db_dir, "--trials", 8,
                              "--plan-budget", 1000, "--search", "light", "--bridges", "none", "--json", "--quiet")
