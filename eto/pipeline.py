@@ -71,6 +71,7 @@ def tune(
     planned = plan_operator_set(opset, budget=plan_budget or trials, bridges=bridges, solver=solver, database=database,
                                 target=target, cost=cost)
     plan, ops = planned.plan, planned.operators
+    cached = {op for op in ops.values() if database.attempted(op, target)}
     say(f"plan: {len(plan.backend)} by the backend, {len(plan.reuse_pairs)} by reuse "
         f"({len(plan.used_bridges)} bridges), {len(plan.prior)} already tuned; "
         f"estimated {plan.total_cost:.0f} candidates vs {plan.baseline_cost:.0f} with the backend alone")
@@ -93,11 +94,11 @@ def tune(
     finally:
         if own:
             measurer.close()
-    rows = [_row(e, database, target, "tuned") for e in opset]
+    rows = [_row(e, database, target, "cached" if e.op in cached else "tuned") for e in opset]
     in_set = {e.op for e in opset}
-    rows += [_bridge_row(ops[n], database, target) for n in plan.used_bridges if ops[n] not in in_set]
-    return TuneReport(str(target), tuple(_mark_cached(r, database, start) for r in rows),
-                      time.perf_counter() - start, estimated_candidates=plan.total_cost)
+    rows += [_bridge_row(ops[n], database, target, "cached" if ops[n] in cached else "tuned")
+             for n in plan.used_bridges if ops[n] not in in_set]
+    return TuneReport(str(target), tuple(rows), time.perf_counter() - start, estimated_candidates=plan.total_cost)
 
 
 def _reuse_one(alpha: Operator, beta: Operator, target, database: Database, measurer, *, strategy: Strategy,
@@ -138,20 +139,11 @@ def _reuse_one(alpha: Operator, beta: Operator, target, database: Database, meas
                       strategy=backend_kw.pop("search"), **backend_kw)
 
 
-def _bridge_row(op: Operator, database: Database, target) -> OperatorReport:
+def _bridge_row(op: Operator, database: Database, target, status: str) -> OperatorReport:
     from .opsets import OperatorEntry
 
-    row = _row(OperatorEntry(op, 1), database, target, "tuned")
+    row = _row(OperatorEntry(op, 1), database, target, status)
     return OperatorReport(**{**row.__dict__, "frequency": 0, "op": f"bridge:{row.op}"})
-
-
-def _mark_cached(row: OperatorReport, database: Database, since: float) -> OperatorReport:
-    """Rows whose result was committed before this run started are ``cached``."""
-    if row.status != "tuned":
-        return row
-    created = max((r.get("time", 0.0) for r in database.results() if r.get("op_key") == row.key), default=0.0)
-    wall_start = time.time() - (time.perf_counter() - since)
-    return row if created >= wall_start else OperatorReport(**{**row.__dict__, "status": "cached"})
 
 
 __all__ = ["tune", "Strategy"]
