@@ -1,4 +1,4 @@
-"""The reuse-based tuner (paper section 5.1, Algorithm 1) for multi-level tile sketches.
+"""The reuse-based tuner (paper section 5, Algorithm 1): α's program from β's best one.
 
 Given a reuse pair (α, β) and β's best program S*_β, it derives α's program by a hierarchical
 search over B, T and M instead of sampling the whole space:
@@ -10,8 +10,13 @@ search over B, T and M instead of sampling the whole space:
    TShape with the lowest thread-level cost; the candidates of all T are measured (round "T");
 3. with the best BShape and TShape, LShapes whose M lies in [M_β, M_β·r2] (equation 3) are
    measured (round "M");
-4. then every unroll option, then every cooperative-fetch vector length per input (GPU, 16-byte
-   bound), each round keeping the best.
+4. then the unroll options whose effect differs from the current one, then the cooperative-fetch
+   vector lengths per input (GPU: 2, 4, 8 or 16-byte words), each round keeping the best;
+5. decisions outside the major loop nest (composite sketches, other sketch types) are tuned last,
+   sub-sketch by sub-sketch (:mod:`tuner.subsketch`, section 5.2).
+
+The windows are the paper's (``ranges="paper"``, GPU) or widened as this CPU's section-3 evidence
+says (``ranges="cpu"``, see :data:`RANGES`).
 
 Candidates are built by :class:`tuner.sketch.Sketch` (β's sketch replayed on α with the new
 decisions, GetS) and checked by the target's postprocessors (``VerifyGPUCode`` on CUDA); those
