@@ -192,13 +192,13 @@ def _db_show(args: argparse.Namespace) -> int:
 
 def _db_export(args: argparse.Namespace) -> int:
     """The best program per operator and target as TVMScript, and as a shared library with --lib."""
-    from .database import Database
+    from .database import Database, target_key
 
     db = Database(args.db, readonly=True)
     best = {}
     for p in db.programs():
         if p.op not in best or p.latency_s < best[p.op].latency_s:
-            if args.target is None or p.target == _target_key(args.target):
+            if args.target is None or p.target == target_key(args.target):
                 best[p.op] = p
     if not best:
         raise CLIError(f"{args.db}: no programs{'' if args.target is None else ' for target ' + args.target}")
@@ -225,12 +225,6 @@ def _db_export(args: argparse.Namespace) -> int:
         json.dump(index, f, indent=1)
     print(f"exported {len(index)} programs to {args.out}", file=sys.stderr)
     return EXIT_OK
-
-
-def _target_key(spec: str) -> str:
-    from .database import target_key
-
-    return target_key(spec)
 
 
 def _short_target(t: str) -> str:

@@ -102,7 +102,8 @@ def tune(
 
 
 def _reuse_one(alpha: Operator, beta: Operator, target, database: Database, measurer, *, strategy: Strategy,
-               estimate: float, trials: int, say: Callable[[str], None], **backend_kw) -> None:
+               estimate: float, trials: int, say: Callable[[str], None], num_trials_per_iter: int,
+               seed: int | None, search: str | object) -> None:
     """Tune α from β's best program; fall back to the backend when there is nothing to reuse."""
     from tuner.btm import program_features
     from tuner.reuse import reuse_tune
@@ -136,7 +137,7 @@ def _reuse_one(alpha: Operator, beta: Operator, target, database: Database, meas
                 return
     say(f"backend fallback for {alpha.name}: {reason}")
     tune_with_backend([alpha], target, database, trials=trials, measurer=measurer,
-                      strategy=backend_kw.pop("search"), **backend_kw)
+                      num_trials_per_iter=num_trials_per_iter, seed=seed, strategy=search)
 
 
 def _bridge_row(op: Operator, database: Database, target, status: str) -> OperatorReport:

@@ -18,24 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _env import environment  # noqa: E402
+
 SCALES = {"ci": (8, 4), "small": (64, 16), "paper": (256, 64)}  # candidates, batch size
-
-
-def environment() -> dict:
-    import tvm
-    import tvm_ffi
-
-    from eto.target import cpu_info
-
-    info = cpu_info()
-    return {"cpu": info.model, "mcpu": info.mcpu, "cores": info.cores,
-            "TVM_NUM_THREADS": os.environ.get("TVM_NUM_THREADS"), "tvm": tvm.__version__,
-            "tvm_ffi": getattr(tvm_ffi, "__version__", "?"), "python": platform.python_version()}
 
 
 def sample_candidates(op, target, n: int, seed: int = 0):

@@ -27,10 +27,12 @@ import itertools
 import json
 import math
 import os
-import platform
 import statistics
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _env import environment  # noqa: E402
 
 # (type, params) lists per scale. Conv2d operators are chosen so that many ordered pairs satisfy
 # the reuse conditions (domination), for the feature-range analysis.
@@ -49,18 +51,6 @@ SCALES = {
               + [("DEP", p) for p in DEP], 1000, 100),
 }
 RANGE_WIDENINGS = (1.0, 2.0, 4.0)
-
-
-def environment() -> dict:
-    import tvm
-    import tvm_ffi
-
-    from eto.target import cpu_info
-
-    info = cpu_info()
-    return {"cpu": info.model, "mcpu": info.mcpu, "cores": info.cores,
-            "TVM_NUM_THREADS": os.environ.get("TVM_NUM_THREADS"), "tvm": tvm.__version__,
-            "tvm_ffi": getattr(tvm_ffi, "__version__", "?"), "python": platform.python_version()}
 
 
 def reuse_pairs(ops, per_type: int) -> list[tuple[int, int]]:

@@ -65,8 +65,8 @@ def main(argv=None) -> int:
     from tuner.apply import scheduled_module
     from tuner.measure import MeasureConfig, Measurer
 
-    sys.path.insert(0, os.path.dirname(__file__))
-    from reuse_pairs import environment
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from _env import environment
 
     opset = load_opset(args.opset)
     target = parse_target("cpu")

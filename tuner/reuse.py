@@ -30,7 +30,6 @@ Algorithm 1 measures, built in parallel.
 from __future__ import annotations
 
 import math
-import statistics
 import time
 from dataclasses import dataclass, field, replace
 from functools import lru_cache

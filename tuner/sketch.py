@@ -130,7 +130,7 @@ class Sketch:
                 continue
             block_var = inst[1][0]
             structure = json.loads(inst[1][1]) if isinstance(inst[1][1], str) else str(inst[1][1])
-            n_s, n_r = structure.count("S"), structure.count("R")
+            n_s = structure.count("S")
             loops = next(x[3] for x in self.insts[i:] if x[0] == "GetLoops" and x[1][0] == block_var)
             space, reduction = [], []
             for j, x in enumerate(self.insts):
