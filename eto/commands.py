@@ -48,12 +48,23 @@ def _tune(args: argparse.Namespace) -> int:
     from .tuning import progress_printer, tune_with_backend
 
     target = parse_target(args.target)
-    db = Database(args.db)
+    paths = args.db or [DEFAULT_DB]
+    db = Database(paths[0])
     for p in db.problems:
-        print(f"eto: warning: {os.path.join(args.db, str(p))} (skipped)", file=sys.stderr)
+        print(f"eto: warning: {os.path.join(paths[0], str(p))} (skipped)", file=sys.stderr)
+    for prior in paths[1:]:  # prior databases: their programs join the first one, then count as tuned
+        if not os.path.isdir(prior):
+            raise CLIError(f"--db {prior}: no such database directory")
+        if os.path.abspath(prior) == os.path.abspath(paths[0]):
+            continue
+        counts = db.merge_from(Database(prior, readonly=True))
+        print(f"eto: prior database {prior}: {counts['results']} results, {counts['records']} records merged into "
+              f"{paths[0]}", file=sys.stderr)
+    if args.method == "ansor" and (args.hot_share is not None or args.evolve):
+        raise CLIError("--hot-share and --evolve apply to --method eto only")
     todo = [e for e in opset if not db.attempted(e.op, target)]
     how = "MetaSchedule for every operator" if args.method == "ansor" else "eto (reuse)"
-    print(f"eto: {opset.name}: {len(opset)} operators, {len(opset) - len(todo)} already in {args.db}; "
+    print(f"eto: {opset.name}: {len(opset)} operators, {len(opset) - len(todo)} already in {paths[0]}; "
           f"tuning {len(todo)} with {how}, backend budget {args.trials} trials, target {target}", file=sys.stderr)
     search = "evolutionary"
     if args.search == "light":
@@ -72,7 +83,8 @@ def _tune(args: argparse.Namespace) -> int:
         report = tune(opset, target, db, trials=args.trials, plan_budget=args.plan_budget,
                       num_trials_per_iter=args.trials_per_iter,
                       seed=args.seed, search=search, bridges=args.bridges, cost=args.cost,
-                      strategy=args.strategy, on_batch=on_batch,
+                      strategy=args.strategy, on_batch=on_batch, hot_share=args.hot_share,
+                      hot_factor=args.hot_factor, evolve_trials=args.evolve,
                       log=None if args.quiet else (lambda m: print(f"eto: {m}", file=sys.stderr, flush=True)))
     if args.json:
         print(json.dumps(report.to_json(), indent=1))
@@ -269,8 +281,17 @@ def register_commands(sub: argparse._SubParsersAction) -> None:
                    help="OC-graph edge costs: the tuner's trial estimator or the analytic stand-in (eto)")
     p.add_argument("--strategy", default="global", choices=["global", "per-b"],
                    help="reuse tuner: rounds after T once (global) or per block count as in the paper (eto)")
+    p.add_argument("--hot-share", type=float, default=None, metavar="SHARE",
+                   help="frequency-aware tuning (beyond the paper): operators with at least this share of the "
+                        "set's frequency x FLOPs get backend tuning with --hot-factor x --trials, never reuse (eto)")
+    p.add_argument("--hot-factor", type=float, default=2.0, help="budget multiplier for --hot-share operators")
+    p.add_argument("--evolve", type=int, default=0, metavar="N",
+                   help="reuse-then-evolve (beyond the paper): N more MetaSchedule trials per reused operator, "
+                        "seeded with the reuse tuner's best program (eto)")
     p.add_argument("--trials-per-iter", type=int, default=64, help="MetaSchedule batch size")
-    p.add_argument("--db", default=DEFAULT_DB, help=f"database directory (default: {DEFAULT_DB})")
+    p.add_argument("--db", action="append", default=None,
+                   help=f"database directory (default: {DEFAULT_DB}); repeat to add prior databases, whose "
+                        "programs are merged into the first and reused")
     p.add_argument("--target", default="cpu", help="cpu (this machine), cuda, or a TVM tag")
     p.add_argument("--search", default="evolutionary", choices=["evolutionary", "light"],
                    help="MetaSchedule's evolutionary search with its defaults, or a small-population one")

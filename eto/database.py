@@ -43,7 +43,7 @@ META = "eto_meta.json"
 CORRUPT = "corrupt_lines.txt"
 LOCK = ".lock"
 
-Method = Literal["backend", "reuse", "topk", "import"]
+Method = Literal["backend", "reuse", "reuse+evolve", "topk", "import"]
 
 
 @dataclass(frozen=True)

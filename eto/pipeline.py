@@ -9,6 +9,18 @@ operators the database has attempted are never tuned again.
 
 An operator whose parent has no program, or whose parent's sketch turns out not to be in its
 design space, falls back to the backend (the reason is kept with the result).
+
+Kinds with several sketches (section 6.1) cost the full budget until one of them is tuned: when
+the plan names such operators (``replan_after``), they are tuned first and the set is planned
+again, now with estimated reuse costs.
+
+Two options go beyond the paper, both off by default:
+
+- ``hot_share`` (frequency-aware tuning): operators whose frequency x FLOPs is at least this share
+  of the set's are never derived by reuse; the backend tunes them with ``hot_factor`` x ``trials``.
+- ``evolve_trials`` (reuse-then-evolve, the paper's future work): after the reuse tuner, MetaSchedule's
+  evolutionary search continues for this many trials, its population seeded with the reuse tuner's
+  best program; the better of the two is kept.
 """
 
 from __future__ import annotations
@@ -20,7 +32,7 @@ from typing import TYPE_CHECKING, Callable, Literal
 from .database import Database
 from .operators import Operator
 from .opsets import OperatorSet
-from .plan import BridgeOption, CostModel, plan_operator_set
+from .plan import BridgeOption, CostModel, OperatorPlan, hot_operators, plan_operator_set
 from .tuning import OperatorReport, TuneReport, _row, tune_with_backend
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -49,6 +61,9 @@ def tune(
     search: str | object = "evolutionary",
     on_batch: Callable[[str, int, int, float], None] | None = None,
     log: Callable[[str], None] | None = None,
+    hot_share: float | None = None,
+    hot_factor: float = 2.0,
+    evolve_trials: int = 0,
 ) -> TuneReport:
     """Tune ``opset`` into ``database`` by reuse; return a report of every operator (bridges too).
 
@@ -56,7 +71,7 @@ def tune(
     the OC graph's root-edge cost (a small ``trials`` for a quick run would make every reuse edge
     look too dear: plan with the budget the backend would really be given);
     ``strategy`` is the reuse tuner's (``"global"``: rounds after T once; ``"per-b"``: the paper's
-    loop per block count).
+    loop per block count). ``hot_share``/``hot_factor`` and ``evolve_trials``: see the module doc.
     """
     from tuner.measure import MeasureConfig, Measurer
 
@@ -64,46 +79,75 @@ def tune(
 
     if trials < 1:
         raise ValueError(f"trials must be positive, got {trials}")
+    if evolve_trials < 0:
+        raise ValueError(f"evolve_trials must be >= 0, got {evolve_trials}")
+    if hot_factor < 1:
+        raise ValueError(f"hot_factor must be >= 1, got {hot_factor}")
     target = parse_target(target)
     os.environ.setdefault("TVM_NUM_THREADS", str(num_threads()))
     say = log or (lambda _msg: None)
     start = time.perf_counter()
-    planned = plan_operator_set(opset, budget=plan_budget or trials, bridges=bridges, solver=solver, database=database,
-                                target=target, cost=cost)
-    plan, ops = planned.plan, planned.operators
-    cached = {op for op in ops.values() if database.attempted(op, target)}
-    say(f"plan: {len(plan.backend)} by the backend, {len(plan.reuse_pairs)} by reuse "
-        f"({len(plan.used_bridges)} bridges), {len(plan.prior)} already tuned; "
-        f"estimated {plan.total_cost:.0f} candidates vs {plan.baseline_cost:.0f} with the backend alone")
+    hot = hot_operators(opset, hot_share) if hot_share is not None else frozenset()
+    hot_trials = max(trials, round(trials * hot_factor))
+    budget = plan_budget or trials
+
+    def make_plan() -> OperatorPlan:
+        return plan_operator_set(opset, budget=budget, bridges=bridges, solver=solver, database=database,
+                                 target=target, cost=cost, hot=hot, hot_budget=round(budget * hot_factor))
+
+    from .database import target_key
+
+    tk = target_key(target)
+    attempted_before = {r["op_key"] for r in database.results() if r.get("target") == tk}
+    planned = make_plan()
+    estimated = 0.0
     own = measurer is None
     measurer = measurer or Measurer.local(MeasureConfig())
+    kw = dict(num_trials_per_iter=num_trials_per_iter, seed=seed, on_batch=on_batch, strategy=search)
     try:
+        first = [planned.operators[n] for n in planned.plan.replan_after]
+        if first:  # tune one operator of each multi-sketch kind, then plan with estimated costs
+            say(f"plan: {len(first)} operators of multi-sketch kinds first, then planning again")
+            _backend(first, hot, target, database, measurer, trials, hot_trials, say, kw)
+            estimated = sum(planned.plan.edge_costs[(planned.plan.parent[n], n)] for n in planned.plan.replan_after)
+            planned = make_plan()
+        plan, ops = planned.plan, planned.operators
+        say(f"plan: {len(plan.backend)} by the backend, {len(plan.reuse_pairs)} by reuse "
+            f"({len(plan.used_bridges)} bridges), {len(plan.prior)} already tuned"
+            + (f", {len(hot)} hot" if hot else "")
+            + f"; estimated {plan.total_cost:.0f} candidates vs {plan.baseline_cost:.0f} with the backend alone")
         roots = [ops[n] for n in plan.backend if not database.attempted(ops[n], target)]
-        if roots:
-            say(f"backend: {len(roots)} operators, {trials} trials each")
-            tune_with_backend(roots, target, database, trials=trials, measurer=measurer,
-                              num_trials_per_iter=num_trials_per_iter, seed=seed, on_batch=on_batch,
-                              strategy=search)
+        _backend(roots, hot, target, database, measurer, trials, hot_trials, say, kw)
         for name in plan.order:
             parent = plan.parent[name]
             if parent == ROOT or database.attempted(ops[name], target):
                 continue
             _reuse_one(ops[name], ops[parent], target, database, measurer, strategy=strategy,
                        estimate=plan.edge_costs[(parent, name)], trials=trials, say=say,
-                       num_trials_per_iter=num_trials_per_iter, seed=seed, search=search)
+                       evolve_trials=evolve_trials, backend_kw=kw)
     finally:
         if own:
             measurer.close()
-    rows = [_row(e, database, target, "cached" if e.op in cached else "tuned") for e in opset]
+    status = {True: "cached", False: "tuned"}
+    rows = [_row(e, database, target, status[e.op.key in attempted_before]) for e in opset]
     in_set = {e.op for e in opset}
-    rows += [_bridge_row(ops[n], database, target, "cached" if ops[n] in cached else "tuned")
+    rows += [_bridge_row(ops[n], database, target, status[ops[n].key in attempted_before])
              for n in plan.used_bridges if ops[n] not in in_set]
-    return TuneReport(str(target), tuple(rows), time.perf_counter() - start, estimated_candidates=plan.total_cost)
+    return TuneReport(str(target), tuple(rows), time.perf_counter() - start,
+                      estimated_candidates=estimated + plan.total_cost)
+
+
+def _backend(ops: list[Operator], hot: frozenset[Operator], target, database: Database, measurer, trials: int,
+             hot_trials: int, say: Callable[[str], None], kw: dict) -> None:
+    """Tune ``ops`` with the backend's task scheduler: hot operators with ``hot_trials`` each."""
+    for group, n in (([o for o in ops if o in hot], hot_trials), ([o for o in ops if o not in hot], trials)):
+        if group:
+            say(f"backend: {len(group)} operators, {n} trials each")
+            tune_with_backend(group, target, database, trials=n, measurer=measurer, **kw)
 
 
 def _reuse_one(alpha: Operator, beta: Operator, target, database: Database, measurer, *, strategy: Strategy,
-               estimate: float, trials: int, say: Callable[[str], None], num_trials_per_iter: int,
-               seed: int | None, search: str | object) -> None:
+               estimate: float, trials: int, say: Callable[[str], None], evolve_trials: int, backend_kw: dict) -> None:
     """Tune α from β's best program; fall back to the backend when there is nothing to reuse."""
     from tuner.btm import program_features
     from tuner.reuse import reuse_tune
@@ -127,17 +171,41 @@ def _reuse_one(alpha: Operator, beta: Operator, target, database: Database, meas
                     cfg, nest = program_features(res.record, kind)
                     features = {"B": cfg.B, "T": cfg.T, "M": cfg.M(nest), "bshape": list(cfg.bshape),
                                 "tshape": [list(x) for x in cfg.tshape], "lshape": list(cfg.lshape)}
-                database.commit(alpha, target, [res.record], method="reuse", source=beta,
-                                candidates=res.candidates, seconds=res.seconds, features=[features],
-                                extra={"estimate": estimate, "rounds": res.rounds,
+                records, feats = [res.record], [features]
+                candidates, seconds, extra = res.candidates, res.seconds, {}
+                if evolve_trials:
+                    ev = _evolve(alpha, res.record, target, measurer, evolve_trials, backend_kw)
+                    records += list(ev.records)
+                    feats += [None] * len(ev.records)
+                    candidates, seconds = candidates + ev.candidates, seconds + ev.seconds
+                    extra = {"evolve": {"candidates": ev.candidates, "seconds": ev.seconds,
+                                        "reuse_latency_s": res.latency_s, "best_s": ev.best_latency}}
+                    say(f"evolve: {alpha.name}: {ev.candidates} more candidates, {ev.seconds:.1f} s, "
+                        f"{res.latency_s * 1e6:.1f} -> {min(res.latency_s, ev.best_latency) * 1e6:.1f} us")
+                database.commit(alpha, target, records, method="reuse+evolve" if evolve_trials else "reuse",
+                                source=beta, candidates=candidates, seconds=seconds, features=feats,
+                                extra={"estimate": estimate, "rounds": res.rounds, **extra,
                                        "trajectory": [[round(p.seconds, 4), p.trial, p.best_s]
                                                       for p in res.trajectory]})
                 say(f"reuse: {alpha.name} <- {beta.name}: {res.candidates} candidates (estimated "
                     f"{estimate:.0f}), {res.seconds:.1f} s, {res.latency_s * 1e6:.1f} us")
                 return
     say(f"backend fallback for {alpha.name}: {reason}")
-    tune_with_backend([alpha], target, database, trials=trials, measurer=measurer,
-                      num_trials_per_iter=num_trials_per_iter, seed=seed, strategy=search)
+    tune_with_backend([alpha], target, database, trials=trials, measurer=measurer, **backend_kw)
+
+
+def _evolve(alpha: Operator, seed_record, target, measurer, trials: int, backend_kw: dict):
+    """MetaSchedule's search for α, ``trials`` more candidates, started from the reuse tuner's best."""
+    from tvm.s_tir.meta_schedule.database import MemoryDatabase
+
+    from tuner.backend import BackendTask, tune_backend
+
+    prior = MemoryDatabase()
+    prior.commit_workload(seed_record.workload.mod)
+    prior.commit_tuning_record(seed_record)
+    return tune_backend([BackendTask(alpha.name, alpha.prim_func())], target, trials_per_task=trials,
+                        measurer=measurer, prior=prior, **{**backend_kw, "num_trials_per_iter": min(
+                            trials, backend_kw.get("num_trials_per_iter", 64))})[0]
 
 
 def _bridge_row(op: Operator, database: Database, target, status: str) -> OperatorReport:

@@ -10,7 +10,8 @@ bridges.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Literal, Mapping
+import math
+from typing import TYPE_CHECKING, Callable, Collection, Literal, Mapping
 
 from selector import LoopNestOp, Plan, select_reuse_pairs
 from selector.costs import analytic_cost_fn
@@ -49,6 +50,19 @@ def loop_nest_op(name: str, op: Operator, frequency: int, tuned: bool) -> LoopNe
 
 
 CostModel = Literal["analytic", "estimate"]
+
+
+def hot_operators(opset: OperatorSet, share: float) -> frozenset[Operator]:
+    """Operators whose frequency x FLOPs is at least ``share`` of the whole set's (beyond the paper).
+
+    The paper treats every operator alike, but a network's latency is dominated by a few: these
+    are the ones worth full backend tuning with extra budget rather than reuse. Before anything is
+    measured, FLOPs stand in for latency. O(n).
+    """
+    if not 0 < share <= 1:
+        raise ValueError(f"hot share must be in (0, 1], got {share}")
+    total = opset.total_flops
+    return frozenset(e.op for e in opset if total and e.frequency * e.op.flops >= share * total)
 
 
 def estimator_cost_fn(operator_of: Callable[[LoopNestOp], "Operator | None"], target_kind: str, budget: float,
@@ -98,12 +112,16 @@ def plan_operator_set(
     cost_fn: Callable[[LoopNestOp, LoopNestOp], float] | None = None,
     time_limit: float | None = 30.0,
     cost: CostModel = "analytic",
+    hot: Collection[Operator] = (),
+    hot_budget: int | None = None,
 ) -> OperatorPlan:
     """Select reuse pairs for ``opset``; operators already in ``database`` for ``target`` are free roots.
 
     ``cost_fn`` estimates the trials of tuning α from β; by default ``cost`` picks it: ``"estimate"``
     is the tuner's trial estimator (reads every operator's program: seconds), ``"analytic"`` the
     selector's TVM-free stand-in (milliseconds). The backend costs ``budget`` per operator.
+    ``hot`` operators (see :func:`hot_operators`) are never derived by reuse: they are roots with a
+    backend budget of ``hot_budget`` (default ``budget``), and reuse sources for the rest.
     """
     if budget < 1:
         raise ValueError(f"budget must be positive, got {budget}")
@@ -142,10 +160,22 @@ def plan_operator_set(
             return by_name.get(n.name) or build_bridge(n)
 
         cost_fn = estimator_cost_fn(operator_of, target_kind(target) if target is not None else "cpu", budget)
+    cost_fn = cost_fn or analytic_cost_fn(float(budget))
+    backend_cost: "float | Callable[[LoopNestOp], float]" = float(budget)
+    hot_names = {n for n, op in names.items() if op in set(hot)}
+    if hot_names:
+        base, hot_cost = cost_fn, float(hot_budget or budget)
+
+        def cost_fn(alpha: LoopNestOp, beta: LoopNestOp) -> float:
+            return math.inf if alpha.name in hot_names else base(alpha, beta)
+
+        def backend_cost(op: LoopNestOp) -> float:
+            return hot_cost if op.name in hot_names else float(budget)
+
     plan = select_reuse_pairs(
         nodes,
-        cost_fn=cost_fn or analytic_cost_fn(float(budget)),
-        backend_cost=float(budget),
+        cost_fn=cost_fn,
+        backend_cost=backend_cost,
         bridges=bridges,
         solver=solver,
         sketch_check=lambda b: build_bridge(b) is not None,

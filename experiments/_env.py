@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
+import subprocess
 
 
 def environment() -> dict:
@@ -13,6 +15,11 @@ def environment() -> dict:
     from eto.target import cpu_info
 
     info = cpu_info()
-    return {"cpu": info.model, "mcpu": info.mcpu, "cores": info.cores,
+    gpu = None
+    if shutil.which("nvidia-smi"):
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True)
+        gpu = out.stdout.strip() or None
+    return {"gpu": gpu, "cpu": info.model, "mcpu": info.mcpu, "cores": info.cores,
             "TVM_NUM_THREADS": os.environ.get("TVM_NUM_THREADS"), "tvm": tvm.__version__,
             "tvm_ffi": getattr(tvm_ffi, "__version__", "?"), "python": platform.python_version()}

@@ -15,8 +15,10 @@ One run, one machine, three results (paper sections 3, 5 and 6.1):
    one whose B, T or M ratio to β's best lies in the paper's range ([r1, r2] for B, [1, r2] for T
    and M); the same for widened ranges, to show which CPU ranges the data supports.
 
-Usage: ``python experiments/reuse_pairs.py --scale ci|small|paper [--ranges paper|cpu]``; results go
-to ``experiments/results/reuse_pairs_<scale>[_cpu-ranges].json``. Interrupted runs resume: finished backend runs
+Usage: ``python experiments/reuse_pairs.py --scale ci|small|gpu|paper [--ranges paper|cpu] [--target cuda-tag]``;
+results go to ``experiments/results/reuse_pairs_<scale>[_cpu-ranges][_<gpu>].json``. On a GPU target the
+feature ranges are the paper's B (thread blocks), T (threads) and M (shared memory) of the lowered
+programs. Interrupted runs resume: finished backend runs
 and reuse runs are cached under ``--work`` (default ``experiments/work/reuse_pairs_<scale>``).
 """
 
@@ -47,6 +49,9 @@ SCALES = {
     "ci": ([("C2D", C2D[0]), ("C2D", C2D[2])], 16, 1),
     "small": ([("C2D", p) for p in C2D] + [("C1D", p) for p in C1D] + [("BMM", p) for p in BMM]
               + [("DEP", p) for p in DEP], 64, 8),
+    # a GPU session has minutes of device time: fewer operators, the same types
+    "gpu": ([("C2D", C2D[i]) for i in (0, 1, 2, 4, 5)] + [("C1D", p) for p in C1D[:2]] + [("BMM", p) for p in BMM]
+            + [("DEP", p) for p in DEP[:2]], 64, 4),
     "paper": ([("C2D", p) for p in C2D] + [("C1D", p) for p in C1D] + [("BMM", p) for p in BMM]
               + [("DEP", p) for p in DEP], 1000, 100),
 }
@@ -175,8 +180,8 @@ def remeasure(records: list, target, measurer, rounds: int) -> list[float]:
 
 
 # -- feature ranges -------------------------------------------------------------------------------
-def range_evidence(ops, pairs, work: str) -> dict:
-    """Section 3 on CPU: is a near-best program of α inside the B/T/M ranges set by β's best?"""
+def range_evidence(ops, pairs, work: str, kind: str = "cpu") -> dict:
+    """Section 3: is a near-best program of α inside the B/T/M ranges set by β's best?"""
     from tuner.backend import median_secs
     from tuner.btm import program_features
 
@@ -187,7 +192,7 @@ def range_evidence(ops, pairs, work: str) -> dict:
         rows = []
         for r in recs:
             try:
-                cfg, nest = program_features(r, "cpu")
+                cfg, nest = program_features(r, kind)
             except ValueError:
                 continue
             rows.append((median_secs(r), cfg.B, cfg.T, cfg.M(nest)))
@@ -234,25 +239,28 @@ def main(argv=None) -> int:
                     help="B/T/M windows of the reuse tuner: the paper's, or widened as the CPU evidence says")
     ap.add_argument("--strategies", nargs="+", choices=STRATEGIES, default=list(STRATEGIES),
                     help="reuse tuner strategies to run (each pair is tuned once per strategy)")
+    ap.add_argument("--target", default="cpu", help="cpu (this machine) or a CUDA tag, e.g. nvidia/nvidia-h100")
     ap.add_argument("--work", default=None)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     os.environ.setdefault("TVM_NUM_THREADS", "2")
     from eto import Operator
-    from eto.target import cpu_target
+    from eto.target import parse_target, target_kind
     from tuner.btm import program_features
     from tuner.estimate import estimate_trials, trials_for_config
     from tuner.measure import MeasureConfig, Measurer
 
     spec, trials, per_type = SCALES[args.scale]
     trials = args.trials or trials
-    work = args.work or os.path.join(os.path.dirname(__file__), "work", f"reuse_pairs_{args.scale}")
-    suffix = "" if args.ranges == "paper" else f"_{args.ranges}-ranges"
+    target = parse_target(args.target)
+    kind = target_kind(target)
+    gpu = "" if kind == "cpu" else "_" + args.target.split("/")[-1].replace("nvidia-", "")
+    work = args.work or os.path.join(os.path.dirname(__file__), "work", f"reuse_pairs_{args.scale}{gpu}")
+    suffix = ("" if args.ranges == "paper" else f"_{args.ranges}-ranges") + gpu
     out_path = args.out or os.path.join(os.path.dirname(__file__), "results", f"reuse_pairs_{args.scale}{suffix}.json")
     ops = [Operator.create(t, **p) for t, p in spec]
     pairs = reuse_pairs(ops, per_type)
     c2d_all = [p for p in reuse_pairs(ops, 10_000) if ops[p[0]].type == "C2D"]
-    target = cpu_target()
     measurer = Measurer.local(MeasureConfig(number=3, repeat=5, min_repeat_ms=40))
     t0 = time.perf_counter()
     try:
@@ -264,8 +272,8 @@ def main(argv=None) -> int:
         rows = []
         for k, (a, b) in enumerate(pairs):
             alpha, beta = ops[a], ops[b]
-            beta_cfg, beta_nest = program_features(records_of(beta, work)[0], "cpu")
-            _, alpha_nest = program_features(records_of(alpha, work)[0], "cpu")
+            beta_cfg, beta_nest = program_features(records_of(beta, work)[0], kind)
+            _, alpha_nest = program_features(records_of(alpha, work)[0], kind)
             for strategy in args.strategies:
                 try:
                     r = reuse_stage(alpha, beta, target, measurer, work, strategy, args.ranges)
@@ -276,10 +284,10 @@ def main(argv=None) -> int:
                                  "type": alpha.type, "error": str(exc), "candidates": 0, "seconds": 0.0,
                                  "estimate": None})
                     continue
-                est = estimate_trials("cpu", alpha_nest, beta_nest, strategy=strategy, ranges=args.ranges)
+                est = estimate_trials(kind, alpha_nest, beta_nest, strategy=strategy, ranges=args.ranges)
                 rows.append({**r, "pair": [a, b], "type": alpha.type, "estimate": est.mean,
                              "estimate_range": [est.low, est.high],
-                             "enumeration_for_actual_beta": trials_for_config("cpu", alpha_nest, beta_nest, beta_cfg,
+                             "enumeration_for_actual_beta": trials_for_config(kind, alpha_nest, beta_nest, beta_cfg,
                                                                               strategy=strategy, ranges=args.ranges)})
                 print(f"[reuse {k + 1}/{len(pairs)} {strategy}] {alpha.name} <- {beta.name}: {r['candidates']} "
                       f"candidates, {r['seconds']:.1f} s, estimate {est.mean:.1f}", flush=True)
@@ -300,7 +308,7 @@ def main(argv=None) -> int:
                            backend_time_to_best_s=bk["time_to_best_s"], backend_trials_to_best=bk["trials_to_best"],
                            backend_seconds=bk["seconds"], backend_candidates=bk["candidates"],
                            speedup=(bk["time_to_best_s"] or bk["seconds"]) / row["seconds"])
-        ranges = range_evidence(ops, c2d_all, work) if len(c2d_all) else {}
+        ranges = range_evidence(ops, c2d_all, work, kind) if len(c2d_all) else {}
     finally:
         measurer.close()
 
@@ -315,7 +323,8 @@ def main(argv=None) -> int:
                 "estimate_within_0.67_1.5": (sum(0.67 <= x <= 1.5 for x in ratio) / len(ratio)) if ratio else None}
 
     result = {
-        "benchmark": "reuse_pairs", "scale": args.scale, "ranges": args.ranges, "trials_N": trials, "target": str(target.kind.name),
+        "benchmark": "reuse_pairs", "scale": args.scale, "ranges": args.ranges, "trials_N": trials,
+        "target": str(target.kind.name) if kind == "cpu" else args.target,
         "mcpu": str(target.attrs.get("mcpu", "")), "environment": environment(),
         "backend": "MetaSchedule evolutionary search + XGBoost, one task at a time, 32 candidates per batch",
         "remeasure_rounds": args.repeat, "wall_s": time.perf_counter() - t0,

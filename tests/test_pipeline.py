@@ -103,3 +103,40 @@ def test_prior_database_operators_are_free_reuse_sources(tmp_path):
     (row,) = report.rows
     assert row.method == "reuse" and row.source == first.entries[0].op.key and row.status == "tuned"
     assert check_record(new, db.best(new, target).tuning_record, target).ok
+
+
+def test_hot_share_evolve_and_prior_databases(capsys, tmp_path):
+    """Beyond the paper: a hot operator gets 2x backend budget and is never reused; a reused one is
+    then evolved by MetaSchedule from the reuse tuner's best; a second --db is a prior database."""
+    big = Operator.create("BMM", B=2, M=32, N=32, K=32)
+    small = Operator.create("BMM", B=2, M=32, N=32, K=16)
+    from eto.opsets import OperatorEntry
+
+    set_file = tmp_path / "s.json"
+    OperatorSet("s", (OperatorEntry(big, 1), OperatorEntry(small, 20))).save(set_file)
+    common = ["--trials", 8, "--trials-per-iter", 8, "--plan-budget", 1000, "--search", "light", "--seed", 0,
+              "--bridges", "none", "--json", "--quiet"]
+    code, out, err = run_cli(capsys, "tune", "--opset", set_file, "--db", tmp_path / "db", "--hot-share", 0.5,
+                             "--evolve", 8, *common)
+    assert code == 0, err
+    rows = {r["key"]: r for r in json.loads(out)["operators"]}
+    assert rows[small.key]["method"] == "backend" and rows[small.key]["candidates"] == 16  # hot: 2 x 8
+    assert rows[big.key]["method"] == "reuse+evolve" and rows[big.key]["source"] == small.key
+    db = Database(tmp_path / "db")
+    target = parse_target("cpu")
+    meta = next(r for r in db.results() if r["op_key"] == big.key)
+    assert meta["evolve"]["candidates"] == 8
+    assert meta["candidates"] == 8 + sum(meta["rounds"].values())
+    assert db.best(big, target).latency_s <= meta["evolve"]["reuse_latency_s"]
+    for op in (big, small):
+        assert check_record(op, db.best(op, target).tuning_record, target).ok
+
+    # the first database as a prior of a new one: both operators count as tuned, nothing is measured
+    code, out, err = run_cli(capsys, "tune", "--opset", set_file, "--db", tmp_path / "new", "--db", tmp_path / "db",
+                             *common)
+    assert code == 0, err
+    assert {r["status"] for r in json.loads(out)["operators"]} == {"cached"}
+    assert "prior database" in err and "merged into" in err
+    code, _, err = run_cli(capsys, "tune", "--opset", set_file, "--db", tmp_path / "new", "--db", tmp_path / "nope",
+                           *common)
+    assert code == 2 and "nope" in err and "no such database" in err

@@ -112,3 +112,26 @@ def test_plan_with_the_tuners_trial_estimator(capsys):
         assert 0 < cost < 1000
     roots = [c for p, c, _ in d["edge_costs"] if p == "root"]
     assert d["total_cost"] == pytest.approx(1000 * len(roots) + sum(cost for _, _, cost in reuse))
+
+
+def test_hot_operators_are_backend_roots_with_extra_budget():
+    """Frequency-aware planning: a dominant operator is never derived by reuse and costs more budget."""
+    from eto.operators import Operator
+    from eto.opsets import OperatorEntry, OperatorSet
+    from eto.plan import hot_operators, plan_operator_set
+
+    small = Operator.create("BMM", B=2, M=32, N=32, K=16)
+    big = Operator.create("BMM", B=2, M=32, N=32, K=32)
+    opset = OperatorSet("s", (OperatorEntry(big, 1), OperatorEntry(small, 20)))
+    # frequency x FLOPs: small 20 x 16 against big 1 x 32, shares 10/11 and 1/11
+    assert hot_operators(opset, 0.5) == {small}
+    assert hot_operators(opset, 0.05) == {small, big}
+    with pytest.raises(ValueError, match="hot share"):
+        hot_operators(opset, 0)
+
+    plain = plan_operator_set(opset, budget=1000, bridges="none")
+    assert plain.plan.parent["BMM[2,32,32,16]"] != "root"  # reuse is cheaper than the backend
+    hot = plan_operator_set(opset, budget=1000, bridges="none", hot={small}, hot_budget=2000)
+    assert hot.plan.parent["BMM[2,32,32,16]"] == "root"
+    assert hot.plan.total_cost == pytest.approx(2000 + hot.plan.edge_costs[
+        (hot.plan.parent["BMM[2,32,32,32]"], "BMM[2,32,32,32]")])
