@@ -60,8 +60,8 @@ def _tune(args: argparse.Namespace) -> int:
         counts = db.merge_from(Database(prior, readonly=True))
         print(f"eto: prior database {prior}: {counts['results']} results, {counts['records']} records merged into "
               f"{paths[0]}", file=sys.stderr)
-    if args.method == "ansor" and (args.hot_share is not None or args.evolve):
-        raise CLIError("--hot-share and --evolve apply to --method eto only")
+    if args.method == "ansor" and (args.hot_share is not None or args.evolve or args.rpc or args.devices != 1):
+        raise CLIError("--hot-share, --evolve, --rpc and --devices apply to --method eto only")
     todo = [e for e in opset if not db.attempted(e.op, target)]
     how = "MetaSchedule for every operator" if args.method == "ansor" else "eto (reuse)"
     print(f"eto: {opset.name}: {len(opset)} operators, {len(opset) - len(todo)} already in {paths[0]}; "
@@ -80,17 +80,40 @@ def _tune(args: argparse.Namespace) -> int:
     else:
         from .pipeline import tune
 
-        report = tune(opset, target, db, trials=args.trials, plan_budget=args.plan_budget,
-                      num_trials_per_iter=args.trials_per_iter,
-                      seed=args.seed, search=search, bridges=args.bridges, cost=args.cost,
-                      strategy=args.strategy, on_batch=on_batch, hot_share=args.hot_share,
-                      hot_factor=args.hot_factor, evolve_trials=args.evolve,
-                      log=None if args.quiet else (lambda m: print(f"eto: {m}", file=sys.stderr, flush=True)))
+        measurers = _rpc_measurers(args)
+        try:
+            report = tune(opset, target, db, trials=args.trials, measurer=measurers, plan_budget=args.plan_budget,
+                          num_trials_per_iter=args.trials_per_iter,
+                          seed=args.seed, search=search, bridges=args.bridges, cost=args.cost,
+                          strategy=args.strategy, on_batch=on_batch, hot_share=args.hot_share,
+                          hot_factor=args.hot_factor, evolve_trials=args.evolve,
+                          log=None if args.quiet else (lambda m: print(f"eto: {m}", file=sys.stderr, flush=True)))
+        finally:
+            for m in measurers or ():
+                m.close()
     if args.json:
         print(json.dumps(report.to_json(), indent=1))
     else:
         print(_report_table(report))
     return EXIT_FAILED if report.failed else EXIT_OK
+
+
+def _rpc_measurers(args: argparse.Namespace):
+    """``--rpc HOST:PORT --rpc-key KEY --devices N``: N measurers on the tracker's devices (or None)."""
+    if args.rpc is None:
+        if args.devices != 1:
+            raise CLIError("--devices needs --rpc (a tracker with that many devices)")
+        return None
+    host, _, port = args.rpc.rpartition(":")
+    if not host or not port.isdigit():
+        raise CLIError(f"--rpc {args.rpc!r}: expected HOST:PORT of an RPC tracker")
+    if not args.rpc_key:
+        raise CLIError("--rpc needs --rpc-key (the key the devices registered under)")
+    if args.devices < 1:
+        raise CLIError(f"--devices must be positive, got {args.devices}")
+    from tuner.measure import Measurer
+
+    return [Measurer.rpc(host, int(port), args.rpc_key) for _ in range(args.devices)]
 
 
 def _report_table(report) -> str:
@@ -288,6 +311,10 @@ def register_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--evolve", type=int, default=0, metavar="N",
                    help="reuse-then-evolve (beyond the paper): N more MetaSchedule trials per reused operator, "
                         "seeded with the reuse tuner's best program (eto)")
+    p.add_argument("--rpc", metavar="HOST:PORT", help="measure on devices of this TVM RPC tracker (eto)")
+    p.add_argument("--rpc-key", help="device key registered with the tracker")
+    p.add_argument("--devices", type=int, default=1,
+                   help="tune this many independent subtrees of the plan at once, one RPC device each (eto)")
     p.add_argument("--trials-per-iter", type=int, default=64, help="MetaSchedule batch size")
     p.add_argument("--db", action="append", default=None,
                    help=f"database directory (default: {DEFAULT_DB}); repeat to add prior databases, whose "

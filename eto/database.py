@@ -26,6 +26,7 @@ import fcntl
 import json
 import os
 import statistics
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -111,6 +112,9 @@ class Database:
         elif not os.path.isdir(self.path):
             raise DatabaseError(f"{self.path}: no such database")
         self.problems: list[Problem] = []
+        # one lock per object: concurrent subtrees (pipeline scale-out) share a Database; the file
+        # lock orders processes, this one keeps readers off a half-built index
+        self._mutex = threading.RLock()
         self._load()
 
     # -- loading --------------------------------------------------------------------------
@@ -140,6 +144,10 @@ class Database:
         return lines
 
     def _load(self) -> None:
+        with self._mutex:
+            self._load_unlocked()
+
+    def _load_unlocked(self) -> None:
         self.problems = []
         self._workloads: list[Any] = []  # parsed JSON or None
         self._workload_index: dict[str, int] = {}
@@ -205,12 +213,14 @@ class Database:
 
     def programs(self, *, target: "str | Target | None" = None, op: Operator | None = None) -> list[ProgramRecord]:
         tk = None if target is None else target_key(target)
-        return [p for p in self._programs
-                if (tk is None or p.target == tk) and (op is None or p.op == op)]
+        with self._mutex:
+            return [p for p in self._programs
+                    if (tk is None or p.target == tk) and (op is None or p.op == op)]
 
     def results(self) -> list[dict]:
         """The raw metadata of each tuning result, in commit order (failed ones included)."""
-        return list(self._results)
+        with self._mutex:
+            return list(self._results)
 
     def best(self, op: Operator, target: "str | Target") -> ProgramRecord | None:
         """The fastest stored program of ``op`` on ``target`` (None if never tuned there)."""
@@ -231,7 +241,7 @@ class Database:
     def attempted(self, op: Operator, target: "str | Target") -> bool:
         """Whether a tuning result (successful or not) for ``op`` on ``target`` is committed."""
         tk, key = target_key(target), op.key
-        return any(r.get("op_key") == key and r.get("target") == tk for r in self._results)
+        return any(r.get("op_key") == key and r.get("target") == tk for r in self.results())
 
     def sources(self, *, op_type: str, target: "str | Target", sketch: str | None = None) -> list[ProgramRecord]:
         """Best programs of tuned operators of one type (and sketch key): candidate reuse sources."""
@@ -275,6 +285,7 @@ class Database:
     def _locked(self) -> Iterator[None]:
         if self.readonly:
             raise DatabaseError(f"{self.path}: opened read-only")
+        self._mutex.acquire()
         fd = os.open(self._file(LOCK), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -286,6 +297,7 @@ class Database:
             self._line_counts = None
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
+            self._mutex.release()
 
     def _repair_partial_lines(self) -> None:
         """Move an interrupted write's partial last line to corrupt_lines.txt and cut it off."""

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Callable, Literal
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
 from .database import Database
 from .operators import Operator
@@ -51,7 +52,7 @@ def tune(
     *,
     trials: int = 64,
     plan_budget: int | None = None,
-    measurer: "Measurer | None" = None,
+    measurer: "Measurer | Sequence[Measurer] | None" = None,
     bridges: BridgeOption = "1hop",
     solver: Literal["auto", "exact", "approx"] = "auto",
     cost: CostModel = "estimate",
@@ -72,6 +73,8 @@ def tune(
     look too dear: plan with the budget the backend would really be given);
     ``strategy`` is the reuse tuner's (``"global"``: rounds after T once; ``"per-b"``: the paper's
     loop per block count). ``hot_share``/``hot_factor`` and ``evolve_trials``: see the module doc.
+    Given several measurers (e.g. one per RPC device), independent subtrees of the plan are tuned
+    concurrently, one measurer each (scale-out).
     """
     from tuner.measure import MeasureConfig, Measurer
 
@@ -102,7 +105,10 @@ def tune(
     planned = make_plan()
     estimated = 0.0
     own = measurer is None
-    measurer = measurer or Measurer.local(MeasureConfig())
+    measurers = list(measurer) if isinstance(measurer, (list, tuple)) else [measurer or Measurer.local(MeasureConfig())]
+    if not measurers:
+        raise ValueError("no measurers given")
+    measurer = measurers[0]
     kw = dict(num_trials_per_iter=num_trials_per_iter, seed=seed, on_batch=on_batch, strategy=search)
     try:
         first = [planned.operators[n] for n in planned.plan.replan_after]
@@ -116,15 +122,27 @@ def tune(
             f"({len(plan.used_bridges)} bridges), {len(plan.prior)} already tuned"
             + (f", {len(hot)} hot" if hot else "")
             + f"; estimated {plan.total_cost:.0f} candidates vs {plan.baseline_cost:.0f} with the backend alone")
-        roots = [ops[n] for n in plan.backend if not database.attempted(ops[n], target)]
-        _backend(roots, hot, target, database, measurer, trials, hot_trials, say, kw)
-        for name in plan.order:
-            parent = plan.parent[name]
-            if parent == ROOT or database.attempted(ops[name], target):
-                continue
-            _reuse_one(ops[name], ops[parent], target, database, measurer, strategy=strategy,
-                       estimate=plan.edge_costs[(parent, name)], trials=trials, say=say,
-                       evolve_trials=evolve_trials, backend_kw=kw)
+
+        def run(names: Sequence[str], m: "Measurer") -> None:
+            roots = [ops[n] for n in names if plan.parent[n] == ROOT and not database.attempted(ops[n], target)]
+            _backend(roots, hot, target, database, m, trials, hot_trials, say, kw)
+            for name in names:
+                parent = plan.parent[name]
+                if parent == ROOT or database.attempted(ops[name], target):
+                    continue
+                _reuse_one(ops[name], ops[parent], target, database, m, strategy=strategy,
+                           estimate=plan.edge_costs[(parent, name)], trials=trials, say=say,
+                           evolve_trials=evolve_trials, backend_kw=kw)
+
+        if len(measurers) == 1:
+            run(plan.order, measurer)
+        else:
+            groups = balance_subtrees(plan, len(measurers))
+            say(f"scale-out: {sum(map(len, groups))} operators in {len(plan.subtrees())} subtrees "
+                f"on {len(measurers)} devices")
+            with ThreadPoolExecutor(len(measurers)) as pool:
+                for f in [pool.submit(run, g, m) for g, m in zip(groups, measurers) if g]:
+                    f.result()
     finally:
         if own:
             measurer.close()
@@ -135,6 +153,22 @@ def tune(
              for n in plan.used_bridges if ops[n] not in in_set]
     return TuneReport(str(target), tuple(rows), time.perf_counter() - start,
                       estimated_candidates=estimated + plan.total_cost)
+
+
+def balance_subtrees(plan, workers: int) -> list[list[str]]:
+    """Split the plan's subtrees over ``workers`` by estimated cost, largest first (LPT rule).
+
+    Each worker's list keeps every subtree parents first. O(s log s + s w) for s subtrees.
+    """
+    costs = plan.edge_costs
+    parent = plan.parent
+    groups: list[list[str]] = [[] for _ in range(workers)]
+    load = [0.0] * workers
+    for tree in sorted(plan.subtrees(), key=lambda t: -sum(costs[(parent[n], n)] for n in t)):
+        i = min(range(workers), key=load.__getitem__)
+        groups[i].extend(tree)
+        load[i] += sum(costs[(parent[n], n)] for n in tree)
+    return groups
 
 
 def _backend(ops: list[Operator], hot: frozenset[Operator], target, database: Database, measurer, trials: int,

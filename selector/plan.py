@@ -95,6 +95,20 @@ class Plan:
         """Operators to tune, parents first (already-tuned ``prior`` operators omitted)."""
         return tuple(e.child for e in self.edges if not self.operators[e.child].tuned)
 
+    def subtrees(self) -> tuple[tuple[str, ...], ...]:
+        """Operators to tune grouped by the root child they descend from, each group parents first.
+
+        Groups share nothing but the database, so they can be tuned concurrently (one device each).
+        O(n) over the tree's edges, which are already in parents-first order.
+        """
+        top: dict[str, str] = {}
+        groups: dict[str, list[str]] = {}
+        for e in self.edges:
+            top[e.child] = e.child if e.parent == ROOT else top[e.parent]
+            if not self.operators[e.child].tuned:
+                groups.setdefault(top[e.child], []).append(e.child)
+        return tuple(tuple(g) for g in groups.values())
+
     @property
     def backend(self) -> tuple[str, ...]:
         """Operators the backend compiler tunes from scratch."""

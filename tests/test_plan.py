@@ -135,3 +135,23 @@ def test_hot_operators_are_backend_roots_with_extra_budget():
     assert hot.plan.parent["BMM[2,32,32,16]"] == "root"
     assert hot.plan.total_cost == pytest.approx(2000 + hot.plan.edge_costs[
         (hot.plan.parent["BMM[2,32,32,32]"], "BMM[2,32,32,32]")])
+
+
+def test_subtrees_are_balanced_over_devices():
+    """Scale-out: each subtree goes whole to one worker, parents first, largest estimated cost first."""
+    from eto.opsets import load_opset
+    from eto.pipeline import balance_subtrees
+    from eto.plan import plan_operator_set
+
+    plan = plan_operator_set(load_opset("resnet50"), budget=1000, bridges="none").plan
+    trees = plan.subtrees()
+    assert sorted(n for t in trees for n in t) == sorted(plan.order)
+    for t in trees:
+        assert plan.parent[t[0]] == "root" and all(plan.parent[n] in t for n in t[1:])
+    groups = balance_subtrees(plan, 3)
+    assert sorted(n for g in groups for n in g) == sorted(plan.order)
+    for g in groups:  # parents before children inside each worker's list
+        assert all(plan.parent[n] == "root" or g.index(plan.parent[n]) < g.index(n) for n in g)
+    cost = [sum(plan.edge_costs[(plan.parent[n], n)] for n in g) for g in groups]
+    biggest = max(sum(plan.edge_costs[(plan.parent[n], n)] for n in t) for t in trees)
+    assert max(cost) - min(cost) <= biggest  # the LPT bound

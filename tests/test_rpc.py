@@ -54,3 +54,49 @@ def test_tuning_through_rpc_devices(tmp_path, tracker):
         best = db.best(op, target)
         assert best is not None and best.candidates == 8 and best.latency_s > 0
         assert check_record(op, best.tuning_record, target).ok
+
+
+def test_scale_out_tunes_independent_subtrees_on_two_devices(tmp_path, tracker, capsys):
+    """eto tune --rpc --devices 2: the plan's two subtrees (one per kind) run concurrently; every
+    operator is tuned once, by the method the plan chose, and every program matches numpy."""
+    import json
+    import time
+
+    from tvm import rpc
+
+    from eto.cli import main
+    from eto.opsets import OperatorSet
+    from eto.verify import check_record
+
+    client = rpc.connect_tracker("127.0.0.1", tracker.port)
+    for _ in range(50):
+        if "eto-test   2" in client.text_summary():
+            break
+        time.sleep(0.1)
+    ops = [Operator.create("BMM", B=2, M=16, N=16, K=32), Operator.create("BMM", B=2, M=16, N=16, K=16),
+           Operator.create("DENSE", M=16, N=32, K=32), Operator.create("DENSE", M=16, N=32, K=16)]
+    set_file = tmp_path / "s.json"
+    OperatorSet.from_layers("s", ops).save(set_file)
+    code = main([str(a) for a in ("tune", "--opset", set_file, "--db", tmp_path / "db", "--trials", 8,
+                                  "--trials-per-iter", 8, "--plan-budget", 1000, "--search", "light", "--seed", 0,
+                                  "--bridges", "none", "--json", "--rpc", f"127.0.0.1:{tracker.port}",
+                                  "--rpc-key", "eto-test", "--devices", 2)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "in 2 subtrees on 2 devices" in err
+    rows = json.loads(out)["operators"]
+    assert sorted(r["method"] for r in rows) == ["backend", "backend", "reuse", "reuse"]
+    db = Database(tmp_path / "db")
+    assert sorted(r["op_key"] for r in db.results()) == sorted(op.key for op in ops)  # each tuned once
+    target = parse_target("cpu")
+    for op in ops:
+        assert check_record(op, db.best(op, target).tuning_record, target).ok
+
+
+def test_rpc_flags_are_checked(capsys):
+    from eto.cli import main
+
+    assert main(["tune", "--devices", "2"]) == 2
+    assert "--devices needs --rpc" in capsys.readouterr().err
+    assert main(["tune", "--rpc", "nohost", "--rpc-key", "k"]) == 2
+    assert "HOST:PORT" in capsys.readouterr().err
