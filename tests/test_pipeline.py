@@ -140,3 +140,28 @@ def test_hot_share_evolve_and_prior_databases(capsys, tmp_path):
     code, _, err = run_cli(capsys, "tune", "--opset", set_file, "--db", tmp_path / "new", "--db", tmp_path / "nope",
                            *common)
     assert code == 2 and "nope" in err and "no such database" in err
+
+
+def test_multi_sketch_kind_is_tuned_first_then_replanned(tmp_path):
+    """Section 6.1: FRB has two sketches, so its reuse cost is unknown until one FRB is tuned; the
+    pipeline tunes that one with the backend, plans again and derives the rest by reuse."""
+    from eto.pipeline import tune
+    from eto.plan import plan_operator_set
+    from tuner.backend import light_search
+
+    ops = [Operator.create("FRB", B=4, M=32, N=32), Operator.create("FRB", B=4, M=32, N=64),
+           Operator.create("FRB", B=8, M=32, N=64)]
+    opset = OperatorSet.from_layers("frb", ops)
+    first = plan_operator_set(opset, budget=1000, bridges="none", cost="estimate", target="cpu").plan
+    assert first.replan_after == ("FRB[4,32,32]",) and not first.reuse_pairs
+    db = Database(tmp_path / "db")
+    lines = []
+    report = tune(opset, "cpu", db, trials=8, num_trials_per_iter=8, plan_budget=1000, search=light_search(),
+                  seed=0, bridges="none", log=lines.append)
+    assert any("planning again" in m for m in lines)
+    methods = {r.op: r.method for r in report.rows}
+    assert methods == {"FRB[4,32,32]": "backend", "FRB[4,32,64]": "reuse", "FRB[8,32,64]": "reuse"}
+    assert 1000 < report.estimated_candidates < 2000  # the first root at the plan budget + estimated reuse
+    target = parse_target("cpu")
+    for op in ops:
+        assert check_record(op, db.best(op, target).tuning_record, target).ok
