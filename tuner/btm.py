@@ -23,6 +23,7 @@ shared bytes from the lowered function, which is what the hardware sees.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -36,6 +37,12 @@ if TYPE_CHECKING:  # pragma: no cover
 Kind = Literal["cpu", "cuda"]
 
 
+@functools.lru_cache(maxsize=1 << 18)
+def _footprint(shape: tuple[int, ...], coeffs: tuple[tuple[int, ...], ...], tile: tuple[int, ...]) -> tuple[int, ...]:
+    # cached: the trial estimator asks for the same boxes thousands of times per pair
+    return tuple(min(s, sum(abs(c) * (t - 1) for c, t in zip(row, tile)) + 1) for s, row in zip(shape, coeffs))
+
+
 @dataclass(frozen=True)
 class Access:
     """How one input of the major loop nest is indexed: per buffer dim, coefficients per loop."""
@@ -47,11 +54,10 @@ class Access:
 
     def footprint(self, tile: Sequence[int]) -> tuple[int, ...]:
         """Extent per buffer dim of the box touched when each loop ranges over ``tile`` values."""
-        return tuple(min(s, sum(abs(c) * (t - 1) for c, t in zip(row, tile)) + 1)
-                     for s, row in zip(self.shape, self.coeffs))
+        return _footprint(self.shape, self.coeffs, tuple(tile))
 
     def elements(self, tile: Sequence[int]) -> int:
-        return math.prod(self.footprint(tile))
+        return math.prod(_footprint(self.shape, self.coeffs, tuple(tile)))
 
     def cache_lines(self, tile: Sequence[int], line_bytes: int) -> int:
         """Cache lines of the box, row-major: trailing dims covered whole form one contiguous run."""
