@@ -30,7 +30,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
-from .database import Database
+from .database import Database, target_key
 from .operators import Operator
 from .opsets import OperatorSet
 from .plan import BridgeOption, CostModel, OperatorPlan, hot_operators, plan_operator_set
@@ -97,8 +97,6 @@ def tune(
     def make_plan() -> OperatorPlan:
         return plan_operator_set(opset, budget=budget, bridges=bridges, solver=solver, database=database,
                                  target=target, cost=cost, hot=hot, hot_budget=round(budget * hot_factor))
-
-    from .database import target_key
 
     tk = target_key(target)
     attempted_before = {r["op_key"] for r in database.results() if r.get("target") == tk}
