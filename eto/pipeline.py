@@ -19,8 +19,8 @@ Two options go beyond the paper, both off by default:
 - ``hot_share`` (frequency-aware tuning): operators whose frequency x FLOPs is at least this share
   of the set's are never derived by reuse; the backend tunes them with ``hot_factor`` x ``trials``.
 - ``evolve_trials`` (reuse-then-evolve, the paper's future work): after the reuse tuner, MetaSchedule's
-  evolutionary search continues for this many trials, its population seeded with the reuse tuner's
-  best program; the better of the two is kept.
+  evolutionary search continues for this many trials, its population seeded and its cost model
+  trained with every candidate the reuse tuner measured; the better of the two is kept.
 """
 
 from __future__ import annotations
@@ -205,20 +205,24 @@ def _reuse_one(alpha: Operator, beta: Operator, target, database: Database, meas
                                 "tshape": [list(x) for x in cfg.tshape], "lshape": list(cfg.lshape)}
                 records, feats = [res.record], [features]
                 candidates, seconds, extra = res.candidates, res.seconds, {}
+                trajectory = [[round(p.seconds, 4), p.trial, p.best_s] for p in res.trajectory]
                 if evolve_trials:
-                    ev = _evolve(alpha, res.record, target, measurer, evolve_trials, backend_kw)
+                    ev = _evolve(alpha, res, target, measurer, evolve_trials, backend_kw)
+                    found = min((p.best_s for p in ev.trajectory), default=float("inf"))  # new programs only
                     records += list(ev.records)
                     feats += [None] * len(ev.records)
                     candidates, seconds = candidates + ev.candidates, seconds + ev.seconds
+                    trajectory += [[round(res.seconds + p.seconds, 4), res.candidates + p.trial,
+                                    min(res.latency_s, p.best_s)] for p in ev.trajectory]
                     extra = {"evolve": {"candidates": ev.candidates, "seconds": ev.seconds,
-                                        "reuse_latency_s": res.latency_s, "best_s": ev.best_latency}}
+                                        "reuse_latency_s": res.latency_s, "best_s": found,
+                                        "improved": found < res.latency_s}}
                     say(f"evolve: {alpha.name}: {ev.candidates} more candidates, {ev.seconds:.1f} s, "
-                        f"{res.latency_s * 1e6:.1f} -> {min(res.latency_s, ev.best_latency) * 1e6:.1f} us")
+                        f"reuse {res.latency_s * 1e6:.1f} us, evolve's best {found * 1e6:.1f} us")
                 database.commit(alpha, target, records, method="reuse+evolve" if evolve_trials else "reuse",
                                 source=beta, candidates=candidates, seconds=seconds, features=feats,
                                 extra={"estimate": estimate, "rounds": res.rounds, **extra,
-                                       "trajectory": [[round(p.seconds, 4), p.trial, p.best_s]
-                                                      for p in res.trajectory]})
+                                       "trajectory": trajectory})
                 say(f"reuse: {alpha.name} <- {beta.name}: {res.candidates} candidates (estimated "
                     f"{estimate:.0f}), {res.seconds:.1f} s, {res.latency_s * 1e6:.1f} us")
                 return
@@ -226,18 +230,17 @@ def _reuse_one(alpha: Operator, beta: Operator, target, database: Database, meas
     tune_with_backend([alpha], target, database, trials=trials, measurer=measurer, **backend_kw)
 
 
-def _evolve(alpha: Operator, seed_record, target, measurer, trials: int, backend_kw: dict):
-    """MetaSchedule's search for α, ``trials`` more candidates, started from the reuse tuner's best."""
-    from tvm.s_tir.meta_schedule.database import MemoryDatabase
+def _evolve(alpha: Operator, reused, target, measurer, trials: int, backend_kw: dict):
+    """MetaSchedule's search for α, ``trials`` more candidates, continuing from the reuse tuner's.
 
+    Every candidate the reuse tuner measured seeds the population and trains the cost model first:
+    without that, the search's first batches are as blind as a fresh run's.
+    """
     from tuner.backend import BackendTask, tune_backend
 
-    prior = MemoryDatabase()
-    prior.commit_workload(seed_record.workload.mod)
-    prior.commit_tuning_record(seed_record)
     return tune_backend([BackendTask(alpha.name, alpha.prim_func())], target, trials_per_task=trials,
-                        measurer=measurer, prior=prior, **{**backend_kw, "num_trials_per_iter": min(
-                            trials, backend_kw.get("num_trials_per_iter", 64))})[0]
+                        measurer=measurer, warm_start=[reused.measured], **{
+                            **backend_kw, "num_trials_per_iter": min(trials, backend_kw.get("num_trials_per_iter", 64))})[0]
 
 
 def _bridge_row(op: Operator, database: Database, target, status: str) -> OperatorReport:

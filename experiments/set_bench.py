@@ -93,7 +93,8 @@ def main(argv=None) -> int:
         if method == "metaschedule":
             report = tune_with_backend(opset, target, db, trials=args.trials)
         else:
-            report = tune(opset, target, db, trials=args.trials, **VARIANTS[args.variant])
+            report = tune(opset, target, db, trials=args.trials, log=lambda m: print(m, flush=True),
+                          **VARIANTS[args.variant])
         runs[method] = {"seconds": time.perf_counter() - t0, "report": report.to_json()}
         with open(meta, "w") as f:
             json.dump(runs[method], f)

@@ -112,3 +112,30 @@ def test_tuning_completes_when_candidates_crash_or_hang(target, measurer):
     assert any("crashed" in e or "Subprocess" in e for e in res.errors) or len(res.errors) == 2
     assert res.records and math.isfinite(res.best_latency)
     assert res.time_to_best() is not None and res.time_to_reach(res.best_latency * 10) <= res.time_to_best()
+
+
+def test_warm_start_programs_seed_the_search_and_are_not_measured_again(target, measurer):
+    """Reuse-then-evolve's continuation: programs measured elsewhere join the search's database
+    (so its best is at least theirs) and train its cost model; only new candidates are measured."""
+    from tvm.ir import IRModule
+    from tvm.s_tir import meta_schedule as ms
+
+    from tuner.backend import BackendTask, light_search, tune_backend
+
+    op = Operator.create("DENSE", M=32, N=32, K=32)
+    ctx = ms.TuneContext(mod=IRModule({"main": op.prim_func()}), target=target, space_generator="post-order-apply",
+                         search_strategy="replay-trace", task_name="warm", num_threads=1, rand_state=3)
+    schs = []
+    for sch in ctx.generate_design_space():
+        sch.enter_postproc()
+        if all(p.apply(sch) for p in ctx.space_generator.postprocs):
+            schs.append(sch)
+    secs = [r.median for r in measurer.measure([s.mod for s in schs], target)]
+    assert schs and all(math.isfinite(s) for s in secs)
+    task = BackendTask("warm", op.prim_func())
+    (res,) = tune_backend([task], target, trials_per_task=4, measurer=measurer, num_trials_per_iter=4,
+                          strategy=light_search(), seed=0, warm_start=[list(zip(schs, secs))])
+    assert res.candidates == 4
+    assert res.best_latency <= min(secs)
+    with pytest.raises(ValueError, match="warm_start has 2 entries for 1 tasks"):
+        tune_backend([task], target, trials_per_task=4, measurer=measurer, warm_start=[[], []])

@@ -128,6 +128,8 @@ def test_hot_share_evolve_and_prior_databases(capsys, tmp_path):
     assert meta["evolve"]["candidates"] == 8
     assert meta["candidates"] == 8 + sum(meta["rounds"].values())
     assert db.best(big, target).latency_s <= meta["evolve"]["reuse_latency_s"]
+    assert meta["evolve"]["improved"] == (meta["evolve"]["best_s"] < meta["evolve"]["reuse_latency_s"])
+    assert meta["trajectory"][-1][1] == meta["candidates"]  # the reuse tuner's points, then evolve's
     for op in (big, small):
         assert check_record(op, db.best(op, target).tuning_record, target).ok
 

@@ -32,6 +32,7 @@ from .measure import Measurer
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.s_tir.meta_schedule.database import Database as MSDatabase, TuningRecord
+    from tvm.s_tir import Schedule
     from tvm.target import Target
     from tvm.tirx import PrimFunc
 
@@ -255,6 +256,7 @@ def tune_backend(
     seed: int | None = None,
     top_k: int = 5,
     prior: "MSDatabase | None" = None,
+    warm_start: "Sequence[Sequence[tuple[Schedule, float]]] | None" = None,
     work_dir: str | None = None,
     num_threads: int | None = None,
     on_result: Callable[[BackendResult], None] | None = None,
@@ -265,7 +267,10 @@ def tune_backend(
     """Tune ``tasks`` with MetaSchedule, ``trials_per_task`` measured candidates each.
 
     ``prior`` (a MetaSchedule database) seeds the evolutionary search with programs measured
-    before; ``on_result`` is called once per task as soon as it finishes. ``strategy`` defaults to
+    before; ``warm_start`` gives per task programs measured elsewhere (postprocessed schedules and
+    seconds, e.g. the reuse tuner's candidates): they join the search's database, seeding its
+    population, and train the cost model before the first batch, so the search continues from them
+    instead of starting cold. ``on_result`` is called once per task as soon as it finishes. ``strategy`` defaults to
     MetaSchedule's evolutionary search with its default settings (what the benchmarks compare
     against); :func:`light_search` gives a cheaper one for tests and examples.
     """
@@ -294,6 +299,11 @@ def tune_backend(
         for rec in prior.get_all_tuning_records():
             database.commit_workload(rec.workload.mod)
             database.commit_tuning_record(rec)
+    cost_model = ms.CostModel.create("xgb", num_tuning_cores=threads)
+    if warm_start is not None:
+        if len(warm_start) != len(tasks):
+            raise ValueError(f"warm_start has {len(warm_start)} entries for {len(tasks)} tasks")
+        _warm_start(contexts, tasks, warm_start, database, cost_model, target)
     progress = [_TaskProgress(t.name, trials_per_task) for t in tasks]
     results: list[BackendResult | None] = [None] * len(tasks)
 
@@ -321,7 +331,7 @@ def tune_backend(
         builder=_TimedBuilder(measurer.builder, clock),
         runner=_TimedRunner(measurer.runner, clock),
         database=database,
-        cost_model=ms.CostModel.create("xgb", num_tuning_cores=threads),
+        cost_model=cost_model,
         measure_callbacks=ms.MeasureCallback.create("default") + [callback],
         task_scheduler=scheduler,
     )
@@ -329,3 +339,22 @@ def tune_backend(
         if r is None:  # the search space was exhausted before the budget
             finish(i)
     return results  # type: ignore[return-value]
+
+
+def _warm_start(contexts, tasks, warm_start, database, cost_model, target) -> None:
+    """Commit each task's warm-start programs to ``database`` and train ``cost_model`` on them."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+    from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+
+    for ctx, task, programs in zip(contexts, tasks, warm_start):
+        programs = [(sch, s) for sch, s in programs if math.isfinite(s)]
+        if not programs:
+            continue
+        args = ArgInfo.from_prim_func(task.func)
+        wl = database.commit_workload(ctx.mod)
+        for sch, secs in programs:
+            database.commit_tuning_record(TuningRecord(sch.trace, wl, [float(secs)], target, args))
+        cost_model.update(ctx, [MeasureCandidate(sch, args) for sch, _ in programs],
+                          [RunnerResult([float(s)], None) for _, s in programs])

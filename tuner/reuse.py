@@ -307,6 +307,9 @@ class ReuseResult:
     seconds: float
     trajectory: tuple[TrajectoryPoint, ...]
     rounds: dict = field(default_factory=dict)  # round name -> candidates measured
+    #: every candidate that ran, best first, as (postprocessed schedule, seconds): what a search
+    #: continuing from here (reuse-then-evolve) seeds its population and trains its cost model with
+    measured: tuple[tuple[Any, float], ...] = ()
 
 
 @dataclass
@@ -451,6 +454,7 @@ class ReuseTuner:
         best_s = math.inf
         trajectory: list[TrajectoryPoint] = []
         rounds: dict[str, int] = {}
+        seen: list[_Cand] = []
 
         def run(cands: list[_Cand], name: str) -> list[_Cand]:
             nonlocal trials, invalid, failed, best_s
@@ -471,6 +475,7 @@ class ReuseTuner:
                 best_s = min(best_s, l)
                 trajectory.append(TrajectoryPoint(time.perf_counter() - start, trials, best_s))
             rounds[name] = rounds.get(name, 0) + len(ok)
+            seen.extend(c for c in ok if math.isfinite(c.latency))
             return ok
 
         if not self.has_mlt:  # section 5.2: β's decisions transferred, then sub-sketch rounds
@@ -509,8 +514,10 @@ class ReuseTuner:
         record = None
         if best is not None and math.isfinite(best.latency):
             record = self._record(best)
+        seen.sort(key=lambda c: c.latency)
         return ReuseResult(record, best.latency if best else math.inf, best.cfg if best else None, trials,
-                           invalid, failed, time.perf_counter() - start, tuple(trajectory), rounds)
+                           invalid, failed, time.perf_counter() - start, tuple(trajectory), rounds,
+                           tuple((c.sch, c.latency) for c in seen))
 
     def _fallback(self) -> list[TileConfig]:
         """β's BShape clipped to α's extents, with the nearest admissible thread count."""

@@ -187,6 +187,8 @@ def test_cpu_reuse_program_matches_numpy(op_type, alpha, beta):
     assert res.record is not None and math.isfinite(res.latency_s)
     assert 0 < res.candidates <= 40 and res.rounds["T"] > 0
     assert res.trajectory[-1].best_s == res.latency_s
+    lats = [s for _, s in res.measured]  # what reuse-then-evolve continues from: all that ran, best first
+    assert lats == sorted(lats) and lats[0] == res.latency_s and len(lats) == res.candidates - res.failed
     check = check_record(a, res.record, target)
     assert check.ok, f"max abs error {check.max_abs_error}"
 
