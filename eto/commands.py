@@ -310,7 +310,7 @@ def register_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hot-factor", type=float, default=2.0, help="budget multiplier for --hot-share operators")
     p.add_argument("--evolve", type=int, default=0, metavar="N",
                    help="reuse-then-evolve (beyond the paper): N more MetaSchedule trials per reused operator, "
-                        "seeded with the reuse tuner's best program (eto)")
+                        "continuing from every candidate the reuse tuner measured (eto)")
     p.add_argument("--rpc", metavar="HOST:PORT", help="measure on devices of this TVM RPC tracker (eto)")
     p.add_argument("--rpc-key", help="device key registered with the tracker")
     p.add_argument("--devices", type=int, default=1,
