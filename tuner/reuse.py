@@ -350,6 +350,7 @@ class ReuseTuner:
         self.sketch = next((sk for sk in sketches if sk.signature == want), None)
         if self.sketch is None:
             raise ValueError("reuse condition 1 fails: the sketch of β's program is not in α's design space")
+        self.sketch = self.sketch.with_values_of(self.beta_sketch)
         self.postprocs = list(self.ctx.space_generator.postprocs)
         self.has_mlt = bool(self.sketch.tiles)
         self.unroll_inst: int | None = None

@@ -18,6 +18,7 @@ workload with new decisions: that is the paper's GetS.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from dataclasses import dataclass
@@ -32,6 +33,9 @@ DECISION_KINDS = ("SamplePerfectTile", "SampleCategorical", "SampleComputeLocati
 TILING_KEY = "meta_schedule.tiling_structure"
 UNROLL_KEYS = ("meta_schedule.unroll_explicit", "meta_schedule.unroll_implicit")
 FETCH_KEY = "meta_schedule.cooperative_fetch"
+#: Annotations whose *value* MetaSchedule's mutators change (MutateParallel): part of the program's
+#: annotations A, not of its sketch K, so signatures ignore the value and GetS takes β's.
+VALUE_KEYS = ("meta_schedule.parallel",)
 #: What is done to a block that only produces elements for another: placed, never tiled.
 PLACEMENT_KINDS = frozenset({"GetSBlock", "SampleComputeLocation", "ComputeAt", "ReverseComputeAt", "ComputeInline",
                              "ReverseComputeInline", "GetProducers", "GetConsumers", "Annotate", "Unannotate",
@@ -200,8 +204,22 @@ class Sketch:
                 continue
             if kind == "GetSBlock":
                 attrs = ["<block>"]
+            elif _annotates_value(self.insts[i]):
+                inputs = [inputs[0], "<value>"]
             seq.append([kind, norm(inputs), attrs, norm(outputs)])
         return hashlib.sha1(json.dumps(seq, sort_keys=True).encode()).hexdigest()[:16]
+
+    def with_values_of(self, other: "Sketch") -> "Sketch":
+        """This sketch with ``other``'s values of the :data:`VALUE_KEYS` annotations (in order)."""
+        mine = [i for i, inst in enumerate(self.insts) if _annotates_value(inst)]
+        theirs = [inst for inst in other.insts if _annotates_value(inst)]
+        if len(mine) != len(theirs):
+            return self
+        out = copy.copy(self)
+        out.insts = [list(inst) for inst in self.insts]
+        for i, inst in zip(mine, theirs):
+            out.insts[i][1] = [out.insts[i][1][0], inst[1][1]]
+        return out
 
     # -- GetS ---------------------------------------------------------------------------------
     def apply(self, mod: "IRModule", decisions: Mapping[int, Any] | None = None) -> "Schedule":
@@ -218,6 +236,10 @@ class Sketch:
     def tile_decisions(self) -> tuple[list[list[int]], list[list[int]]]:
         t = self.main_tiles
         return ([list(self.decisions[i]) for i in t.space], [list(self.decisions[i]) for i in t.reduction])
+
+
+def _annotates_value(inst: list) -> bool:
+    return inst[0] == "Annotate" and bool(inst[2]) and inst[2][0] in VALUE_KEYS and len(inst[1]) == 2
 
 
 def _flatten(x: Any):

@@ -287,3 +287,31 @@ def test_cuda_cross_thread_reduction_candidates_verify():
     for sch in measured:
         assert verify.apply(sch)
         tvm.compile(sch.mod, target=target)  # lowers and generates CUDA
+
+
+def test_mutated_parallel_extent_keeps_the_sketch_and_getS_takes_betas():
+    """MetaSchedule's MutateParallel changes an annotation's value, not the sketch: a β program
+    whose parallel extent was mutated still meets reuse condition 1, and α's candidates keep β's value."""
+    from tvm.ir import IRModule
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+    from tvm.s_tir.schedule import Trace
+
+    from tuner.sketch import Sketch, plain
+
+    target = cpu_target()
+    a, b = Operator.create("BMM", B=1, M=32, N=32, K=64), Operator.create("BMM", B=1, M=32, N=32, K=128)
+    rec = sampled_record(b, target)
+    insts, decisions = plain(rec.trace.as_json())
+    parallel = [inst for inst in insts if inst[0] == "Annotate" and inst[2] == ["meta_schedule.parallel"]]
+    assert len(parallel) == 1 and parallel[0][1][1] != 7
+    parallel[0][1][1] = 7
+    sch = Schedule(IRModule({"main": b.prim_func()}))
+    Trace.apply_json_to_schedule([insts, decisions], sch)
+    mutated = TuningRecord(sch.trace, rec.workload, [1e-3], target, rec.args_info)
+    assert Sketch(mutated.trace).signature == Sketch(rec.trace).signature
+    tuner = ReuseTuner(a.prim_func(), mutated, target)
+    assert [i[1][1] for i in tuner.sketch.insts if i[0] == "Annotate" and i[2] == ["meta_schedule.parallel"]] == [7]
+    cand = tuner.schedule(tuner._cand(tuner.space.t_round()[0]))
+    insts, _ = plain(cand.trace.as_json())
+    assert [i[1][1] for i in insts if i[0] == "Annotate" and i[2] == ["meta_schedule.parallel"]] == [7]
