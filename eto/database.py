@@ -24,18 +24,21 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
-import statistics
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
+
+from tuner.trajectory import median_secs
 
 from .operators import Operator
+from .target import target_key
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tvm.s_tir.meta_schedule.database import MemoryDatabase, TuningRecord, Workload
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
     from tvm.target import Target
 
 WORKLOADS = "database_workload.json"
@@ -88,15 +91,6 @@ class Problem:
 
 class DatabaseError(ValueError):
     """A database that cannot be used at all (not a directory, unreadable)."""
-
-
-def target_key(target: "str | Target") -> str:
-    """The canonical text of a target, as MetaSchedule stores it in records."""
-    if isinstance(target, str) and target.startswith("{"):
-        return json.dumps(json.loads(target), separators=(",", ":"), sort_keys=True)
-    from .target import parse_target
-
-    return json.dumps(json.loads(str(parse_target(target))), separators=(",", ":"), sort_keys=True)
 
 
 class Database:
@@ -227,16 +221,18 @@ class Database:
         progs = self.programs(target=target, op=op)
         return min(progs, key=lambda p: p.latency_s) if progs else None
 
-    def top_k(self, op: Operator, target: "str | Target", k: int) -> list[ProgramRecord]:
-        return sorted(self.programs(target=target, op=op), key=lambda p: p.latency_s)[:k]
+    def best_programs(self, target: "str | Target | None" = None) -> list[ProgramRecord]:
+        """The fastest stored program per (operator, target), in first-stored order; O(programs)."""
+        best: dict[tuple[Operator, str], ProgramRecord] = {}
+        for p in self.programs(target=target):
+            k = (p.op, p.target)
+            if k not in best or p.latency_s < best[k].latency_s:
+                best[k] = p
+        return list(best.values())
 
     def tuned(self, target: "str | Target") -> dict[Operator, ProgramRecord]:
         """Best program per operator on ``target``."""
-        best: dict[Operator, ProgramRecord] = {}
-        for p in self.programs(target=target):
-            if p.op not in best or p.latency_s < best[p.op].latency_s:
-                best[p.op] = p
-        return best
+        return {p.op: p for p in self.best_programs(target)}
 
     def attempted(self, op: Operator, target: "str | Target") -> bool:
         """Whether a tuning result (successful or not) for ``op`` on ``target`` is committed."""
@@ -263,22 +259,6 @@ class Database:
 
         wl, rec = self._records[line]
         return TuningRecord.from_json(rec, self.workload(wl))
-
-    def to_memory_database(self, *, target: "str | Target | None" = None) -> "MemoryDatabase":
-        """All readable records (orphans included) in a MetaSchedule MemoryDatabase."""
-        from tvm.s_tir.meta_schedule.database import MemoryDatabase
-
-        mem = MemoryDatabase()
-        tk = None if target is None else target_key(target)
-        for i, r in enumerate(self._records):
-            if r is None:
-                continue
-            if tk is not None and _record_target(r) != tk:
-                continue
-            rec = self.tuning_record(i)
-            mem.commit_workload(rec.workload.mod)
-            mem.commit_tuning_record(rec)
-        return mem
 
     # -- writing --------------------------------------------------------------------------
     @contextmanager
@@ -358,9 +338,9 @@ class Database:
         tk = target_key(target)
         usable = []
         for i, rec in enumerate(records):
-            secs = [float(s) for s in (rec.run_secs or [])]
-            if secs and all(s < 1e9 for s in secs):
-                usable.append((statistics.median(secs), rec, features[i] if features else None))
+            latency = median_secs(rec.run_secs)
+            if latency < math.inf:
+                usable.append((latency, rec, features[i] if features else None))
         usable.sort(key=lambda t: t[0])
         with self._locked():
             entries = []
@@ -451,13 +431,6 @@ def _dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
-def _record_target(rec: Any) -> str | None:
-    try:
-        return json.dumps(rec[1][2], separators=(",", ":"), sort_keys=True)
-    except (IndexError, TypeError):
-        return None
-
-
 def _raw_line(path: str, lineno: int) -> str:
     try:
         with open(path, "rb") as f:
@@ -468,6 +441,3 @@ def _raw_line(path: str, lineno: int) -> str:
         pass
     return ""
 
-
-def open_databases(paths: Iterable[str | os.PathLike], *, readonly: bool = True) -> list[Database]:
-    return [Database(p, readonly=readonly) for p in paths]

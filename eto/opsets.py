@@ -1,7 +1,7 @@
 """Operator sets: the distinct operators to tune, each with its frequency (paper section 4).
 
 A set is built from a model's layer list (one operator per layer, repeats included) by counting;
-built-in sets come from :mod:`eto.zoo`. JSON form::
+built-in sets count the layer lists of :mod:`eto.zoo` (which does not import this module). JSON form::
 
     {"name": "resnet50", "operators": [{"type": "C2D", "params": {...}, "frequency": 3}, ...]}
 """
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 from .operators import Operator
+from .zoo import BUILTIN
 
 
 @dataclass(frozen=True)
@@ -113,20 +114,16 @@ class OperatorSet:
 
 def builtin_opsets() -> dict[str, str]:
     """Names of the built-in sets with one-line descriptions."""
-    from .zoo import BUILTIN
-
     return {name: desc for name, (desc, _) in BUILTIN.items()}
 
 
 def builtin_opset(name: str) -> OperatorSet:
     """A built-in set by name (case and ``-``/``_`` insensitive)."""
-    from .zoo import BUILTIN
-
     key = name.lower().replace("-", "_")
     if key not in BUILTIN:
         raise ValueError(f"unknown operator set {name!r}; built-in sets: {', '.join(BUILTIN)}")
-    desc, build = BUILTIN[key]
-    return OperatorSet(key, build().entries, desc)
+    desc, layers = BUILTIN[key]
+    return OperatorSet.from_layers(key, layers(), desc)
 
 
 def load_opset(name_or_path: str) -> OperatorSet:

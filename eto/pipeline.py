@@ -28,21 +28,47 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
-from .database import Database, target_key
+from selector import ROOT, Plan
+
+from .database import Database
 from .operators import Operator
-from .opsets import OperatorSet
+from .opsets import OperatorEntry, OperatorSet
 from .plan import BridgeOption, CostModel, OperatorPlan, hot_operators, plan_operator_set
-from .tuning import OperatorReport, TuneReport, _row, tune_with_backend
+from .target import target_key
+from .tuning import OperatorReport, TuneReport, report_row, tune_with_backend
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
 
     from tuner.measure import Measurer
+    from tuner.reuse import ReuseResult
+    from tuner.space import Strategy
 
-Strategy = Literal["global", "per-b"]
-ROOT = "root"
+
+@dataclass(frozen=True)
+class _Run:
+    """What every step of one pipeline run shares: where results go and how operators are tuned."""
+
+    target: "Target"
+    database: Database
+    trials: int
+    hot: frozenset[Operator]
+    hot_trials: int
+    strategy: "Strategy"
+    evolve_trials: int
+    say: Callable[[str], None]
+    backend_kw: dict = field(default_factory=dict)
+
+    def backend(self, ops: Sequence[Operator], measurer: "Measurer") -> None:
+        """Tune ``ops`` with the backend's task scheduler: hot operators with ``hot_trials`` each."""
+        for group, n in (([o for o in ops if o in self.hot], self.hot_trials),
+                         ([o for o in ops if o not in self.hot], self.trials)):
+            if group:
+                self.say(f"backend: {len(group)} operators, {n} trials each")
+                tune_with_backend(group, self.target, self.database, trials=n, measurer=measurer, **self.backend_kw)
 
 
 def tune(
@@ -56,7 +82,7 @@ def tune(
     bridges: BridgeOption = "1hop",
     solver: Literal["auto", "exact", "approx"] = "auto",
     cost: CostModel = "estimate",
-    strategy: Strategy = "global",
+    strategy: "Strategy" = "global",
     num_trials_per_iter: int = 64,
     seed: int | None = None,
     search: str | object = "evolutionary",
@@ -88,72 +114,89 @@ def tune(
         raise ValueError(f"hot_factor must be >= 1, got {hot_factor}")
     target = parse_target(target)
     os.environ.setdefault("TVM_NUM_THREADS", str(num_threads()))
-    say = log or (lambda _msg: None)
     start = time.perf_counter()
     hot = hot_operators(opset, hot_share) if hot_share is not None else frozenset()
-    hot_trials = max(trials, round(trials * hot_factor))
     budget = plan_budget or trials
-
-    def make_plan() -> OperatorPlan:
-        return plan_operator_set(opset, budget=budget, bridges=bridges, solver=solver, database=database,
-                                 target=target, cost=cost, hot=hot, hot_budget=round(budget * hot_factor))
-
+    run = _Run(target, database, trials, hot, max(trials, round(trials * hot_factor)), strategy, evolve_trials,
+               log or (lambda _msg: None),
+               dict(num_trials_per_iter=num_trials_per_iter, seed=seed, on_batch=on_batch, strategy=search))
     tk = target_key(target)
     attempted_before = {r["op_key"] for r in database.results() if r.get("target") == tk}
-    planned = make_plan()
-    estimated = 0.0
+    planned = plan_operator_set(opset, budget=budget, bridges=bridges, solver=solver, database=database,
+                                target=target, cost=cost, hot=hot, hot_budget=round(budget * hot_factor))
     own = measurer is None
     measurers = list(measurer) if isinstance(measurer, (list, tuple)) else [measurer or Measurer.local(MeasureConfig())]
     if not measurers:
         raise ValueError("no measurers given")
-    measurer = measurers[0]
-    kw = dict(num_trials_per_iter=num_trials_per_iter, seed=seed, on_batch=on_batch, strategy=search)
     try:
-        first = [planned.operators[n] for n in planned.plan.replan_after]
-        if first:  # tune one operator of each multi-sketch kind, then plan with estimated costs
-            say(f"plan: {len(first)} operators of multi-sketch kinds first, then planning again")
-            _backend(first, hot, target, database, measurer, trials, hot_trials, say, kw)
-            estimated = sum(planned.plan.edge_costs[(planned.plan.parent[n], n)] for n in planned.plan.replan_after)
-            planned = make_plan()
-        plan, ops = planned.plan, planned.operators
-        say(f"plan: {len(plan.backend)} by the backend, {len(plan.reuse_pairs)} by reuse "
-            f"({len(plan.used_bridges)} bridges), {len(plan.prior)} already tuned"
-            + (f", {len(hot)} hot" if hot else "")
-            + f"; estimated {plan.total_cost:.0f} candidates vs {plan.baseline_cost:.0f} with the backend alone")
-
-        def run(names: Sequence[str], m: "Measurer") -> None:
-            roots = [ops[n] for n in names if plan.parent[n] == ROOT and not database.attempted(ops[n], target)]
-            _backend(roots, hot, target, database, m, trials, hot_trials, say, kw)
-            for name in names:
-                parent = plan.parent[name]
-                if parent == ROOT or database.attempted(ops[name], target):
-                    continue
-                _reuse_one(ops[name], ops[parent], target, database, m, strategy=strategy,
-                           estimate=plan.edge_costs[(parent, name)], trials=trials, say=say,
-                           evolve_trials=evolve_trials, backend_kw=kw)
-
-        if len(measurers) == 1:
-            run(plan.order, measurer)
-        else:
-            groups = balance_subtrees(plan, len(measurers))
-            say(f"scale-out: {sum(map(len, groups))} operators in {len(plan.subtrees())} subtrees "
-                f"on {len(measurers)} devices")
-            with ThreadPoolExecutor(len(measurers)) as pool:
-                for f in [pool.submit(run, g, m) for g, m in zip(groups, measurers) if g]:
-                    f.result()
+        planned, estimated = _tune_multi_sketch_kinds_first(planned, run, measurers[0])
+        _tune_plan(planned, run, measurers)
     finally:
         if own:
-            measurer.close()
-    status = {True: "cached", False: "tuned"}
-    rows = [_row(e, database, target, status[e.op.key in attempted_before]) for e in opset]
+            measurers[0].close()
+    return _report(opset, planned, run, attempted_before, estimated + planned.plan.total_cost,
+                   time.perf_counter() - start)
+
+
+def _tune_multi_sketch_kinds_first(planned: OperatorPlan, run: _Run, measurer: "Measurer") -> tuple[OperatorPlan, float]:
+    """Section 6.1: tune the plan's ``replan_after`` operators, then plan again with estimated costs.
+
+    Returns the new plan and the estimated cost of what was tuned here.
+    """
+    plan = planned.plan
+    if not plan.replan_after:
+        return planned, 0.0
+    run.say(f"plan: {len(plan.replan_after)} operators of multi-sketch kinds first, then planning again")
+    run.backend([planned.operators[n] for n in plan.replan_after], measurer)
+    estimated = sum(plan.edge_costs[(plan.parent[n], n)] for n in plan.replan_after)
+    tuned = [n for n in plan.replan_after if run.database.best(planned.operators[n], run.target) is not None]
+    return planned.replan(tuned), estimated
+
+
+def _tune_plan(planned: OperatorPlan, run: _Run, measurers: Sequence["Measurer"]) -> None:
+    """Roots by the backend, then the rest by reuse, parents first; subtrees spread over measurers."""
+    plan, ops = planned.plan, planned.operators
+    run.say(f"plan: {len(plan.backend)} by the backend, {len(plan.reuse_pairs)} by reuse "
+            f"({len(plan.used_bridges)} bridges), {len(plan.prior)} already tuned"
+            + (f", {len(run.hot)} hot" if run.hot else "")
+            + f"; estimated {plan.total_cost:.0f} candidates vs {plan.baseline_cost:.0f} with the backend alone")
+
+    def tune_names(names: Sequence[str], m: "Measurer") -> None:
+        run.backend([ops[n] for n in names if plan.parent[n] == ROOT and not run.database.attempted(ops[n], run.target)],
+                    m)
+        for name in names:
+            parent = plan.parent[name]
+            if parent != ROOT and not run.database.attempted(ops[name], run.target):
+                _reuse_one(ops[name], ops[parent], run, m, estimate=plan.edge_costs[(parent, name)])
+
+    if len(measurers) == 1:
+        tune_names(plan.order, measurers[0])
+        return
+    groups = balance_subtrees(plan, len(measurers))
+    run.say(f"scale-out: {sum(map(len, groups))} operators in {len(plan.subtrees())} subtrees "
+            f"on {len(measurers)} devices")
+    with ThreadPoolExecutor(len(measurers)) as pool:
+        for f in [pool.submit(tune_names, g, m) for g, m in zip(groups, measurers) if g]:
+            f.result()
+
+
+def _report(opset: OperatorSet, planned: OperatorPlan, run: _Run, attempted_before: set[str], estimated: float,
+            seconds: float) -> TuneReport:
+    """One row per operator of the set, then one per bridge the plan used (frequency 0)."""
+    def status(op: Operator) -> str:
+        return "cached" if op.key in attempted_before else "tuned"
+
+    rows = [report_row(e, run.database, run.target, status(e.op)) for e in opset]
     in_set = {e.op for e in opset}
-    rows += [_bridge_row(ops[n], database, target, status[ops[n].key in attempted_before])
-             for n in plan.used_bridges if ops[n] not in in_set]
-    return TuneReport(str(target), tuple(rows), time.perf_counter() - start,
-                      estimated_candidates=estimated + plan.total_cost)
+    for name in planned.plan.used_bridges:
+        op = planned.operators[name]
+        if op not in in_set:
+            row = report_row(OperatorEntry(op, 1), run.database, run.target, status(op))
+            rows.append(OperatorReport(**{**row.__dict__, "frequency": 0, "op": f"bridge:{row.op}"}))
+    return TuneReport(str(run.target), tuple(rows), seconds, estimated_candidates=estimated)
 
 
-def balance_subtrees(plan, workers: int) -> list[list[str]]:
+def balance_subtrees(plan: Plan, workers: int) -> list[list[str]]:
     """Split the plan's subtrees over ``workers`` by estimated cost, largest first (LPT rule).
 
     Each worker's list keeps every subtree parents first. O(s log s + s w) for s subtrees.
@@ -169,85 +212,62 @@ def balance_subtrees(plan, workers: int) -> list[list[str]]:
     return groups
 
 
-def _backend(ops: list[Operator], hot: frozenset[Operator], target, database: Database, measurer, trials: int,
-             hot_trials: int, say: Callable[[str], None], kw: dict) -> None:
-    """Tune ``ops`` with the backend's task scheduler: hot operators with ``hot_trials`` each."""
-    for group, n in (([o for o in ops if o in hot], hot_trials), ([o for o in ops if o not in hot], trials)):
-        if group:
-            say(f"backend: {len(group)} operators, {n} trials each")
-            tune_with_backend(group, target, database, trials=n, measurer=measurer, **kw)
-
-
-def _reuse_one(alpha: Operator, beta: Operator, target, database: Database, measurer, *, strategy: Strategy,
-               estimate: float, trials: int, say: Callable[[str], None], evolve_trials: int, backend_kw: dict) -> None:
+def _reuse_one(alpha: Operator, beta: Operator, run: _Run, measurer: "Measurer", *, estimate: float) -> None:
     """Tune α from β's best program; fall back to the backend when there is nothing to reuse."""
-    from tuner.btm import program_features
     from tuner.reuse import reuse_tune
 
-    kind = "cuda" if target.kind.name == "cuda" else "cpu"
-    source = database.best(beta, target)
-    reason = None
+    source = run.database.best(beta, run.target)
     if source is None:
         reason = f"{beta.name} has no program to reuse"
     else:
         try:
-            res = reuse_tune(alpha.prim_func(), source.tuning_record, target, measurer, strategy=strategy)
+            res = reuse_tune(alpha.prim_func(), source.tuning_record, run.target, measurer, strategy=run.strategy)
         except ValueError as exc:  # e.g. reuse condition 1 fails on this target
             reason = str(exc)
         else:
-            if res.record is None:
-                reason = f"no candidate derived from {beta.name} built and ran ({res.failed} failed)"
-            else:
-                features = None
-                if res.config is not None:
-                    cfg, nest = program_features(res.record, kind)
-                    features = {"B": cfg.B, "T": cfg.T, "M": cfg.M(nest), "bshape": list(cfg.bshape),
-                                "tshape": [list(x) for x in cfg.tshape], "lshape": list(cfg.lshape)}
-                records, feats = [res.record], [features]
-                candidates, seconds, extra = res.candidates, res.seconds, {}
-                trajectory = [[round(p.seconds, 4), p.trial, p.best_s] for p in res.trajectory]
-                if evolve_trials:
-                    ev = _evolve(alpha, res, target, measurer, evolve_trials, backend_kw)
-                    found = min((p.best_s for p in ev.trajectory), default=float("inf"))  # new programs only
-                    records += list(ev.records)
-                    feats += [None] * len(ev.records)
-                    candidates, seconds = candidates + ev.candidates, seconds + ev.seconds
-                    trajectory += [[round(res.seconds + p.seconds, 4), res.candidates + p.trial,
-                                    min(res.latency_s, p.best_s)] for p in ev.trajectory]
-                    extra = {"evolve": {"candidates": ev.candidates, "seconds": ev.seconds,
-                                        "reuse_latency_s": res.latency_s, "best_s": found,
-                                        "improved": found < res.latency_s}}
-                    say(f"evolve: {alpha.name}: {ev.candidates} more candidates, {ev.seconds:.1f} s, "
-                        f"reuse {res.latency_s * 1e6:.1f} us, evolve's best {found * 1e6:.1f} us")
-                database.commit(alpha, target, records, method="reuse+evolve" if evolve_trials else "reuse",
-                                source=beta, candidates=candidates, seconds=seconds, features=feats,
-                                extra={"estimate": estimate, "rounds": res.rounds, **extra,
-                                       "trajectory": trajectory})
-                say(f"reuse: {alpha.name} <- {beta.name}: {res.candidates} candidates (estimated "
-                    f"{estimate:.0f}), {res.seconds:.1f} s, {res.latency_s * 1e6:.1f} us")
+            if res.record is not None:
+                _commit_reuse(alpha, beta, res, run, measurer, estimate=estimate)
                 return
-    say(f"backend fallback for {alpha.name}: {reason}")
-    tune_with_backend([alpha], target, database, trials=trials, measurer=measurer, **backend_kw)
+            reason = f"no candidate derived from {beta.name} built and ran ({res.failed} failed)"
+    run.say(f"backend fallback for {alpha.name}: {reason}")
+    tune_with_backend([alpha], run.target, run.database, trials=run.trials, measurer=measurer, **run.backend_kw)
 
 
-def _evolve(alpha: Operator, reused, target, measurer, trials: int, backend_kw: dict):
-    """MetaSchedule's search for α, ``trials`` more candidates, continuing from the reuse tuner's.
+def _commit_reuse(alpha: Operator, beta: Operator, res: "ReuseResult", run: _Run, measurer: "Measurer", *,
+                  estimate: float) -> None:
+    """Store a reuse result (and, with ``evolve_trials``, what evolve found after it)."""
+    records, feats = [res.record], [res.features]
+    candidates, seconds, extra = res.candidates, res.seconds, {}
+    trajectory = [p.to_json() for p in res.trajectory]
+    if run.evolve_trials:
+        ev = _evolve(alpha, res, run, measurer)
+        found = min((p.best_s for p in ev.trajectory), default=float("inf"))  # new programs only
+        records += list(ev.records)
+        feats += [None] * len(ev.records)
+        candidates, seconds = candidates + ev.candidates, seconds + ev.seconds
+        trajectory += [p.after(res.seconds, res.candidates, res.latency_s).to_json() for p in ev.trajectory]
+        extra = {"evolve": {"candidates": ev.candidates, "seconds": ev.seconds, "reuse_latency_s": res.latency_s,
+                            "best_s": found, "improved": found < res.latency_s}}
+        run.say(f"evolve: {alpha.name}: {ev.candidates} more candidates, {ev.seconds:.1f} s, "
+                f"reuse {res.latency_s * 1e6:.1f} us, evolve's best {found * 1e6:.1f} us")
+    run.database.commit(alpha, run.target, records, method="reuse+evolve" if run.evolve_trials else "reuse",
+                        source=beta, candidates=candidates, seconds=seconds, features=feats,
+                        extra={"estimate": estimate, "rounds": res.rounds, **extra, "trajectory": trajectory})
+    run.say(f"reuse: {alpha.name} <- {beta.name}: {res.candidates} candidates (estimated "
+            f"{estimate:.0f}), {res.seconds:.1f} s, {res.latency_s * 1e6:.1f} us")
+
+
+def _evolve(alpha: Operator, reused: "ReuseResult", run: _Run, measurer: "Measurer"):
+    """MetaSchedule's search for α, ``evolve_trials`` more candidates, continuing from the reuse tuner's.
 
     Every candidate the reuse tuner measured seeds the population and trains the cost model first:
     without that, the search's first batches are as blind as a fresh run's.
     """
     from tuner.backend import BackendTask, tune_backend
 
-    return tune_backend([BackendTask(alpha.name, alpha.prim_func())], target, trials_per_task=trials,
-                        measurer=measurer, warm_start=[reused.measured], **{
-                            **backend_kw, "num_trials_per_iter": min(trials, backend_kw.get("num_trials_per_iter", 64))})[0]
+    kw = {**run.backend_kw, "num_trials_per_iter": min(run.evolve_trials, run.backend_kw.get("num_trials_per_iter", 64))}
+    return tune_backend([BackendTask(alpha.name, alpha.prim_func())], run.target, trials_per_task=run.evolve_trials,
+                        measurer=measurer, warm_start=[reused.measured], **kw)[0]
 
 
-def _bridge_row(op: Operator, database: Database, target, status: str) -> OperatorReport:
-    from .opsets import OperatorEntry
-
-    row = _row(OperatorEntry(op, 1), database, target, status)
-    return OperatorReport(**{**row.__dict__, "frequency": 0, "op": f"bridge:{row.op}"})
-
-
-__all__ = ["tune", "Strategy"]
+__all__ = ["balance_subtrees", "tune"]

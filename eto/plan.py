@@ -9,11 +9,11 @@ bridges.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import math
-from typing import TYPE_CHECKING, Callable, Collection, Literal, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Collection, Iterable, Literal, Mapping
 
-from selector import LoopNestOp, Plan, select_reuse_pairs
+from selector import LoopNestOp, Plan, replan, select_reuse_pairs
 from selector.costs import analytic_cost_fn
 
 from .operators import Operator
@@ -21,8 +21,33 @@ from .opsets import OperatorSet
 
 if TYPE_CHECKING:  # pragma: no cover
     from .database import Database
+    from .target import TargetKind
 
 BridgeOption = Literal["none", "1hop", "all"]
+CostModel = Literal["analytic", "estimate"]
+
+
+class BridgeCatalogue:
+    """The catalogue operator behind a bridge loop nest (or None if the catalogue cannot build it).
+
+    Built once per loop nest: the selector asks while checking sketches, the estimator while
+    costing edges, and the plan while naming its bridges.
+    """
+
+    def __init__(self, structural: Mapping[tuple[str, str], Mapping]) -> None:
+        self.structural = dict(structural)  # (type, sketch key) -> structural parameters of the kind
+        self._built: dict[tuple, Operator | None] = {}
+
+    def __call__(self, b: LoopNestOp) -> Operator | None:
+        key = (b.type, b.sketch, b.space, b.reduction)
+        if key not in self._built:
+            try:
+                op = Operator.from_loop_nest(b.type, b.space + b.reduction,
+                                             **self.structural.get((b.type, b.sketch), {}))
+            except ValueError:
+                op = None
+            self._built[key] = op if op is not None and op.sketch_key() == b.sketch else None
+        return self._built[key]
 
 
 @dataclass(frozen=True)
@@ -31,25 +56,35 @@ class OperatorPlan:
 
     plan: Plan
     operators: Mapping[str, Operator]  # node name -> operator (set members and bridges)
+    bridges: BridgeCatalogue | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict:
         out = self.plan.to_json()
         out["operator_keys"] = {name: op.key for name, op in self.operators.items()}
         return out
 
+    def replan(self, tuned: Iterable[str]) -> "OperatorPlan":
+        """:func:`selector.replan` after the operators named in ``tuned`` got programs.
 
-def sketch_count(op: Operator) -> int:
-    """Size of the operator's sketch set: two where a rfactor/cross-thread sketch joins tiling."""
-    return 2 if "+rf" in op.sketch_key() or op.type == "FRB" else 1
+        They become zero-cost roots and their kinds get estimated reuse costs (section 6.1).
+        """
+        plan = replan(self.plan, tuned=tuned)
+        return OperatorPlan(plan, _with_bridges(self.operators, plan, self.bridges), self.bridges)
+
+
+def _with_bridges(operators: Mapping[str, Operator], plan: Plan, bridges: BridgeCatalogue | None) -> dict:
+    out = dict(operators)
+    for b in plan.bridges:
+        op = bridges(b) if bridges is not None and b.name not in out else None
+        if op is not None:
+            out[b.name] = op
+    return out
 
 
 def loop_nest_op(name: str, op: Operator, frequency: int, tuned: bool) -> LoopNestOp:
     return LoopNestOp(name=name, type=op.type, sketch=op.sketch_key(), space=tuple(op.space),
                       reduction=tuple(op.reduction), frequency=frequency, tuned=tuned,
-                      sketch_count=sketch_count(op))
-
-
-CostModel = Literal["analytic", "estimate"]
+                      sketch_count=op.sketch_count())
 
 
 def hot_operators(opset: OperatorSet, share: float) -> frozenset[Operator]:
@@ -65,7 +100,8 @@ def hot_operators(opset: OperatorSet, share: float) -> frozenset[Operator]:
     return frozenset(e.op for e in opset if total and e.frequency * e.op.flops >= share * total)
 
 
-def estimator_cost_fn(operator_of: Callable[[LoopNestOp], "Operator | None"], target_kind: str, budget: float,
+def estimator_cost_fn(operator_of: Callable[[LoopNestOp], "Operator | None"], target_kind: "TargetKind",
+                      budget: float,
                       *, samples: int = 8) -> Callable[[LoopNestOp, LoopNestOp], float]:
     """Edge costs from the tuner's trial estimator (paper section 6.1), capped at the backend budget.
 
@@ -74,10 +110,10 @@ def estimator_cost_fn(operator_of: Callable[[LoopNestOp], "Operator | None"], ta
     """
     from tvm.ir import IRModule
 
-    from tuner.btm import loop_nest_of, major_block
     from tuner.estimate import estimate_trials
+    from tuner.features import loop_nest_of, major_block
 
-    kind = "cuda" if target_kind == "cuda" else "cpu"
+    kind = target_kind
     nests: dict[str, object] = {}
 
     def nest(n: LoopNestOp):
@@ -126,6 +162,27 @@ def plan_operator_set(
     if budget < 1:
         raise ValueError(f"budget must be positive, got {budget}")
     tuned = set(database.tuned(target)) if database is not None and target is not None else set()
+    names, nodes = _nodes(opset, tuned)
+    catalogue = BridgeCatalogue({(n.type, n.sketch): names[n.name].structural for n in nodes})
+    if cost_fn is None and cost == "estimate":
+        from .target import target_kind
+
+        def operator_of(n: LoopNestOp) -> Operator | None:
+            return names.get(n.name) or catalogue(n)
+
+        cost_fn = estimator_cost_fn(operator_of, target_kind(target) if target is not None else "cpu", budget)
+    cost_fn = cost_fn or analytic_cost_fn(float(budget))
+    hot_names = {n for n, op in names.items() if op in set(hot)}
+    backend_cost: "float | Callable[[LoopNestOp], float]" = float(budget)
+    if hot_names:
+        cost_fn, backend_cost = _hot_costs(cost_fn, hot_names, float(budget), float(hot_budget or budget))
+    plan = select_reuse_pairs(nodes, cost_fn=cost_fn, backend_cost=backend_cost, bridges=bridges, solver=solver,
+                              sketch_check=lambda b: catalogue(b) is not None, time_limit=time_limit)
+    return OperatorPlan(plan, _with_bridges(names, plan, catalogue), catalogue)
+
+
+def _nodes(opset: OperatorSet, tuned: set[Operator]) -> tuple[dict[str, Operator], list[LoopNestOp]]:
+    """The set's operators as OC-graph nodes, plus prior programs of the same kinds as free roots."""
     names: dict[str, Operator] = {}
     nodes = []
     for e in opset:
@@ -134,7 +191,6 @@ def plan_operator_set(
             name = f"{name}#{sum(n.startswith(e.op.name) for n in names) + 1}"
         names[name] = e.op
         nodes.append(loop_nest_op(name, e.op, e.frequency, e.op in tuned))
-    # prior programs of the same kinds join the OC graph as free roots: reuse sources at no cost
     kinds = {(n.type, n.sketch) for n in nodes}
     in_set = set(names.values())
     for op in sorted(tuned - in_set, key=lambda o: o.key):
@@ -142,47 +198,16 @@ def plan_operator_set(
             name = f"prior:{op.name}"
             names[name] = op
             nodes.append(loop_nest_op(name, op, 0, True))
-    structural = {(n.type, n.sketch): names[n.name].structural for n in nodes}
+    return names, nodes
 
-    def build_bridge(b: LoopNestOp) -> Operator | None:
-        try:
-            op = Operator.from_loop_nest(b.type, b.space + b.reduction, **structural.get((b.type, b.sketch), {}))
-        except ValueError:
-            return None
-        return op if op.sketch_key() == b.sketch else None
 
-    if cost_fn is None and cost == "estimate":
-        from .target import target_kind
+def _hot_costs(cost_fn: Callable[[LoopNestOp, LoopNestOp], float], hot_names: set[str], budget: float,
+               hot_budget: float) -> tuple[Callable[[LoopNestOp, LoopNestOp], float], Callable[[LoopNestOp], float]]:
+    """Edge costs that veto reuse into hot operators, and a root cost of ``hot_budget`` for them."""
+    def edge(alpha: LoopNestOp, beta: LoopNestOp) -> float:
+        return math.inf if alpha.name in hot_names else cost_fn(alpha, beta)
 
-        by_name = dict(names)
+    def root(op: LoopNestOp) -> float:
+        return hot_budget if op.name in hot_names else budget
 
-        def operator_of(n: LoopNestOp) -> Operator | None:
-            return by_name.get(n.name) or build_bridge(n)
-
-        cost_fn = estimator_cost_fn(operator_of, target_kind(target) if target is not None else "cpu", budget)
-    cost_fn = cost_fn or analytic_cost_fn(float(budget))
-    backend_cost: "float | Callable[[LoopNestOp], float]" = float(budget)
-    hot_names = {n for n, op in names.items() if op in set(hot)}
-    if hot_names:
-        base, hot_cost = cost_fn, float(hot_budget or budget)
-
-        def cost_fn(alpha: LoopNestOp, beta: LoopNestOp) -> float:
-            return math.inf if alpha.name in hot_names else base(alpha, beta)
-
-        def backend_cost(op: LoopNestOp) -> float:
-            return hot_cost if op.name in hot_names else float(budget)
-
-    plan = select_reuse_pairs(
-        nodes,
-        cost_fn=cost_fn,
-        backend_cost=backend_cost,
-        bridges=bridges,
-        solver=solver,
-        sketch_check=lambda b: build_bridge(b) is not None,
-        time_limit=time_limit,
-    )
-    for b in plan.bridges:
-        op = build_bridge(b)
-        if op is not None:
-            names[b.name] = op
-    return OperatorPlan(plan, names)
+    return edge, root

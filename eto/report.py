@@ -29,3 +29,8 @@ def _cell(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}" if abs(v) < 1e4 else f"{v:,.0f}"
     return str(v)
+
+
+def plural(n: int, word: str) -> str:
+    """``1 call``, ``3 calls``: counts in summaries read as English."""
+    return f"{n} {word}{'' if n == 1 else 's'}"

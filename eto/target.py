@@ -14,10 +14,10 @@ import re
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from tuner.features import Kind as TargetKind, kind_of
+
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
-
-TargetKind = Literal["cpu", "cuda"]
 
 DEFAULT_CUDA_TAG = "nvidia/nvidia-a100"
 
@@ -259,4 +259,21 @@ def hardware_info(target: "str | Target") -> HardwareInfo:
 
 
 def target_kind(target: "str | Target") -> TargetKind:
-    return "cuda" if parse_target(target).kind.name == "cuda" else "cpu"
+    """``"cuda"`` or ``"cpu"``: the kind of tile structure and B/T/M the target's programs have."""
+    return kind_of(parse_target(target))
+
+
+def target_key(target: "str | Target") -> str:
+    """The canonical text of a target, as MetaSchedule stores it in records (the database's key).
+
+    Cached per text: databases ask for it on every query, and a ``Target``'s own text is its JSON.
+    """
+    return _key_of_text(target if isinstance(target, str) else str(target))
+
+
+@functools.lru_cache(maxsize=64)
+def _key_of_text(text: str) -> str:
+    import json
+
+    obj = json.loads(text) if text.lstrip().startswith("{") else json.loads(str(parse_target(text)))
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True)

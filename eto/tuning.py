@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Literal
 
 from .database import Database
+from .target import target_key
 from .operators import Operator
 from .opsets import OperatorEntry, OperatorSet
 
@@ -65,9 +66,8 @@ class TuneReport:
                 "operators": [asdict(r) for r in self.rows]}
 
 
-def _row(entry: OperatorEntry, db: Database, target: "Target", status: str) -> OperatorReport:
-    from .database import target_key
-
+def report_row(entry: OperatorEntry, db: Database, target: "Target", status: str) -> OperatorReport:
+    """The operator's row as the database has it now: its best program, or its last failed result."""
     best = db.best(entry.op, target)
     tk = target_key(target)
     result = next((r for r in reversed(db.results())
@@ -126,7 +126,7 @@ def tune_with_backend(
                 e = by_name[res.name]
                 database.commit(e.op, target, res.records, method="backend", candidates=res.candidates,
                                 seconds=res.seconds, error="; ".join(res.errors) or None,
-                                extra={"trajectory": [[round(p.seconds, 4), p.trial, p.best_s] for p in res.trajectory]})
+                                extra={"trajectory": [p.to_json() for p in res.trajectory]})
 
             tune_backend(tasks, target, trials_per_task=trials, measurer=measurer,
                          num_trials_per_iter=num_trials_per_iter, seed=seed, work_dir=work_dir,
@@ -135,5 +135,5 @@ def tune_with_backend(
             if own:
                 measurer.close()
     tuned_now = {e.op for e in todo}
-    rows = tuple(_row(e, database, target, "tuned" if e.op in tuned_now else "cached") for e in opset)
+    rows = tuple(report_row(e, database, target, "tuned" if e.op in tuned_now else "cached") for e in opset)
     return TuneReport(str(target), rows, time.perf_counter() - start)

@@ -1,7 +1,8 @@
 """Layer lists of the paper's networks (Table 2), written from the published architectures.
 
 Each ``*_layers`` function returns one operator per layer in execution order (repeats included);
-:class:`~eto.opsets.OperatorSet.from_layers` counts the frequencies. Only the operator types the
+:meth:`eto.opsets.OperatorSet.from_layers` counts the frequencies. This module knows nothing of
+operator sets: ``eto.opsets`` imports it, never the other way round. Only the operator types the
 paper tunes are listed: pooling, normalisation, activations and (for ResNet-50, as in the paper)
 the final fully connected layer are left out.
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 from typing import Callable
 
 from .operators import Operator
-from .opsets import OperatorSet
 
 
 def _c2d(n: int, ci: int, h: int, co: int, k: int, s: int = 1, p: int | None = None) -> Operator:
@@ -151,35 +151,25 @@ def _bert_large(batch: int, seq: int) -> list[Operator]:
     return bert_layers(batch, seq, hidden=1024, heads=16, layers=24)
 
 
-def _sets(name: str, parts: list[list[Operator]]) -> OperatorSet:
-    return OperatorSet.union(name, [OperatorSet.from_layers(name, p) for p in parts])
-
-
-#: name -> (description, builder)
 def quickstart_layers() -> list[Operator]:
     """A small CNN block and attention products: a few minutes of tuning on 2 cores (eto tune's default)."""
     return [_c2d(1, 16, 14, 16, 3), _c2d(1, 32, 14, 32, 3), _c2d(1, 32, 14, 32, 3), _c2d(1, 32, 28, 32, 3),
             Operator.create("BMM", B=2, M=64, N=64, K=32), Operator.create("BMM", B=4, M=64, N=64, K=64)]
 
 
-BUILTIN: dict[str, tuple[str, Callable[[], OperatorSet]]] = {
+#: name -> (description, layer list builder). A set covering several models or batch sizes is the
+#: concatenation of their layer lists: counting it adds the frequencies of shared operators.
+BUILTIN: dict[str, tuple[str, Callable[[], list[Operator]]]] = {
     "quickstart": ("a small CNN block and attention products: 3 C2D + 2 BMM (eto tune's default)",
-                   lambda: OperatorSet.from_layers("quickstart", quickstart_layers())),
-    "resnet50": ("ResNet-50 v1, batch 1: 20 C2D",
-                 lambda: OperatorSet.from_layers("resnet50", resnet50_layers(1))),
-    "resnet50_l": ("ResNet-50 at batch 1 and 16: 40 C2D",
-                   lambda: _sets("resnet50_l", [resnet50_layers(1), resnet50_layers(16)])),
-    "mobilenetv2": ("MobileNetV2 1.0, batch 1: 21 C2D + 10 DEP",
-                    lambda: OperatorSet.from_layers("mobilenetv2", mobilenet_v2_layers(1))),
-    "resnest50": ("ResNeSt-50 (2s1x64d), batch 1: 26 C2D + 7 GRP",
-                  lambda: OperatorSet.from_layers("resnest50", resnest50_layers(1))),
-    "r2plus1d18": ("R(2+1)D-18, batch 1, 16x112x112 clips: C3D",
-                   lambda: OperatorSet.from_layers("r2plus1d18", r2plus1d_18_layers(1))),
-    "dcgan": ("DCGAN generator, batch 1, 64x64: 5 T2D",
-              lambda: OperatorSet.from_layers("dcgan", dcgan_generator_layers(1))),
-    "bert_base": ("BERT-Base, batch 1, sequence 128: 5 BMM",
-                  lambda: OperatorSet.from_layers("bert_base", bert_layers(1, 128))),
+                   quickstart_layers),
+    "resnet50": ("ResNet-50 v1, batch 1: 20 C2D", lambda: resnet50_layers(1)),
+    "resnet50_l": ("ResNet-50 at batch 1 and 16: 40 C2D", lambda: resnet50_layers(1) + resnet50_layers(16)),
+    "mobilenetv2": ("MobileNetV2 1.0, batch 1: 21 C2D + 10 DEP", lambda: mobilenet_v2_layers(1)),
+    "resnest50": ("ResNeSt-50 (2s1x64d), batch 1: 26 C2D + 7 GRP", lambda: resnest50_layers(1)),
+    "r2plus1d18": ("R(2+1)D-18, batch 1, 16x112x112 clips: C3D", lambda: r2plus1d_18_layers(1)),
+    "dcgan": ("DCGAN generator, batch 1, 64x64: 5 T2D", lambda: dcgan_generator_layers(1)),
+    "bert_base": ("BERT-Base, batch 1, sequence 128: 5 BMM", lambda: bert_layers(1, 128)),
     "bert_l": ("BERT-Base and BERT-Large, batch 1 and 16, sequence 64 and 128: 36 BMM",
-               lambda: _sets("bert_l", [f(b, s) for f in (bert_layers, _bert_large)
-                                        for b in (1, 16) for s in (64, 128)])),
+               lambda: [op for f in (bert_layers, _bert_large) for b in (1, 16) for s in (64, 128)
+                        for op in f(b, s)]),
 }

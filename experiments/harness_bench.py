@@ -41,34 +41,27 @@ def sample_candidates(op, target, n: int, seed: int = 0):
     return [c.sch.mod for c in cands][:n]
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command line: scale, output path and the baseline builder's timeout."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", choices=SCALES, default="ci")
     ap.add_argument("--out", default=None)
     ap.add_argument("--default-timeout", type=float, default=30.0,
                     help="LocalBuilder timeout of the baseline (30 s is MetaSchedule's default; on 2 cores its "
                          "workers' tensor_intrin import alone can exceed it, so a longer one compares like with like)")
-    args = ap.parse_args(argv)
-    n, batch = SCALES[args.scale]
-    os.environ.setdefault("TVM_NUM_THREADS", "2")
+    return ap.parse_args(argv)
 
+
+def make_harnesses(target, config, default_timeout: float):
+    """The two harnesses as batch-measuring functions (same evaluator settings), and eto's Measurer to close."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.builder import BuilderInput
     from tvm.s_tir.meta_schedule.runner import RunnerInput
 
-    from eto.operators import Operator
-    from eto.target import parse_target
-    from tuner.measure import MeasureConfig, Measurer
+    from tuner.measure import Measurer
 
-    target = parse_target("cpu")
-    op = Operator.create("C2D", N=1, CI=128, H=28, W=28, CO=128, KH=3, KW=3, padding=1)
-    t0 = time.perf_counter()
-    mods = sample_candidates(op, target, n)
-    print(f"sampled {len(mods)} candidates of {op.name} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    config = MeasureConfig(number=3, repeat=3, min_repeat_ms=20)
-
-    default_builder = ms.builder.LocalBuilder(timeout_sec=args.default_timeout)
+    default_builder = ms.builder.LocalBuilder(timeout_sec=default_timeout)
     default_runner = ms.runner.LocalRunner(evaluator_config=config.evaluator())
     eto = Measurer.local(config)
 
@@ -87,11 +80,16 @@ def main(argv=None) -> int:
         res = eto.measure(batch_mods, target)
         return [r.median for r in res if r.ok], [r.error for r in res if not r.ok]
 
+    return run_default, run_eto, eto
+
+
+def measure_interleaved(mods: list, batch: int, harnesses) -> tuple[dict, dict]:
+    """Wall time, successes and errors per harness, batch by batch, alternating default and eto."""
     rows = {"default": {"seconds": [], "ok": 0, "errors": []}, "eto": {"seconds": [], "ok": 0, "errors": []}}
     latencies = {"default": [], "eto": []}
     for start in range(0, len(mods), batch):
         chunk = mods[start:start + batch]
-        for name, fn in (("default", run_default), ("eto", run_eto)):
+        for name, fn in harnesses:
             t = time.perf_counter()
             secs, errors = fn(chunk)
             dt = time.perf_counter() - t
@@ -101,15 +99,24 @@ def main(argv=None) -> int:
             latencies[name] += secs
             print(f"  batch {start // batch}: {name:<7} {dt:6.1f} s for {len(chunk)} candidates, "
                   f"{len(errors)} failed", file=sys.stderr)
-    eto.close()
+    return rows, latencies
+
+
+def summarize(rows: dict, n: int) -> dict:
+    """Per harness: total and per-candidate wall time, successes, failures and the first errors."""
     summary = {}
     for name, r in rows.items():
         total = sum(r["seconds"])
-        summary[name] = {"wall_s": total, "per_candidate_s": total / len(mods), "ok": r["ok"],
+        summary[name] = {"wall_s": total, "per_candidate_s": total / n, "ok": r["ok"],
                          "failed": len(r["errors"]), "first_errors": r["errors"][:3],
                          "batch_seconds": r["seconds"]}
+    return summary
+
+
+def write_report(args, op, n: int, batch: int, config, summary: dict, latencies: dict) -> None:
+    """Write the result file and print the per-candidate times and their ratio."""
     ratio = summary["eto"]["per_candidate_s"] / summary["default"]["per_candidate_s"]
-    out = {"benchmark": "harness_bench", "scale": args.scale, "operator": op.key, "candidates": len(mods),
+    out = {"benchmark": "harness_bench", "scale": args.scale, "operator": op.key, "candidates": n,
            "default_builder_timeout_s": args.default_timeout,
            "batch": batch, "evaluator": config.evaluator()._asdict(), "environment": environment(),
            "results": summary, "eto_over_default_time_per_candidate": ratio,
@@ -122,6 +129,28 @@ def main(argv=None) -> int:
           f"eto: {summary['eto']['per_candidate_s']:.3f} s/candidate ({summary['eto']['failed']} failed); "
           f"ratio eto/default = {ratio:.3f} (target <= 0.5)")
     print(f"wrote {path}")
+
+
+def main(argv=None) -> int:
+    """Sample the candidates, measure them with both harnesses interleaved, and write the comparison."""
+    args = parse_args(argv)
+    n, batch = SCALES[args.scale]
+    os.environ.setdefault("TVM_NUM_THREADS", "2")
+
+    from eto.operators import Operator
+    from eto.target import parse_target
+    from tuner.measure import MeasureConfig
+
+    target = parse_target("cpu")
+    op = Operator.create("C2D", N=1, CI=128, H=28, W=28, CO=128, KH=3, KW=3, padding=1)
+    t0 = time.perf_counter()
+    mods = sample_candidates(op, target, n)
+    print(f"sampled {len(mods)} candidates of {op.name} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    config = MeasureConfig(number=3, repeat=3, min_repeat_ms=20)
+    run_default, run_eto, eto = make_harnesses(target, config, args.default_timeout)
+    rows, latencies = measure_interleaved(mods, batch, (("default", run_default), ("eto", run_eto)))
+    eto.close()
+    write_report(args, op, len(mods), batch, config, summarize(rows, len(mods)), latencies)
     return 0
 
 

@@ -3,9 +3,9 @@
 ResNet-50, MobileNetV2 and BERT-Base are written here in PyTorch (torchvision does not run beside
 the CPU build of torch this project installs; BERT is ``transformers.BertModel(BertConfig())`` when
 transformers is installed, else a compact re-implementation), with random weights and nothing
-downloaded. Each is imported with :func:`eto.frontend.extract_from_torch` (torch.export +
+downloaded. Each is imported with :func:`eto.models.extract_from_torch` (torch.export +
 ``from_exported_program``) and, at ``--scale small|paper``, also exported to ONNX with PyTorch's
-TorchScript exporter and read by :func:`eto.frontend.extract_from_onnx`. The extracted sets are
+TorchScript exporter and read by :func:`eto.models.extract_from_onnx`. The extracted sets are
 compared with ``builtin_opset("resnet50" | "mobilenetv2" | "bert_base")``; every difference is
 printed with its explanation.
 
@@ -34,7 +34,7 @@ if str(ROOT_DIR) not in sys.path:
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from eto.frontend import ModelOperators, extract_from_onnx, extract_from_torch  # noqa: E402
+from eto.models import ModelOperators, extract_from_onnx, extract_from_torch  # noqa: E402
 from eto.operators import Operator  # noqa: E402
 from eto.opsets import builtin_opset  # noqa: E402
 

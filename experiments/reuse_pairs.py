@@ -112,13 +112,13 @@ def records_of(op, work: str) -> list:
     from tvm.ir import IRModule
     from tvm.s_tir.meta_schedule.database import JSONDatabase
 
-    from tuner.backend import median_secs
+    from tuner.trajectory import median_secs
 
     d = os.path.join(work, "backend", op.key)
     db = JSONDatabase(os.path.join(d, "workloads.json"), os.path.join(d, "records.json"))
     wl = db.commit_workload(IRModule({"main": op.prim_func()}))
-    recs = [r for r in db.get_top_k(wl, 100_000) if median_secs(r) < math.inf]
-    return sorted(recs, key=median_secs)
+    recs = [r for r in db.get_top_k(wl, 100_000) if median_secs(r.run_secs) < math.inf]
+    return sorted(recs, key=lambda r: median_secs(r.run_secs))
 
 
 STRATEGIES = ("per-b", "global")
@@ -182,20 +182,20 @@ def remeasure(records: list, target, measurer, rounds: int) -> list[float]:
 # -- feature ranges -------------------------------------------------------------------------------
 def range_evidence(ops, pairs, work: str, kind: str = "cpu") -> dict:
     """Section 3: is a near-best program of α inside the B/T/M ranges set by β's best?"""
-    from tuner.backend import median_secs
-    from tuner.btm import program_features
+    from tuner.trajectory import median_secs
+    from tuner.features import program_features
 
     feats = {}
     for i, op in enumerate(ops):
         recs = records_of(op, work)
-        best = median_secs(recs[0])
+        best = median_secs(recs[0].run_secs)
         rows = []
         for r in recs:
             try:
                 cfg, nest = program_features(r, kind)
             except ValueError:
                 continue
-            rows.append((median_secs(r), cfg.B, cfg.T, cfg.M(nest)))
+            rows.append((median_secs(r.run_secs), cfg.B, cfg.T, cfg.M(nest)))
         feats[i] = (best, rows)
     out = {}
     for widen in RANGE_WIDENINGS:
@@ -230,7 +230,8 @@ def range_evidence(ops, pairs, work: str, kind: str = "cpu") -> dict:
     return out
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command line: scale, budget N, re-measurement rounds, B/T/M ranges, strategies, target, paths."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", choices=SCALES, default="ci")
     ap.add_argument("--trials", type=int, default=None, help="backend budget N (default: the scale's)")
@@ -242,103 +243,147 @@ def main(argv=None) -> int:
     ap.add_argument("--target", default="cpu", help="cpu (this machine) or a CUDA tag, e.g. nvidia/nvidia-h100")
     ap.add_argument("--work", default=None)
     ap.add_argument("--out", default=None)
-    args = ap.parse_args(argv)
-    os.environ.setdefault("TVM_NUM_THREADS", "2")
-    from eto import Operator
-    from eto.target import parse_target, target_kind
-    from tuner.btm import program_features
-    from tuner.estimate import estimate_trials, trials_for_config
-    from tuner.measure import MeasureConfig, Measurer
+    return ap.parse_args(argv)
 
-    spec, trials, per_type = SCALES[args.scale]
-    trials = args.trials or trials
-    target = parse_target(args.target)
-    kind = target_kind(target)
+
+def run_paths(args, kind: str) -> tuple[str, str]:
+    """The cache folder and the result file, named after the scale, the ranges and a GPU target."""
     gpu = "" if kind == "cpu" else "_" + args.target.split("/")[-1].replace("nvidia-", "")
     work = args.work or os.path.join(os.path.dirname(__file__), "work", f"reuse_pairs_{args.scale}{gpu}")
     suffix = ("" if args.ranges == "paper" else f"_{args.ranges}-ranges") + gpu
     out_path = args.out or os.path.join(os.path.dirname(__file__), "results", f"reuse_pairs_{args.scale}{suffix}.json")
-    ops = [Operator.create(t, **p) for t, p in spec]
-    pairs = reuse_pairs(ops, per_type)
-    c2d_all = [p for p in reuse_pairs(ops, 10_000) if ops[p[0]].type == "C2D"]
-    measurer = Measurer.local(MeasureConfig(number=3, repeat=5, min_repeat_ms=40))
-    t0 = time.perf_counter()
-    try:
-        backend = {}
-        for i, op in enumerate(ops):
-            backend[i] = backend_stage(op, target, trials, measurer, work)
-            print(f"[backend {i + 1}/{len(ops)}] {op.name}: {backend[i]['candidates']} candidates, "
-                  f"{backend[i]['seconds']:.1f} s, best {backend[i]['best_s'] * 1e6:.1f} us", flush=True)
-        rows = []
-        for k, (a, b) in enumerate(pairs):
-            alpha, beta = ops[a], ops[b]
-            beta_cfg, beta_nest = program_features(records_of(beta, work)[0], kind)
-            _, alpha_nest = program_features(records_of(alpha, work)[0], kind)
-            for strategy in args.strategies:
-                try:
-                    r = reuse_stage(alpha, beta, target, measurer, work, strategy, args.ranges)
-                except Exception as exc:  # report the pair, keep going
-                    print(f"[reuse {k + 1}/{len(pairs)} {strategy}] {alpha.name} <- {beta.name}: FAILED {exc}",
-                          flush=True)
-                    rows.append({"alpha": alpha.name, "beta": beta.name, "strategy": strategy, "pair": [a, b],
-                                 "type": alpha.type, "error": str(exc), "candidates": 0, "seconds": 0.0,
-                                 "estimate": None})
-                    continue
-                est = estimate_trials(kind, alpha_nest, beta_nest, strategy=strategy, ranges=args.ranges)
-                rows.append({**r, "pair": [a, b], "type": alpha.type, "estimate": est.mean,
-                             "estimate_range": [est.low, est.high],
-                             "enumeration_for_actual_beta": trials_for_config(kind, alpha_nest, beta_nest, beta_cfg,
-                                                                              strategy=strategy, ranges=args.ranges)})
-                print(f"[reuse {k + 1}/{len(pairs)} {strategy}] {alpha.name} <- {beta.name}: {r['candidates']} "
-                      f"candidates, {r['seconds']:.1f} s, estimate {est.mean:.1f}", flush=True)
-        # side-by-side re-measurement of α's programs: backend, then each strategy's
-        for a, b in pairs:
-            mine = [r for r in rows if r["pair"] == [a, b]]
-            recs = [None if "error" in r else reuse_record(ops[a], ops[b], work, r["strategy"], args.ranges) for r in mine]
-            base = records_of(ops[a], work)[0]
-            lats = remeasure([base] + [r for r in recs if r is not None], target, measurer, args.repeat)
-            lat_backend, lat_reuse = lats[0], iter(lats[1:])
-            bk = backend[a]
-            for row, rec in zip(mine, recs):
-                if "error" in row:
-                    continue
-                lat = next(lat_reuse) if rec is not None else math.inf
-                row.update(latency_backend_s=lat_backend, latency_reuse_s=lat,
-                           throughput=lat_backend / lat if rec is not None else None,
-                           backend_time_to_best_s=bk["time_to_best_s"], backend_trials_to_best=bk["trials_to_best"],
-                           backend_seconds=bk["seconds"], backend_candidates=bk["candidates"],
-                           speedup=(bk["time_to_best_s"] or bk["seconds"]) / row["seconds"])
-        ranges = range_evidence(ops, c2d_all, work, kind) if len(c2d_all) else {}
-    finally:
-        measurer.close()
+    return work, out_path
 
-    def summary(sel):
-        thr = [r["throughput"] for r in sel if r.get("throughput")]
-        spd = [r["speedup"] for r in sel if r.get("speedup")]
-        ratio = [r["estimate"] / r["candidates"] for r in sel if r["candidates"] and r["estimate"]]
-        return {"pairs": len(sel), "errors": sum("error" in r for r in sel), "median_throughput": statistics.median(thr) if thr else None,
-                "median_speedup": statistics.median(spd) if spd else None,
-                "median_candidates": statistics.median([r["candidates"] for r in sel]) if sel else None,
-                "estimate_over_actual_mean": statistics.fmean(ratio) if ratio else None,
-                "estimate_within_0.67_1.5": (sum(0.67 <= x <= 1.5 for x in ratio) / len(ratio)) if ratio else None}
 
-    result = {
+def run_backend(ops, target, trials: int, measurer, work: str) -> dict:
+    """Stage 1: every operator tuned by MetaSchedule alone (or loaded from the cache), with progress lines."""
+    backend = {}
+    for i, op in enumerate(ops):
+        backend[i] = backend_stage(op, target, trials, measurer, work)
+        print(f"[backend {i + 1}/{len(ops)}] {op.name}: {backend[i]['candidates']} candidates, "
+              f"{backend[i]['seconds']:.1f} s, best {backend[i]['best_s'] * 1e6:.1f} us", flush=True)
+    return backend
+
+
+def run_reuse(ops, pairs, target, kind: str, measurer, work: str, strategies, ranges: str) -> list[dict]:
+    """Stage 2 and 3: each pair tuned by the reuse tuner per strategy, with the trial estimator's numbers."""
+    from tuner.estimate import estimate_trials, trials_for_config
+    from tuner.features import program_features
+
+    rows = []
+    for k, (a, b) in enumerate(pairs):
+        alpha, beta = ops[a], ops[b]
+        beta_cfg, beta_nest = program_features(records_of(beta, work)[0], kind)
+        _, alpha_nest = program_features(records_of(alpha, work)[0], kind)
+        for strategy in strategies:
+            try:
+                r = reuse_stage(alpha, beta, target, measurer, work, strategy, ranges)
+            except Exception as exc:  # report the pair, keep going
+                print(f"[reuse {k + 1}/{len(pairs)} {strategy}] {alpha.name} <- {beta.name}: FAILED {exc}",
+                      flush=True)
+                rows.append({"alpha": alpha.name, "beta": beta.name, "strategy": strategy, "pair": [a, b],
+                             "type": alpha.type, "error": str(exc), "candidates": 0, "seconds": 0.0,
+                             "estimate": None})
+                continue
+            est = estimate_trials(kind, alpha_nest, beta_nest, strategy=strategy, ranges=ranges)
+            rows.append({**r, "pair": [a, b], "type": alpha.type, "estimate": est.mean,
+                         "estimate_range": [est.low, est.high],
+                         "enumeration_for_actual_beta": trials_for_config(kind, alpha_nest, beta_nest, beta_cfg,
+                                                                          strategy=strategy, ranges=ranges)})
+            print(f"[reuse {k + 1}/{len(pairs)} {strategy}] {alpha.name} <- {beta.name}: {r['candidates']} "
+                  f"candidates, {r['seconds']:.1f} s, estimate {est.mean:.1f}", flush=True)
+    return rows
+
+
+def compare_side_by_side(ops, pairs, rows: list[dict], backend: dict, target, measurer, work: str,
+                         ranges: str, repeat: int) -> None:
+    """Re-measure α's backend program and each strategy's reuse program interleaved; add the ratios to ``rows``."""
+    for a, b in pairs:
+        mine = [r for r in rows if r["pair"] == [a, b]]
+        recs = [None if "error" in r else reuse_record(ops[a], ops[b], work, r["strategy"], ranges) for r in mine]
+        base = records_of(ops[a], work)[0]
+        lats = remeasure([base] + [r for r in recs if r is not None], target, measurer, repeat)
+        lat_backend, lat_reuse = lats[0], iter(lats[1:])
+        bk = backend[a]
+        for row, rec in zip(mine, recs):
+            if "error" in row:
+                continue
+            lat = next(lat_reuse) if rec is not None else math.inf
+            row.update(latency_backend_s=lat_backend, latency_reuse_s=lat,
+                       throughput=lat_backend / lat if rec is not None else None,
+                       backend_time_to_best_s=bk["time_to_best_s"], backend_trials_to_best=bk["trials_to_best"],
+                       backend_seconds=bk["seconds"], backend_candidates=bk["candidates"],
+                       speedup=(bk["time_to_best_s"] or bk["seconds"]) / row["seconds"])
+
+
+def summarize(sel: list[dict]) -> dict:
+    """Medians of throughput, speed-up and candidates, and the estimator's accuracy, over the rows ``sel``."""
+    thr = [r["throughput"] for r in sel if r.get("throughput")]
+    spd = [r["speedup"] for r in sel if r.get("speedup")]
+    ratio = [r["estimate"] / r["candidates"] for r in sel if r["candidates"] and r["estimate"]]
+    return {"pairs": len(sel), "errors": sum("error" in r for r in sel), "median_throughput": statistics.median(thr) if thr else None,
+            "median_speedup": statistics.median(spd) if spd else None,
+            "median_candidates": statistics.median([r["candidates"] for r in sel]) if sel else None,
+            "estimate_over_actual_mean": statistics.fmean(ratio) if ratio else None,
+            "estimate_within_0.67_1.5": (sum(0.67 <= x <= 1.5 for x in ratio) / len(ratio)) if ratio else None}
+
+
+def assemble_result(args, target, kind: str, trials: int, t0: float, rows: list[dict], backend: dict,
+                    ranges: dict) -> dict:
+    """The result file's contents: run settings, per-strategy and per-type summaries, all rows and runs."""
+    return {
         "benchmark": "reuse_pairs", "scale": args.scale, "ranges": args.ranges, "trials_N": trials,
         "target": str(target.kind.name) if kind == "cpu" else args.target,
         "mcpu": str(target.attrs.get("mcpu", "")), "environment": environment(),
         "backend": "MetaSchedule evolutionary search + XGBoost, one task at a time, 32 candidates per batch",
         "remeasure_rounds": args.repeat, "wall_s": time.perf_counter() - t0,
-        "summary": {st: {"all": summary([r for r in rows if r["strategy"] == st]),
-                         **{t: summary([r for r in rows if r["type"] == t and r["strategy"] == st])
+        "summary": {st: {"all": summarize([r for r in rows if r["strategy"] == st]),
+                         **{t: summarize([r for r in rows if r["type"] == t and r["strategy"] == st])
                             for t in sorted({r["type"] for r in rows})}} for st in args.strategies},
         "pairs": rows, "backend_runs": list(backend.values()), "feature_ranges_c2d": ranges,
     }
+
+
+def write_result(result: dict, ranges: dict, out_path: str) -> None:
+    """Write the result file and print the summaries (and the feature-range fractions, if any)."""
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
     with open(out_path, "w") as f:
         json.dump(result, f, indent=1, default=float)
     print(json.dumps(result["summary"], indent=1))
     if ranges:
         print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "per_pair"} for k, v in ranges.items()}, indent=1))
+
+
+def main(argv=None) -> int:
+    """Run the backend, reuse and re-measurement stages (resuming from the cache), then write the result."""
+    args = parse_args(argv)
+    os.environ.setdefault("TVM_NUM_THREADS", "2")
+    from eto import Operator
+    from eto.target import parse_target, target_kind
+    import tuner.features  # noqa: F401  (used by run_reuse; imported here, before the clock starts, as before)
+    import tuner.estimate  # noqa: F401  (likewise)
+    from tuner.measure import MeasureConfig, Measurer
+
+    spec, trials, per_type = SCALES[args.scale]
+    trials = args.trials or trials
+    target = parse_target(args.target)
+    kind = target_kind(target)
+    work, out_path = run_paths(args, kind)
+    ops = [Operator.create(t, **p) for t, p in spec]
+    pairs = reuse_pairs(ops, per_type)
+    c2d_all = [p for p in reuse_pairs(ops, 10_000) if ops[p[0]].type == "C2D"]
+    measurer = Measurer.local(MeasureConfig(number=3, repeat=5, min_repeat_ms=40))
+    t0 = time.perf_counter()
+    try:
+        backend = run_backend(ops, target, trials, measurer, work)
+        rows = run_reuse(ops, pairs, target, kind, measurer, work, args.strategies, args.ranges)
+        # side-by-side re-measurement of α's programs: backend, then each strategy's
+        compare_side_by_side(ops, pairs, rows, backend, target, measurer, work, args.ranges, args.repeat)
+        ranges = range_evidence(ops, c2d_all, work, kind) if len(c2d_all) else {}
+    finally:
+        measurer.close()
+    result = assemble_result(args, target, kind, trials, t0, rows, backend, ranges)
+    write_result(result, ranges, out_path)
     return 0
 
 

@@ -94,14 +94,31 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=2022)
     ap.add_argument("--out", default=str(ROOT_DIR / "experiments" / "results" / "selector_gap.json"))
     args = ap.parse_args()
-    rng = random.Random(args.seed)
-    per_family = SCALES[args.scale]
+    rows = run_instances(random.Random(args.seed), SCALES[args.scale], args.time_limit)
+    summary = summarize(rows)
+    import networkx, ortools  # noqa: E401
+    out = {
+        "experiment": "selector_gap", "scale": args.scale, "seed": args.seed,
+        "exact_time_limit_s": args.time_limit, "approx_time_limit_s": 10.0,
+        "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version(),
+                    "networkx": networkx.__version__, "ortools": ortools.__version__,
+                    "numpy": np.__version__},
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "summary": summary, "instances": rows,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1))
+    print(f"\nwrote {args.out}")
+
+
+def run_instances(rng: random.Random, per_family: int, time_limit: float) -> list[dict]:
+    """Heuristic and MIP on ``per_family`` instances of each family, printing one line each."""
     rows = []
     for family, make in (("oc", oc_instance), ("random", random_instance)):
         for i in range(per_family):
             G, root, terms = make(rng)
             ap_sol = solve(G, root, terms, solver="approx", time_limit=10.0)
-            ex_sol = solve(G, root, terms, solver="exact", time_limit=args.time_limit)
+            ex_sol = solve(G, root, terms, solver="exact", time_limit=time_limit)
             rows.append({
                 "family": family, "instance": i, "nodes": G.number_of_nodes() - 1,
                 "terminals": len(terms), "steiner": G.number_of_nodes() - 1 - len(terms),
@@ -115,7 +132,12 @@ def main() -> None:
                   f"approx={ap_sol.cost:9.1f} ({ap_sol.seconds:6.3f}s) exact={ex_sol.cost:9.1f} "
                   f"({ex_sol.seconds:6.2f}s{'' if ex_sol.optimal else ', not proven'}) "
                   f"gap={100 * rows[-1]['gap']:5.2f}%", flush=True)
+    return rows
 
+
+def summarize(rows: list[dict]) -> dict:
+    """Per family (and ``"all"``): gaps over the instances the MIP proved optimal, and times;
+    prints the table."""
     summary = {}
     print("\nfamily   n   proven  mean gap  max gap  =opt   approx s (mean/max)   exact s (mean/max)")
     for family in ("oc", "random", "all"):
@@ -137,19 +159,7 @@ def main() -> None:
               f"{100 * (s['mean_gap'] or 0):7.2f}%  {100 * (s['max_gap'] or 0):6.2f}%  "
               f"{s['approx_equals_opt']:4d}   {s['approx_seconds_mean']:7.3f} / {s['approx_seconds_max']:6.3f}"
               f"        {s['exact_seconds_mean']:6.2f} / {s['exact_seconds_max']:6.2f}")
-    import networkx, ortools  # noqa: E401
-    out = {
-        "experiment": "selector_gap", "scale": args.scale, "seed": args.seed,
-        "exact_time_limit_s": args.time_limit, "approx_time_limit_s": 10.0,
-        "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version(),
-                    "networkx": networkx.__version__, "ortools": ortools.__version__,
-                    "numpy": np.__version__},
-        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "summary": summary, "instances": rows,
-    }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1))
-    print(f"\nwrote {args.out}")
+    return summary
 
 
 def _cpu() -> str:

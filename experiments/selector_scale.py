@@ -155,11 +155,30 @@ def main() -> None:
     args = ap.parse_args()
     ops, composition = conv2d_set()
     print(f"{len(ops)} conv2d operators: {composition}")
-    modes = ["1hop"] if args.scale == "ci" else ["none", "1hop", "all"]
+    rows = run_modes(ops, args.scale, args.time_limit)
+    paper_rows = run_paper_sets(10.0 if args.scale == "ci" else 60.0)
+    api_seconds = run_api(ops)
+    out = {
+        "experiment": "selector_scale", "scale": args.scale, "budget_per_operator": BUDGET,
+        "cost_model": "selector.costs.analytic_cost (placeholder for the tuner's estimator)",
+        "operator_set": {"operators": len(ops), "composition": composition, "batches": BATCHES},
+        "machine": _machine(),
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "runs": rows,
+        "paper_sets": paper_rows,
+        "select_reuse_pairs_1hop_seconds": round(api_seconds, 3),
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1))
+    print(f"wrote {args.out}")
+
+
+def run_modes(ops, scale: str, time_limit) -> list[dict]:
+    """:func:`run_mode` for each bridge mode of ``scale``, printing one line each."""
     rows = []
-    for mode in modes:
-        limit = args.time_limit if args.time_limit is not None else (
-            3.0 if args.scale == "ci" else (30.0 if mode == "all" else 5.0))
+    for mode in ["1hop"] if scale == "ci" else ["none", "1hop", "all"]:
+        limit = time_limit if time_limit is not None else (
+            3.0 if scale == "ci" else (30.0 if mode == "all" else 5.0))
         row = run_mode(ops, mode, limit)
         rows.append(row)
         print(f"{mode:5s} bridges={row['bridge_operators']:4d} pairs={row['reuse_pair_edges']:7d} "
@@ -169,8 +188,12 @@ def main() -> None:
               f"bound={row['lower_bound']:.0f} backend={row['backend_tuned']} "
               f"bridges used={row['bridges_used']} [{row['solver']}{', optimal' if row['optimal'] else ''}]",
               flush=True)
+    return rows
+
+
+def run_paper_sets(exact_limit: float) -> list[dict]:
+    """:func:`compare_solvers` on each of the paper's sets and bridge modes, printing one line each."""
     paper_rows = []
-    exact_limit = 10.0 if args.scale == "ci" else 60.0
     print("\nthe paper's sets (batch 1): heuristic vs MIP "
           f"(MIP limit {exact_limit:g}s; 'proven' = optimality proven)")
     for name, set_ops in paper_sets().items():
@@ -183,30 +206,26 @@ def main() -> None:
                   f"{', proven' if row['exact_optimal'] else ', bound %.0f' % row['exact_bound']}) "
                   f"gap={100 * row['approx_gap_to_exact']:.2f}% all-backend={row['baseline_cost_all_backend']:.0f}",
                   flush=True)
-    # the one-call API on the paper's default (1-hop), as eto will call it
+    return paper_rows
+
+
+def run_api(ops) -> float:
+    """The one-call API on the paper's default (1-hop), as eto will call it; returns its seconds."""
     t0 = time.perf_counter()
     plan = select_reuse_pairs(ops, backend_cost=BUDGET, bridges="1hop", time_limit=5.0)
     api_seconds = time.perf_counter() - t0
     print(f"select_reuse_pairs(bridges='1hop'): {api_seconds:.2f}s, cost {plan.total_cost:.0f}, "
           f"{len(plan.backend)} backend, {len(plan.used_bridges)} bridges to tune")
+    return api_seconds
+
+
+def _machine() -> dict:
     import networkx
     import numpy
     import ortools
-    out = {
-        "experiment": "selector_scale", "scale": args.scale, "budget_per_operator": BUDGET,
-        "cost_model": "selector.costs.analytic_cost (placeholder for the tuner's estimator)",
-        "operator_set": {"operators": len(ops), "composition": composition, "batches": BATCHES},
-        "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version(),
-                    "networkx": networkx.__version__, "ortools": ortools.__version__,
-                    "numpy": numpy.__version__},
-        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "runs": rows,
-        "paper_sets": paper_rows,
-        "select_reuse_pairs_1hop_seconds": round(api_seconds, 3),
-    }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1))
-    print(f"wrote {args.out}")
+    return {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version(),
+            "networkx": networkx.__version__, "ortools": ortools.__version__,
+            "numpy": numpy.__version__}
 
 
 def _cpu() -> str:

@@ -8,9 +8,15 @@ One module per concept:
 * :mod:`selector.costs` -- a cheap analytic reuse-cost estimate (placeholder for the tuner's);
 * :mod:`selector.ocgraph` -- the optimization-choice (OC) graph;
 * :mod:`selector.arborescence` -- min-cost arborescence (no bridges);
-* :mod:`selector.steiner` -- directed Steiner tree: exact MIP, heuristic, :func:`solve`;
+* :mod:`selector.steiner` -- directed Steiner tree: :func:`solve` (reductions, decomposition and
+  the per-component choice of method), :func:`steiner_exact`, :func:`steiner_approx`;
+* :mod:`selector.steiner_reduce` -- exact reductions and decomposition into components;
+* :mod:`selector.steiner_heuristic` -- shortest-path heuristic with local search and restarts;
+* :mod:`selector.steiner_mip` -- exact multi-commodity flow MIP (SCIP through OR-Tools);
+* :mod:`selector.dual_ascent` -- Wong's dual ascent lower bound (:func:`dual_ascent_bound`);
 * :mod:`selector.solution` -- :class:`TreeSolution`, what solvers return;
-* :mod:`selector.plan` -- :func:`select_reuse_pairs`, :class:`Plan`, :func:`replan`;
+* :mod:`selector.plan` -- :func:`select_reuse_pairs`, :class:`Plan`, and :func:`replan`, which
+  re-selects once some operators are tuned (e.g. ``Plan.replan_after``);
 * :mod:`selector.graphio` -- JSON instances (:func:`load_graph`).
 
 Imports only the standard library, numpy, networkx and OR-Tools; costs and sketch checks come in
@@ -20,13 +26,14 @@ as caller-supplied functions.
 from .arborescence import edmonds, min_cost_arborescence
 from .bridge import SketchCheck, bridge_of, bridge_operators
 from .costs import analytic_cost, analytic_cost_fn
+from .dual_ascent import dual_ascent_bound
 from .graphio import GraphFormatError, SteinerInstance, dump_graph, load_graph
 from .loopnest import LoopNestOp
 from .ocgraph import ROOT, BackendCost, CostFn, build_oc_graph
 from .plan import BridgeMode, Plan, PlanEdge, SelectionRequest, replan, select_reuse_pairs
 from .reuse import dominates, is_reuse_pair, reuse_pair_indices, reuse_pairs
 from .solution import TreeSolution
-from .steiner import SolverName, dual_ascent_bound, solve, steiner_approx, steiner_exact
+from .steiner import SolverName, solve, steiner_approx, steiner_exact
 
 __all__ = [
     "LoopNestOp",

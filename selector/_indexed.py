@@ -1,7 +1,9 @@
 """Integer-indexed edge arrays behind the solvers (private).
 
 networkx graphs are convenient at the API but slow in inner loops; the solvers work on node
-indices ``0..n-1`` and parallel numpy edge arrays, converted once.
+indices ``0..n-1`` and parallel numpy edge arrays, converted once (O(V + E)).
+:func:`index_instance` is that conversion plus the defaults and checks every Steiner entry point
+(:func:`selector.solve`, :func:`selector.dual_ascent_bound`) applies.
 """
 
 from __future__ import annotations
@@ -63,20 +65,33 @@ class IndexedGraph:
     def out_adj(self) -> list[list[tuple[int, float, int]]]:
         """out_adj()[u] = [(v, w, edge index), ...]"""
         if self._out is None:
-            adj: list[list] = [[] for _ in range(self.n)]
-            for e, (u, v, w) in enumerate(zip(self.src.tolist(), self.dst.tolist(), self.w.tolist())):
-                adj[u].append((v, w, e))
-            self._out = adj
+            self._out = self._adjacency(self.src, self.dst)
         return self._out
 
     def in_adj(self) -> list[list[tuple[int, float, int]]]:
         """in_adj()[v] = [(u, w, edge index), ...]"""
         if self._in is None:
-            adj: list[list] = [[] for _ in range(self.n)]
-            for e, (u, v, w) in enumerate(zip(self.src.tolist(), self.dst.tolist(), self.w.tolist())):
-                adj[v].append((u, w, e))
-            self._in = adj
+            self._in = self._adjacency(self.dst, self.src)
         return self._in
+
+    def _adjacency(self, tail: np.ndarray, head: np.ndarray) -> list[list[tuple[int, float, int]]]:
+        """adj[tail[e]] lists (head[e], w[e], e) for every edge e, in edge order."""
+        adj: list[list] = [[] for _ in range(self.n)]
+        for e, (a, b, w) in enumerate(zip(tail.tolist(), head.tolist(), self.w.tolist())):
+            adj[a].append((b, w, e))
+        return adj
+
+    def terminal_mask(self, *, root: bool = False) -> np.ndarray:
+        """Boolean node mask of the terminals (and the root when ``root``)."""
+        mask = np.zeros(self.n, dtype=bool)
+        mask[self.terminals] = True
+        if root:
+            mask[self.root] = True
+        return mask
+
+    def edge_pairs(self, edges: Iterable[int]) -> list[tuple[Hashable, Hashable]]:
+        """``(tail, head)`` node ids of the given edge indices."""
+        return [(self.nodes[self.src[e]], self.nodes[self.dst[e]]) for e in edges]
 
     def reach(self, sources: Sequence[int], *, reverse: bool = False,
               edge_mask: Optional[np.ndarray] = None) -> np.ndarray:
@@ -122,3 +137,23 @@ class IndexedGraph:
             w=self.w[old_edges],
         )
         return sub, old_nodes, old_edges
+
+
+def index_instance(G: nx.DiGraph, root: Optional[Hashable], terminals: Optional[Iterable[Hashable]],
+                   weight: str) -> tuple[IndexedGraph, Hashable]:
+    """``G`` as an :class:`IndexedGraph` with its root (default ``G.graph["root"]``) and terminals
+    (default ``G.graph["terminals"]``); ValueError naming any terminal the root cannot reach."""
+    if root is None:
+        root = G.graph.get("root")
+        if root is None:
+            raise ValueError("no root given and the graph has no 'root' graph attribute")
+    if terminals is None:
+        terminals = G.graph.get("terminals")
+        if terminals is None:
+            raise ValueError("no terminals given and the graph has no 'terminals' graph attribute")
+    g = IndexedGraph.from_networkx(G, root, terminals, weight=weight)
+    missing = g.unreachable_terminals()
+    if missing:
+        raise ValueError(f"terminal{'s' if len(missing) > 1 else ''} not reachable from root {root!r}: "
+                         + ", ".join(map(repr, missing)))
+    return g, root

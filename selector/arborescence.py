@@ -124,7 +124,7 @@ def min_cost_arborescence(G: nx.DiGraph, root: Hashable, *, weight: str = "weigh
     if unreachable:
         raise ValueError(f"not reachable from root {root!r}: {', '.join(map(repr, unreachable))}")
     idx = edmonds(ig.n, ig.root, ig.src, ig.dst, ig.w)
-    edges = tuple((ig.nodes[ig.src[e]], ig.nodes[ig.dst[e]]) for e in idx.tolist())
+    edges = tuple(ig.edge_pairs(idx.tolist()))
     cost = float(ig.w[idx].sum())
     return TreeSolution(edges=edges, cost=cost, solver="arborescence", optimal=True,
                         lower_bound=cost, seconds=time.perf_counter() - t0)

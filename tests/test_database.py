@@ -1,7 +1,6 @@
 """The program database: MetaSchedule-readable files, metadata, corrupt lines, crashes, merging."""
 
 import json
-import os
 
 import pytest
 

@@ -15,7 +15,7 @@ import warnings
 import pytest
 
 from eto.cli import main
-from eto.frontend import (
+from eto.models import (
     MissingExtraError,
     ModelFileError,
     ModelOperators,
@@ -502,7 +502,7 @@ def test_cli_tune_model_bad_input_exit_2(capsys, tmp_path):
 @pytest.mark.slow
 def test_cli_tune_model_tunes_its_operator_set(capsys, tmp_path):
     from eto.database import Database
-    from eto.frontend import extract_from_file
+    from eto.models import extract_from_file
     from eto.target import parse_target
 
     good = tmp_path / "good.onnx"

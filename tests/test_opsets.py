@@ -1,6 +1,5 @@
 """Built-in operator sets against the paper's Table 2 and ../shared/reference/operator-sets.md."""
 
-import json
 from collections import Counter
 
 import pytest

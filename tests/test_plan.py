@@ -95,7 +95,7 @@ def test_plan_with_the_tuners_trial_estimator(capsys):
     from tvm.ir import IRModule
 
     from eto.opsets import builtin_opset
-    from tuner.btm import loop_nest_of, major_block
+    from tuner.features import loop_nest_of, major_block
     from tuner.estimate import estimate_trials
 
     d = plan_json(capsys, "--opset", "bert_base", "--bridges", "none", "--cost", "estimate")
@@ -155,3 +155,19 @@ def test_subtrees_are_balanced_over_devices():
     cost = [sum(plan.edge_costs[(plan.parent[n], n)] for n in g) for g in groups]
     biggest = max(sum(plan.edge_costs[(plan.parent[n], n)] for n in t) for t in trees)
     assert max(cost) - min(cost) <= biggest  # the LPT bound
+
+
+def test_replan_after_a_multi_sketch_kind_is_tuned():
+    """Section 6.1: a kind with two sketches costs the backend budget until one of its operators is
+    tuned; planning again makes that operator a free root and its kind reusable at estimated cost."""
+    from eto.opsets import load_opset
+    from eto.plan import plan_operator_set
+
+    planned = plan_operator_set(load_opset("mobilenetv2"), budget=1000, bridges="none")
+    (first,) = planned.plan.replan_after
+    assert planned.operators[first].sketch_count() == 2
+    again = planned.replan([first])
+    assert again.plan.replan_after == () and again.plan.parent[first] == "root"
+    assert again.plan.edge_costs[("root", first)] == 0
+    assert again.plan.total_cost == pytest.approx(
+        planned.plan.total_cost - planned.plan.edge_costs[(planned.plan.parent[first], first)])

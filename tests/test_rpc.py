@@ -88,6 +88,20 @@ def test_scale_out_tunes_independent_subtrees_on_two_devices(tmp_path, tracker, 
     assert sorted(r["method"] for r in rows) == ["backend", "backend", "reuse", "reuse"]
     db = Database(tmp_path / "db")
     assert sorted(r["op_key"] for r in db.results()) == sorted(op.key for op in ops)  # each tuned once
+    # concurrency, from the stored results: each result ran in [commit time - seconds, commit time];
+    # a subtree spans its results, and the two subtrees' spans overlap (run one after the other, the
+    # second would start after the first's last commit)
+    root_of = {r["key"]: r["source"] or r["key"] for r in rows}
+    while any(root_of[k] != root_of[root_of[k]] for k in root_of):
+        root_of = {k: root_of[v] for k, v in root_of.items()}
+    spans: dict[str, tuple[float, float]] = {}
+    for meta in db.results():
+        root = root_of[meta["op_key"]]
+        start, end = meta["time"] - meta["seconds"], meta["time"]
+        old = spans.get(root, (start, end))
+        spans[root] = (min(old[0], start), max(old[1], end))
+    (a_start, a_end), (b_start, b_end) = spans.values()
+    assert a_start < b_end and b_start < a_end, f"subtrees ran one after the other: {spans}"
     target = parse_target("cpu")
     for op in ops:
         assert check_record(op, db.best(op, target).tuning_record, target).ok

@@ -15,7 +15,6 @@ import logging
 import math
 import os
 import re
-import statistics
 import sys
 import tempfile
 import time
@@ -28,7 +27,8 @@ from tvm.s_tir.meta_schedule.builder import PyBuilder
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture
 
-from .measure import Measurer
+from .measure import Measurer, run_error_message
+from .trajectory import TrajectoryPoint, median_secs, time_to_reach, trials_to_reach
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.s_tir.meta_schedule.database import Database as MSDatabase, TuningRecord
@@ -37,13 +37,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from tvm.tirx import PrimFunc
 
 Scheduler = Literal["gradient", "round-robin"]
-
-
-@dataclass(frozen=True)
-class TrajectoryPoint:
-    seconds: float  # since the start of the tuning run
-    trial: int  # candidates measured for this operator so far
-    best_s: float  # best median latency so far (inf before the first success)
 
 
 @dataclass(frozen=True)
@@ -67,7 +60,7 @@ class BackendResult:
 
     @property
     def best_latency(self) -> float:
-        return median_secs(self.records[0]) if self.records else math.inf
+        return median_secs(self.records[0].run_secs) if self.records else math.inf
 
     def time_to_best(self) -> float | None:
         """Run seconds at which the final best latency was first reached ("Ansor best")."""
@@ -75,21 +68,10 @@ class BackendResult:
 
     def time_to_reach(self, latency: float) -> float | None:
         """Run seconds at which the best-so-far first got to ``latency`` or better ("Ansor same")."""
-        for p in self.trajectory:
-            if p.best_s <= latency:
-                return p.seconds
-        return None
+        return time_to_reach(self.trajectory, latency)
 
     def trials_to_reach(self, latency: float) -> int | None:
-        for p in self.trajectory:
-            if p.best_s <= latency:
-                return p.trial
-        return None
-
-
-def median_secs(record: "TuningRecord") -> float:
-    secs = [float(s) for s in (record.run_secs or [])]
-    return statistics.median(secs) if secs and all(s < 1e9 for s in secs) else math.inf
+        return trials_to_reach(self.trajectory, latency)
 
 
 @dataclass
@@ -195,14 +177,14 @@ class _ProgressCallback(PyMeasureCallback):
         at = timing[1] - self.start
         for b, r in zip(builder_results, runner_results):
             p.trials += 1
-            err = b.error_msg or r.error_msg
-            secs = [float(s) for s in (r.run_secs or [])]
-            if err is not None or not secs:
+            latency = median_secs(r.run_secs)
+            if b.error_msg is not None or r.error_msg is not None or math.isinf(latency):
                 p.failed += 1
                 if len(p.errors) < 5:
-                    p.errors.append(str(err or "no timing").strip().splitlines()[-1][:300])
+                    p.errors.append(str(b.error_msg).strip().splitlines()[-1][:300] if b.error_msg is not None
+                                    else run_error_message(r.error_msg))
                 continue
-            p.best = min(p.best, statistics.median(secs))
+            p.best = min(p.best, latency)
             p.trajectory.append(TrajectoryPoint(at, p.trials, p.best))
         if not p.trajectory or p.trajectory[-1].trial != p.trials:
             p.trajectory.append(TrajectoryPoint(at, p.trials, p.best))
@@ -257,6 +239,7 @@ def tune_backend(
     top_k: int = 5,
     prior: "MSDatabase | None" = None,
     warm_start: "Sequence[Sequence[tuple[Schedule, float]]] | None" = None,
+    cost_model: "ms.CostModel | None" = None,
     work_dir: str | None = None,
     num_threads: int | None = None,
     on_result: Callable[[BackendResult], None] | None = None,
@@ -270,40 +253,26 @@ def tune_backend(
     before; ``warm_start`` gives per task programs measured elsewhere (postprocessed schedules and
     seconds, e.g. the reuse tuner's candidates): they join the search's database, seeding its
     population, and train the cost model before the first batch, so the search continues from them
-    instead of starting cold. ``on_result`` is called once per task as soon as it finishes. ``strategy`` defaults to
-    MetaSchedule's evolutionary search with its default settings (what the benchmarks compare
-    against); :func:`light_search` gives a cheaper one for tests and examples.
+    instead of starting cold. ``cost_model``: the search's (default: a fresh XGBoost model).
+    ``on_result`` is called once per task as soon as it finishes. ``strategy``: MetaSchedule's
+    evolutionary search by default (what benchmarks compare against); see :func:`light_search`.
     """
     if not tasks:
         raise ValueError("no tasks to tune")
     if trials_per_task < 1:
         raise ValueError(f"trials_per_task must be positive, got {trials_per_task}")
     import tvm.s_tir.tensor_intrin  # noqa: F401  (~25 s once per process: keep it off the clock)
-    from tvm.s_tir.meta_schedule.utils import fork_seed
 
-    # Task names become log file names: keep them to safe characters.
-    names = [re.sub(r"[^A-Za-z0-9_.,-]+", "_", t.name) for t in tasks]
-    log_dir = os.path.join(work_dir, "logs") if work_dir else None
-    loggers = [_task_logger(log_dir, f"task_{i}_{n}", verbose) for i, n in enumerate(names)]
-    work_dir = work_dir or tempfile.mkdtemp(prefix="eto-ms-")
     threads = num_threads or int(os.environ.get("TVM_NUM_THREADS", "0") or 0) or measurer.config.num_threads or 1
-    contexts = [
-        ms.TuneContext(
-            mod=t.func, target=target, space_generator="post-order-apply", search_strategy=strategy,
-            task_name=name, rand_state=rs, num_threads=threads, logger=lg,
-        ).clone()
-        for t, name, lg, rs in zip(tasks, names, loggers, fork_seed(seed, n=len(tasks)))
-    ]
+    contexts = _contexts(tasks, target, strategy=strategy, seed=seed, threads=threads, work_dir=work_dir,
+                         verbose=verbose)
+    work_dir = work_dir or tempfile.mkdtemp(prefix="eto-ms-")
     database = ms.database.MemoryDatabase()
-    if prior is not None:
-        for rec in prior.get_all_tuning_records():
-            database.commit_workload(rec.workload.mod)
-            database.commit_tuning_record(rec)
-    cost_model = ms.CostModel.create("xgb", num_tuning_cores=threads)
-    if warm_start is not None:
-        if len(warm_start) != len(tasks):
-            raise ValueError(f"warm_start has {len(warm_start)} entries for {len(tasks)} tasks")
-        _warm_start(contexts, tasks, warm_start, database, cost_model, target)
+    for rec in prior.get_all_tuning_records() if prior is not None else ():
+        database.commit_workload(rec.workload.mod)
+        database.commit_tuning_record(rec)
+    cost_model = cost_model or ms.CostModel.create("xgb", num_tuning_cores=threads)
+    _warm_start(contexts, tasks, warm_start or [[] for _ in tasks], database, cost_model, target)
     progress = [_TaskProgress(t.name, trials_per_task) for t in tasks]
     results: list[BackendResult | None] = [None] * len(tasks)
 
@@ -311,7 +280,7 @@ def tune_backend(
         p = progress[i]
         p.reported = True
         wl = database.commit_workload(contexts[i].mod)
-        records = [r for r in database.get_top_k(wl, top_k) if median_secs(r) < math.inf]
+        records = [r for r in database.get_top_k(wl, top_k) if median_secs(r.run_secs) < math.inf]
         res = BackendResult(p.name, tuple(records), p.trials, p.failed, p.seconds, tuple(p.trajectory),
                             tuple(p.errors))
         results[i] = res
@@ -319,8 +288,7 @@ def tune_backend(
             on_result(res)
 
     clock = _BatchClock()
-    start = clock.last_end
-    callback = _ProgressCallback(progress, start, clock, finish, on_batch)
+    callback = _ProgressCallback(progress, clock.last_end, clock, finish, on_batch)
     ms.tune.tune_tasks(
         tasks=contexts,
         task_weights=[t.weight for t in tasks],
@@ -341,8 +309,28 @@ def tune_backend(
     return results  # type: ignore[return-value]
 
 
+def _contexts(tasks: Sequence[BackendTask], target: "Target", *, strategy, seed: int | None, threads: int,
+              work_dir: str | None, verbose: bool) -> list:
+    """One MetaSchedule TuneContext per task, each with its own logger and forked random seed."""
+    from tvm.s_tir.meta_schedule.utils import fork_seed
+
+    # Task names become log file names: keep them to safe characters.
+    names = [re.sub(r"[^A-Za-z0-9_.,-]+", "_", t.name) for t in tasks]
+    log_dir = os.path.join(work_dir, "logs") if work_dir else None
+    return [
+        ms.TuneContext(
+            mod=t.func, target=target, space_generator="post-order-apply", search_strategy=strategy,
+            task_name=name, rand_state=rs, num_threads=threads,
+            logger=_task_logger(log_dir, f"task_{i}_{name}", verbose),
+        ).clone()
+        for i, (t, name, rs) in enumerate(zip(tasks, names, fork_seed(seed, n=len(tasks))))
+    ]
+
+
 def _warm_start(contexts, tasks, warm_start, database, cost_model, target) -> None:
     """Commit each task's warm-start programs to ``database`` and train ``cost_model`` on them."""
+    if len(warm_start) != len(tasks):
+        raise ValueError(f"warm_start has {len(warm_start)} entries for {len(tasks)} tasks")
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.database import TuningRecord
     from tvm.s_tir.meta_schedule.runner import RunnerResult

@@ -3,7 +3,7 @@
 The reuse pair selector needs an edge cost before β is tuned, so β's best program is unknown. The
 paper's observation: averaged over the possible BShape/TShape/LShape sizes of the reused program,
 the count Algorithm 1's enumeration gives is close to what it actually measures. This module runs
-the *same* enumeration as :class:`tuner.reuse.ReuseSpace` (rounds T, M, unroll and vector per B)
+the *same* enumeration as :class:`tuner.space.ReuseSpace` (rounds T, M, unroll and vector per B)
 on a small random sample of β tile configurations, without building or measuring anything.
 
 Cost: O(samples x (d_B x (d_T + d_M))) enumerations of divisor products, milliseconds per pair.
@@ -16,9 +16,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
-from .btm import Kind, LoopNest, TileConfig
-from .reuse import (GPU_MAX_THREADS, GPU_MIN_THREADS, MAX_INNERMOST, RangeName, ReuseSpace, Strategy,
-                    default_ranges, divisors)
+from .features import Kind, LoopNest, TileConfig
+from .space import GPU_MAX_THREADS, GPU_MIN_THREADS, RangeName, ReuseSpace, Strategy, default_ranges
+from .tiling import random_tiling
 
 #: MetaSchedule's default choices (``unroll_max_steps`` and ``vector_load_lens`` of its rules).
 UNROLL_VALUES: dict[Kind, tuple[int, ...]] = {"cpu": (0, 16, 64, 512), "cuda": (0, 16, 64, 512, 1024)}
@@ -36,17 +36,9 @@ class TrialEstimate:
     samples: int
 
 
-def random_tiling(extent: int, levels: int, rng: random.Random) -> tuple[int, ...]:
-    """A uniformly drawn perfect tiling of ``extent`` into ``levels`` factors (innermost <= 64)."""
-    while True:
-        rest, out = extent, []
-        for _ in range(levels - 1):
-            f = rng.choice(divisors(rest))
-            out.append(f)
-            rest //= f
-        out.append(rest)
-        if out[-1] <= MAX_INNERMOST:
-            return tuple(out)
+def fetched_inputs(kind: Kind, nest: LoopNest) -> int:
+    """Inputs staged by cooperative fetch: all of them on GPU; none on CPU, where tiling has no fetch."""
+    return len(nest.inputs) if kind == "cuda" else 0
 
 
 def random_config(kind: Kind, nest: LoopNest, rng: random.Random, *, max_threads: int = GPU_MAX_THREADS,
@@ -101,7 +93,7 @@ def estimate_trials(kind: Kind, alpha: LoopNest, beta: LoopNest, *, samples: int
     rng = random.Random(seed)
     unroll_values = tuple(unroll_values or UNROLL_VALUES[kind])
     if n_fetch is None:
-        n_fetch = len(alpha.inputs) if kind == "cuda" else 0
+        n_fetch = fetched_inputs(kind, alpha)
     counts = []
     for _ in range(samples):
         cfg = random_config(kind, beta, rng, max_threads=max_threads, max_shared_bytes=max_shared_bytes)
@@ -116,7 +108,7 @@ def trials_for_config(kind: Kind, alpha: LoopNest, beta: LoopNest, beta_cfg: Til
     """The enumeration's count for a *known* β program (what :func:`estimate_trials` averages)."""
     space = ReuseSpace(kind, alpha, beta, beta_cfg, ranges=kw.pop("ranges", None) or default_ranges(kind),
                        **{k: kw.pop(k) for k in ("max_threads", "max_shared_bytes", "vector_lanes") if k in kw})
-    n_fetch = kw.pop("n_fetch", len(alpha.inputs) if kind == "cuda" else 0)
+    n_fetch = kw.pop("n_fetch", fetched_inputs(kind, alpha))
     return count_trials(space, unroll_values=kw.pop("unroll_values", UNROLL_VALUES[kind]),
                         fetch_lanes=kw.pop("fetch_lanes", FETCH_LANES), n_fetch=n_fetch, **kw)
 

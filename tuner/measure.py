@@ -27,6 +27,8 @@ from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuild
 from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig, RunnerInput
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
+from .trajectory import median_secs
+
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.ir import IRModule
     from tvm.target import Target
@@ -72,11 +74,7 @@ class MeasureResult:
     @property
     def median(self) -> float:
         """Median seconds, or +inf for a failed candidate (so it never wins a comparison)."""
-        if not self.ok:
-            return float("inf")
-        s = sorted(self.run_secs)  # type: ignore[arg-type]
-        n = len(s)
-        return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+        return median_secs(self.run_secs) if self.ok else float("inf")
 
 
 def physical_cores() -> int:
@@ -231,7 +229,7 @@ class Measurer:
             r = fut.result()
             if r.error_msg is not None or r.run_secs is None:
                 self.counters["run_failed"] += 1
-                results[i] = MeasureResult(None, _run_error(r.error_msg), "run")
+                results[i] = MeasureResult(None, run_error_message(r.error_msg), "run")
             else:
                 self.counters["ok"] += 1
                 results[i] = MeasureResult(tuple(float(s) for s in r.run_secs))
@@ -249,7 +247,8 @@ class Measurer:
         self.close()
 
 
-def _run_error(msg: object) -> str:
+def run_error_message(msg: object) -> str:
+    """A runner's error in one line that says what happened (crash, timeout, or its last line)."""
     text = _one_line(msg or "no timing returned")
     if "Subprocess terminated" in str(msg):
         return "the candidate crashed the runner process (aborted or killed by a signal)"

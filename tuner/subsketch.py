@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .reuse import MAX_INNERMOST, divisors
+from .tiling import MAX_INNERMOST, divisors
 from .sketch import Sketch
 
 SlotKind = Literal["tile", "categorical", "unroll", "location"]

@@ -127,9 +127,20 @@ class OperatorType(ABC):
         reduction loops and do not exceed the machine's parallelism. That rule is what separates
         the paper's ``C2D (K2)`` classifier of MobileNetV2 from the other 1x1 convolutions.
         """
+        return f"{self.name}:mlt+rf" if self._has_rfactor_sketch(p, parallel_limit) else f"{self.name}:mlt"
+
+    def sketch_count(self, p: Mapping[str, ParamValue], parallel_limit: int) -> int:
+        """How many sketches the set K has (two when the rfactor rule of :meth:`sketch_key` adds one).
+
+        The selector cannot estimate reuse costs for a kind with several sketches before one of its
+        operators is tuned (section 6.1), so it needs this number, not just the key.
+        """
+        return 2 if self._has_rfactor_sketch(p, parallel_limit) else 1
+
+    def _has_rfactor_sketch(self, p: Mapping[str, ParamValue], parallel_limit: int) -> bool:
         space, reduction = self.loop_nest(p)
         s, r = math.prod(space), math.prod(reduction)
-        return f"{self.name}:mlt+rf" if s <= parallel_limit and s < r else f"{self.name}:mlt"
+        return s <= parallel_limit and s < r
 
 
 def _coerce(type_name: str, param: Param, value: Any) -> ParamValue:
@@ -284,7 +295,12 @@ class Operator:
         return {k: self._p[k] for k in self.spec.structural}
 
     def sketch_key(self, parallel_limit: int = DEFAULT_PARALLEL_LIMIT) -> str:
+        """A TVM-free stand-in for the sketch set K: operators whose design spaces have the same
+        sketch signatures (:attr:`tuner.sketch.Sketch.signature`) have the same key."""
         return self.spec.sketch_key(self._p, parallel_limit)
+
+    def sketch_count(self, parallel_limit: int = DEFAULT_PARALLEL_LIMIT) -> int:
+        return self.spec.sketch_count(self._p, parallel_limit)
 
     @property
     def key(self) -> str:

@@ -32,6 +32,9 @@ class FrobeniusNorm(OperatorType):
         # Sketch set: cross-thread reduction / rfactor, or two two-level tile sub-sketches (paper 7.1).
         return "FRB:composite"
 
+    def sketch_count(self, p, parallel_limit):
+        return 2  # rfactor (cross-thread reduction on GPU) and the two-level tiles
+
     def input_shapes(self, p):
         return [(p["B"], p["M"], p["N"])]
 

@@ -205,6 +205,8 @@ def test_analytic_cost_properties():
     assert analytic_cost(a, same) == 10.0                    # 1 * (1 + 1) + 8
     assert analytic_cost(a, near) < analytic_cost(a, far)    # farther shapes cost more trials
     assert analytic_cost(a, far, budget=50) == 50            # capped at the budget
-    assert analytic_cost(a, near) == analytic_cost(a, near)  # pure
+    # near: r1 = 384/768, r2 = 2 -> d_B = 1 + 3.5*log2(4) = 8, d_T = 1 + 3*log2(2) = 4,
+    # d_M = 1 + log2(2) = 2 (of 768's 18 LShapes): d_B * (d_T + d_M) + 4 unroll + 4 vector options
+    assert analytic_cost(a, near) == 56.0
     fn = analytic_cost_fn(1000)
     assert fn(a, far) == analytic_cost(a, far, budget=1000)

@@ -241,3 +241,35 @@ def test_empty_terminal_set():
     G.add_edge("r", "a", weight=3)
     sol = solve(G, "r", [])
     assert sol.cost == 0 and sol.edges == () and sol.optimal
+
+
+# -- the solver modules directly ---------------------------------------------------------------
+
+def test_mip_alone_equals_brute_force_from_a_poor_hint():
+    """The flow MIP on its own (solve() skips it when the heuristic meets the bound), warm-started
+    from the shortest-path tree without local search."""
+    from selector._indexed import IndexedGraph
+    from selector._trees import is_tree, tree_cost
+    from selector.steiner_heuristic import Heuristic
+    from selector.steiner_mip import flow_variable_count, mip
+
+    for G, T, S in instances(seed=7, count=40):
+        g = IndexedGraph.from_networkx(G, "r", T)
+        hint = Heuristic(g, math.inf).shortest_path_tree()
+        pe, proven, bound = mip(g, hint, math.inf)
+        assert proven and is_tree(g, pe)
+        assert tree_cost(g, pe) == pytest.approx(brute_force(G, "r", T, S))
+        assert bound == pytest.approx(tree_cost(g, pe))
+        assert flow_variable_count(g) == len(T) * G.number_of_edges()
+
+
+def test_steiner_module_keeps_its_public_names():
+    import selector
+    import selector.steiner as steiner
+    from selector.dual_ascent import dual_ascent_bound
+
+    for name in steiner.__all__:
+        assert hasattr(steiner, name), name
+    assert steiner.dual_ascent_bound is dual_ascent_bound is selector.dual_ascent_bound
+    assert steiner.solve is selector.solve
+    assert callable(selector.replan) and "replan" in selector.__all__

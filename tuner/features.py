@@ -1,5 +1,8 @@
 """B, T, M: the features the paper reads from a program (section 3), on GPU and on CPU.
 
+The analytic cost models that rank BShapes and TShapes by these features are in
+:mod:`tuner.cost_model`.
+
 Tile decisions of a multi-level tile sketch give, per loop of the major loop nest, one factor per
 tile level. Each level has a role:
 
@@ -34,7 +37,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from tvm.s_tir.meta_schedule.database import TuningRecord
     from tvm.target import Target
 
+    from .sketch import Sketch
+
 Kind = Literal["cpu", "cuda"]
+
+
+def kind_of(target: "Target") -> Kind:
+    """``"cuda"`` or ``"cpu"``: which tile structure (and which B/T/M) the target's programs have."""
+    return "cuda" if target.kind.name == "cuda" else "cpu"
 
 
 @functools.lru_cache(maxsize=1 << 18)
@@ -222,55 +232,24 @@ class TileConfig:
     def decisions(self) -> list[list[int]]:
         return [list(f) for f in self.space] + [list(f) for f in self.reduction]
 
+    def features(self, nest: LoopNest) -> dict:
+        """B, T, M and the three shapes as plain data (what the database stores with a program)."""
+        return {"B": self.B, "T": self.T, "M": self.M(nest), "bshape": list(self.bshape),
+                "tshape": [list(x) for x in self.tshape], "lshape": list(self.lshape)}
 
-def program_features(record: "TuningRecord", kind: Kind) -> tuple[TileConfig, LoopNest]:
-    """The tile configuration of a tuned program (its B/T/M features) and its major loop nest."""
+
+def program_features(record: "TuningRecord", kind: Kind, *,
+                     sketch: "Sketch | None" = None) -> tuple[TileConfig, LoopNest]:
+    """The tile configuration of a tuned program (its B/T/M features) and its major loop nest.
+
+    ``sketch``: the record's trace already parsed (saves parsing it again).
+    """
     from .sketch import Sketch
 
-    sketch = Sketch(record.trace)
+    sketch = sketch or Sketch(record.trace)
     space, reduction = sketch.tile_decisions()
     cfg = TileConfig(kind, tuple(map(tuple, space)), tuple(map(tuple, reduction)))
     return cfg, loop_nest_of(record.workload.mod, sketch.main_tiles.block)
-
-
-# -- cost models --------------------------------------------------------------------------------
-def bshape_cost(nest: LoopNest, bshape: Sequence[int], B: int, line_bytes: int) -> int:
-    """BShape cost: cache-line requests of all blocks loading what they need from global memory."""
-    tile = tuple(bshape) + nest.reduction
-    return B * sum(a.cache_lines(tile, line_bytes) for a in nest.inputs)
-
-
-def tshape_cost(nest: LoopNest, cfg: TileConfig, *, warp: int = 32, lanes: int = 8) -> float:
-    """TShape cost.
-
-    GPU: separate conflict-free shared-memory requests of all threads of a block per reduction
-    step: each warp requests the elements its threads' tiles touch; a thread-contiguous walk with
-    stride ``s`` in the shared tile conflicts ``gcd(s, 32)``-way.
-    CPU: loads per multiply-add of the register tile (its input footprint over its volume), doubled
-    when the vectorised innermost extent is not a multiple of the vector lanes, and penalised when
-    the accumulators exceed the 16 vector registers.
-    """
-    step = tuple(1 for _ in nest.reduction)
-    tile = cfg.thread_tile
-    if cfg.kind == "cuda":
-        t = cfg.threads_per_block
-        warps = math.ceil(t / warp)
-        cost = 0.0
-        for a in nest.inputs:
-            elems = a.elements(tuple(tile) + step)
-            stride = abs(a.coeffs[-1][len(nest.space) - 1]) if a.coeffs else 1
-            conflict = math.gcd(max(stride, 1), 32) if cfg.thread_counts[-1] > 1 else 1
-            cost += warps * elems * conflict
-        return cost * math.prod(cfg.vthreads)
-    vol = math.prod(tile)
-    loads = sum(a.elements(tuple(tile) + step) for a in nest.inputs)
-    cost = loads / vol
-    inner = cfg.space[-1][-1]
-    if inner % lanes:
-        cost *= 2
-    if vol / lanes > 12:
-        cost *= 1 + (vol / lanes - 12) / 12
-    return cost
 
 
 # -- reading B/T/M from a lowered CUDA function -------------------------------------------------

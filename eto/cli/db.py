@@ -1,0 +1,140 @@
+"""``eto db show|export|merge``: inspect a program database, export its best programs, merge databases."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+from collections import Counter
+from typing import TYPE_CHECKING, Collection
+
+from ..report import format_table
+from .errors import EXIT_OK, CLIError, usage
+from .format import short_target
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..database import ProgramRecord
+
+
+def _show(args: argparse.Namespace) -> int:
+    from ..database import Database
+
+    db = Database(args.db, readonly=True)
+    programs = db.programs() if args.all else db.best_programs()
+    if args.json:
+        print(json.dumps({
+            "programs": [{"op": p.op.name, "key": p.op.key, "type": p.op.type, "target": json.loads(p.target),
+                          "latency_s": p.latency_s, "gflops": p.gflops, "method": p.method, "source": p.source,
+                          "candidates": p.candidates, "seconds": p.seconds, "rank": p.rank, "line": p.line + 1,
+                          "features": p.features} for p in programs],
+            "orphan_records": len(db.orphans),
+            "problems": [str(p) for p in db.problems],
+        }, indent=1))
+    else:
+        short = {t: short_target(t) for t in {p.target for p in programs}}
+        rows = [(p.op.name, short[p.target], p.method, (p.source or "-")[:40], round(p.latency_s * 1e6, 2),
+                 round(p.gflops, 1), p.candidates, round(p.seconds, 1)) for p in programs]
+        print(f"{args.db}: {len(db)} programs of {len({p.op for p in db.programs()})} operators")
+        print(format_table(("operator", "target", "method", "source", "latency_us", "GFLOP/s", "trials", "seconds"),
+                           rows, align="llllrrrr"))
+        if db.orphans:
+            print(f"{len(db.orphans)} record(s) without eto metadata (an interrupted commit); "
+                  "MetaSchedule can still use them")
+    for p in db.problems:
+        print(f"eto: warning: {os.path.join(args.db, str(p))} (skipped)", file=sys.stderr)
+    return EXIT_OK
+
+
+def _export(args: argparse.Namespace) -> int:
+    """The best program per operator and target as TVMScript, and as a shared library with --lib."""
+    from ..database import Database
+
+    best = Database(args.db, readonly=True).best_programs(args.target)
+    if not best:
+        raise CLIError(f"{args.db}: no programs{'' if args.target is None else ' for target ' + args.target}")
+    os.makedirs(args.out, exist_ok=True)
+    suffixes = _target_suffixes({p.target for p in best})
+    index = [_export_program(p, args.out, _file_name(p.op.name) + suffixes[p.target], lib=args.lib)
+             for p in sorted(best, key=lambda p: (p.op.key, p.target))]
+    with open(os.path.join(args.out, "index.json"), "w") as f:
+        json.dump(index, f, indent=1)
+    print(f"exported {len(index)} programs to {args.out}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _export_program(p: "ProgramRecord", out: str, stem: str, *, lib: bool) -> dict:
+    """Write ``stem.py`` (and ``stem.so``, compiled by the tuner's build); the program's index entry."""
+    from tuner.apply import build, scheduled_module
+
+    from ..target import parse_target
+
+    mod = scheduled_module(p.tuning_record)
+    files = {"tvmscript": f"{stem}.py"}
+    with open(os.path.join(out, files["tvmscript"]), "w") as f:
+        f.write(f"# {p.op.name} on {p.target}: {p.latency_s * 1e6:.2f} us ({p.method})\n{mod.script()}\n")
+    if lib:
+        files["lib"] = f"{stem}.so"
+        build(mod, parse_target(p.target)).export_library(os.path.join(out, files["lib"]))
+    return {"op": p.op.to_dict(), "key": p.op.key, "target": json.loads(p.target), "latency_s": p.latency_s,
+            "method": p.method, "source": p.source, **files}
+
+
+def _target_suffixes(keys: Collection[str]) -> dict[str, str]:
+    """A file-name suffix per target key, so that programs of several targets do not overwrite each other.
+
+    One target keeps the plain operator names; several get ``-<short target>``, plus a hash of the
+    full key where two targets share a short name.
+    """
+    if len(keys) == 1:
+        return {k: "" for k in keys}
+    short = {k: "-" + _file_name(short_target(k)) for k in keys}
+    shared = Counter(short.values())
+    return {k: s + (f"-{hashlib.sha1(k.encode()).hexdigest()[:8]}" if shared[s] > 1 else "")
+            for k, s in short.items()}
+
+
+def _file_name(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)
+
+
+def _merge(args: argparse.Namespace) -> int:
+    from ..database import Database
+
+    dest = Database(args.dest)
+    total = {"results": 0, "records": 0, "orphans": 0, "problems": 0}
+    for src in args.sources:
+        if os.path.abspath(src) == os.path.abspath(args.dest):
+            raise CLIError(f"cannot merge {src} into itself")
+        counts = dest.merge_from(Database(src, readonly=True))
+        for k, v in counts.items():
+            total[k] += v
+        print(f"{src}: {counts['results']} results, {counts['records']} records, "
+              f"{counts['orphans']} orphan records, {counts['problems']} unreadable lines", file=sys.stderr)
+    print(f"merged into {args.dest}: {total['results']} results, {total['records']} records"
+          + (f"; {total['problems']} unreadable lines kept in {os.path.join(args.dest, 'corrupt_lines.txt')}"
+             if total["problems"] else ""))
+    return EXIT_OK
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``eto db`` and its subcommands."""
+    db = subparsers.add_parser("db", help="inspect and merge databases")
+    sub = db.add_subparsers(dest="db_command", metavar="SUBCOMMAND")
+    p = sub.add_parser("show", help="the best program per operator and target")
+    p.add_argument("db")
+    p.add_argument("--all", action="store_true", help="every stored program, not only the best")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_show)
+    p = sub.add_parser("export", help="the best programs as TVMScript (and shared libraries with --lib)")
+    p.add_argument("db")
+    p.add_argument("out", help="directory to write (created if missing)")
+    p.add_argument("--target", help="only this target (cpu, cuda, a TVM tag)")
+    p.add_argument("--lib", action="store_true", help="also compile each program to a shared library")
+    p.set_defaults(func=_export)
+    p = sub.add_parser("merge", help="merge databases into DEST (created if missing)")
+    p.add_argument("dest")
+    p.add_argument("sources", nargs="+")
+    p.set_defaults(func=_merge)
+    db.set_defaults(func=usage(db))

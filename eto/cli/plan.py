@@ -1,0 +1,82 @@
+"""``eto plan``: select reuse pairs for an operator set, or solve a plain graph, without tuning.
+
+With the default ``--cost analytic`` and no ``--db`` nothing imports TVM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..opsets import load_opset
+from .errors import EXIT_OK, CLIError
+
+
+def _solve_graph(args: argparse.Namespace) -> int:
+    """``--graph FILE``: the selector on a plain graph {root, terminals, arcs}."""
+    from selector import GraphFormatError, load_graph, solve
+
+    try:
+        inst = load_graph(args.graph)
+    except GraphFormatError as exc:
+        raise CLIError(str(exc)) from None
+    except OSError as exc:
+        raise CLIError(f"{args.graph}: {exc.strerror}") from None
+    sol = solve(inst.graph, inst.root, inst.terminals, solver=args.solver, time_limit=args.time_limit)
+    out = {"total_cost": sol.cost, "edges": [[u, v] for u, v in sol.edges], "solver": sol.solver,
+           "optimal": sol.optimal, "lower_bound": sol.lower_bound, "seconds": sol.seconds}
+    if args.json:
+        print(json.dumps(out, indent=1))
+    else:
+        print(f"total cost {sol.cost:g} ({sol.solver}, {'optimal' if sol.optimal else 'not proven optimal'})")
+        for u, v in sol.edges:
+            print(f"  {u} -> {v}")
+    return EXIT_OK
+
+
+def _plan(args: argparse.Namespace) -> int:
+    if args.graph:
+        if args.opset:
+            raise CLIError("give either --graph or --opset, not both")
+        return _solve_graph(args)
+    from ..plan import plan_operator_set
+
+    opset = load_opset(args.opset or "resnet50")
+    db = target = None
+    if args.db or args.cost == "estimate":
+        from ..target import parse_target
+
+        target = parse_target(args.target)
+    if args.db:
+        from ..database import Database
+
+        db = Database(args.db, readonly=True)
+    result = plan_operator_set(opset, budget=args.budget, bridges=args.bridges, solver=args.solver,
+                               database=db, target=target, time_limit=args.time_limit, cost=args.cost)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=1))
+    else:
+        plan = result.plan
+        print(f"{opset.name}: {len(opset)} operators, bridges {args.bridges}: {len(plan.bridges)} bridge operators, "
+              f"{plan.candidate_pairs} candidate reuse pairs")
+        print(plan.format_tree())
+        print(f"estimated cost {plan.total_cost:,.0f} trials vs {plan.baseline_cost:,.0f} tuning everything "
+              f"with the backend ({plan.total_cost / plan.baseline_cost:.1%})")
+    return EXIT_OK
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``eto plan`` and its options."""
+    p = subparsers.add_parser("plan", help="select reuse pairs for an operator set (no tuning)")
+    p.add_argument("--opset", help="built-in set name or JSON file (default: resnet50)")
+    p.add_argument("--graph", help="solve a plain graph {root, terminals, arcs: [[u, v, cost], ...]} instead")
+    p.add_argument("--bridges", default="1hop", choices=["none", "1hop", "all"])
+    p.add_argument("--solver", default="auto", choices=["auto", "exact", "approx"])
+    p.add_argument("--budget", type=int, default=1000, help="backend trials per operator (root edge cost)")
+    p.add_argument("--db", help="prior database: its operators are free reuse sources")
+    p.add_argument("--target", default="cpu", help="target of the prior database's programs")
+    p.add_argument("--time-limit", type=float, default=30.0, help="seconds for the exact solver")
+    p.add_argument("--cost", default="analytic", choices=["analytic", "estimate"],
+                   help="edge costs: the selector's analytic stand-in (fast) or the tuner's trial estimator")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_plan)

@@ -1,0 +1,184 @@
+"""``eto tune``: tune an operator set (built-in, a JSON file, ``--op`` texts or a model) into a database.
+
+TVM and MetaSchedule are imported inside the command, never when the parser is built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import TYPE_CHECKING, Sequence
+
+from ..models import extract_from_file
+from ..operators import Operator
+from ..opsets import OperatorSet, load_opset
+from ..report import format_table
+from .errors import EXIT_FAILED, EXIT_OK, CLIError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tuner.measure import Measurer
+
+    from ..database import Database
+    from ..tuning import TuneReport
+
+DEFAULT_DB = "eto-db"
+
+
+def _operators(args: argparse.Namespace) -> OperatorSet:
+    """The set to tune from ``--opset``, ``--op`` or ``--model`` (at most one; default quickstart)."""
+    given = [flag for flag, v in (("--opset", args.opset), ("--op", args.op), ("--model", args.model)) if v]
+    if len(given) > 1:
+        raise CLIError(f"give one of --opset, --op and --model, not {' and '.join(given)}")
+    if args.model:
+        result = extract_from_file(args.model)
+        for u in result.unsupported:
+            print(f"eto: {args.model}: not tuned: {u.count} x {u.op} ({u.reason})", file=sys.stderr)
+        return result.opset
+    if args.op:
+        return OperatorSet.from_layers("operators", [Operator.parse(t) for t in args.op])
+    return load_opset(args.opset or "quickstart")
+
+
+def _open_database(paths: Sequence[str]) -> "Database":
+    """The first ``--db`` directory, with every further (prior) database's programs merged into it."""
+    from ..database import Database
+
+    db = Database(paths[0])
+    for p in db.problems:
+        print(f"eto: warning: {os.path.join(paths[0], str(p))} (skipped)", file=sys.stderr)
+    for prior in paths[1:]:  # prior databases: their programs join the first one, then count as tuned
+        if not os.path.isdir(prior):
+            raise CLIError(f"--db {prior}: no such database directory")
+        if os.path.abspath(prior) == os.path.abspath(paths[0]):
+            continue
+        counts = db.merge_from(Database(prior, readonly=True))
+        print(f"eto: prior database {prior}: {counts['results']} results, {counts['records']} records merged into "
+              f"{paths[0]}", file=sys.stderr)
+    return db
+
+
+def _tune(args: argparse.Namespace) -> int:
+    opset = _operators(args)
+    if args.trials < 1:
+        raise CLIError(f"--trials must be positive, got {args.trials}")
+    from ..target import parse_target
+    from ..tuning import progress_printer, tune_with_backend
+
+    target = parse_target(args.target)
+    paths = args.db or [DEFAULT_DB]
+    db = _open_database(paths)
+    if args.method == "ansor" and (args.hot_share is not None or args.evolve or args.rpc or args.devices != 1):
+        raise CLIError("--hot-share, --evolve, --rpc and --devices apply to --method eto only")
+    todo = [e for e in opset if not db.attempted(e.op, target)]
+    how = "MetaSchedule for every operator" if args.method == "ansor" else "eto (reuse)"
+    print(f"eto: {opset.name}: {len(opset)} operators, {len(opset) - len(todo)} already in {paths[0]}; "
+          f"tuning {len(todo)} with {how}, backend budget {args.trials} trials, target {target}", file=sys.stderr)
+    search = "evolutionary"
+    if args.search == "light":
+        from tuner.backend import light_search
+
+        search = light_search()
+    on_batch = None if args.json or args.quiet else progress_printer()
+    if args.method == "ansor":
+        report = tune_with_backend(
+            opset, target, db, trials=args.trials, num_trials_per_iter=args.trials_per_iter, seed=args.seed,
+            strategy=search, on_batch=on_batch, verbose=args.verbose,
+        )
+    else:
+        from ..pipeline import tune
+
+        measurers = _rpc_measurers(args)
+        try:
+            report = tune(opset, target, db, trials=args.trials, measurer=measurers, plan_budget=args.plan_budget,
+                          num_trials_per_iter=args.trials_per_iter,
+                          seed=args.seed, search=search, bridges=args.bridges, cost=args.cost,
+                          strategy=args.strategy, on_batch=on_batch, hot_share=args.hot_share,
+                          hot_factor=args.hot_factor, evolve_trials=args.evolve,
+                          log=None if args.quiet else (lambda m: print(f"eto: {m}", file=sys.stderr, flush=True)))
+        finally:
+            for m in measurers or ():
+                m.close()
+    if args.json:
+        print(json.dumps(report.to_json(), indent=1))
+    else:
+        print(_report_table(report))
+    return EXIT_FAILED if report.failed else EXIT_OK
+
+
+def _rpc_measurers(args: argparse.Namespace) -> "list[Measurer] | None":
+    """``--rpc HOST:PORT --rpc-key KEY --devices N``: N measurers on the tracker's devices (or None)."""
+    if args.rpc is None:
+        if args.devices != 1:
+            raise CLIError("--devices needs --rpc (a tracker with that many devices)")
+        return None
+    host, _, port = args.rpc.rpartition(":")
+    if not host or not port.isdigit():
+        raise CLIError(f"--rpc {args.rpc!r}: expected HOST:PORT of an RPC tracker")
+    if not args.rpc_key:
+        raise CLIError("--rpc needs --rpc-key (the key the devices registered under)")
+    if args.devices < 1:
+        raise CLIError(f"--devices must be positive, got {args.devices}")
+    from tuner.measure import Measurer
+
+    return [Measurer.rpc(host, int(port), args.rpc_key) for _ in range(args.devices)]
+
+
+def _report_table(report: "TuneReport") -> str:
+    """One row per operator, then the weighted latency, candidates measured, wall time and failures."""
+    rows = [(r.op, r.frequency, r.status, r.method, r.source or "-", r.candidates, round(r.seconds, 1),
+             "-" if r.latency_s is None else round(r.latency_s * 1e6, 2),
+             "-" if r.gflops is None else round(r.gflops, 1)) for r in report.rows]
+    lines = [format_table(("operator", "freq", "status", "method", "source", "trials", "seconds", "latency_us",
+                           "GFLOP/s"), rows, align="lrlllrrrr")]
+    w = report.weighted_latency_s
+    tuned = sum(r.candidates for r in report.rows if r.status == "tuned")
+    estimate = "" if report.estimated_candidates is None else f" (plan estimated {report.estimated_candidates:.0f})"
+    lines.append(f"weighted latency sum: {'-' if w is None else f'{w * 1e3:.4f} ms'}; candidates measured "
+                 f"{tuned}{estimate}; wall time {report.seconds:.1f} s; failed: {len(report.failed)}")
+    for r in report.failed:
+        lines.append(f"  failed: {r.op}: {r.error}")
+    return "\n".join(lines)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``eto tune`` and its options."""
+    p = subparsers.add_parser("tune", help="tune an operator set into a database")
+    p.add_argument("--opset", help="built-in set name or JSON file (default: quickstart)")
+    p.add_argument("--op", action="append", help="one operator, e.g. 'BMM(B=1,M=128,N=768,K=768)' (repeatable)")
+    p.add_argument("--model", help="an ONNX model or torch.export .pt2 file: tune its operator set")
+    p.add_argument("--method", default="eto", choices=["eto", "ansor"],
+                   help="eto: reuse pair selection + backend for roots + reuse tuner (default); "
+                        "ansor: MetaSchedule for every operator")
+    p.add_argument("--trials", type=int, default=64, help="measured candidates per backend-tuned operator")
+    p.add_argument("--plan-budget", type=int, default=None,
+                   help="backend cost per operator when planning (default: --trials) (eto)")
+    p.add_argument("--bridges", default="1hop", choices=["none", "1hop", "all"], help="bridge operators (eto)")
+    p.add_argument("--cost", default="estimate", choices=["estimate", "analytic"],
+                   help="OC-graph edge costs: the tuner's trial estimator or the analytic stand-in (eto)")
+    p.add_argument("--strategy", default="global", choices=["global", "per-b"],
+                   help="reuse tuner: rounds after T once (global) or per block count as in the paper (eto)")
+    p.add_argument("--hot-share", type=float, default=None, metavar="SHARE",
+                   help="frequency-aware tuning (beyond the paper): operators with at least this share of the "
+                        "set's frequency x FLOPs get backend tuning with --hot-factor x --trials, never reuse (eto)")
+    p.add_argument("--hot-factor", type=float, default=2.0, help="budget multiplier for --hot-share operators")
+    p.add_argument("--evolve", type=int, default=0, metavar="N",
+                   help="reuse-then-evolve (beyond the paper): N more MetaSchedule trials per reused operator, "
+                        "continuing from every candidate the reuse tuner measured (eto)")
+    p.add_argument("--rpc", metavar="HOST:PORT", help="measure on devices of this TVM RPC tracker (eto)")
+    p.add_argument("--rpc-key", help="device key registered with the tracker")
+    p.add_argument("--devices", type=int, default=1,
+                   help="tune this many independent subtrees of the plan at once, one RPC device each (eto)")
+    p.add_argument("--trials-per-iter", type=int, default=64, help="MetaSchedule batch size")
+    p.add_argument("--db", action="append", default=None,
+                   help=f"database directory (default: {DEFAULT_DB}); repeat to add prior databases, whose "
+                        "programs are merged into the first and reused")
+    p.add_argument("--target", default="cpu", help="cpu (this machine), cuda, or a TVM tag")
+    p.add_argument("--search", default="evolutionary", choices=["evolutionary", "light"],
+                   help="MetaSchedule's evolutionary search with its defaults, or a small-population one")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--verbose", action="store_true", help="MetaSchedule's own logging on the console")
+    p.set_defaults(func=_tune)
