@@ -63,17 +63,18 @@ def count_trials(space: ReuseSpace, *, unroll_values: Sequence[int], fetch_lanes
     Round T is enumerated exactly; the later rounds run once per B (``"global"``: once) from the
     median candidate, standing in for the (unknown until measured) winner of round T.
     """
-    t_round = space.t_round()
-    if not t_round:
+    slots = space.t_slots()
+    if not slots:
         return 3  # the reuse tuner's fallback measures at most three configurations
-    by_b: dict[int, list[TileConfig]] = {}
-    for cfg in t_round:
-        by_b.setdefault(cfg.B if strategy == "per-b" else 0, []).append(cfg)
-    total = len(t_round)
+    by_b: dict[tuple[int, ...] | None, list] = {}
+    for slot in slots:  # a BShape stands for its B (one BShape per B)
+        by_b.setdefault(slot[0] if strategy == "per-b" else None, []).append(slot)
+    total = len(slots)
     current = len(unroll_values) - 1 if beta_unroll is None else beta_unroll
     one = fetch_lanes.index(1) if 1 in fetch_lanes else None
-    for cands in by_b.values():
-        rep = cands[len(cands) // 2]
+    for group in by_b.values():
+        bs, ls, t = group[len(group) // 2]
+        rep = space.tshape(t, bs, ls)
         total += len(space.m_round(rep))
         total += len(space.unroll_round(rep, unroll_values, current))
         total += sum(len(space.vector_round(fetch_lanes, one, k)) for k in range(n_fetch))

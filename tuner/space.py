@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal, Sequence
 
 from .cost_model import bshape_cost, tshape_cost
@@ -92,32 +93,21 @@ class ReuseSpace:
 
     # GetBShape, GetLShape, GetTShape
     def bshape(self, B: int) -> tuple[int, ...] | None:
-        best, best_cost = None, math.inf
-        for counts in factorizations(B, self.alpha.space):
-            shape = tuple(e // c for e, c in zip(self.alpha.space, counts))
-            cost = bshape_cost(self.alpha, shape, B, LINE_BYTES[self.kind])
-            key = (cost, log_distance(shape, self.beta_cfg.bshape))  # ties: closest to β's BShape
-            if best is None or key < best_cost:
-                best, best_cost = shape, key
-        return best
+        """GetBShape: the BShape with the fewest cache-line requests (ties: closest to β's)."""
+        return _best_bshape(self.kind, self.alpha, B, self.beta_cfg.bshape)
 
     def lshapes(self) -> list[tuple[int, ...]]:
         """LShapes with at most one non-unit reduction loop (the paper's simplification)."""
-        n = len(self.alpha.reduction)
-        out = {tuple(1 for _ in range(n))}
-        for r, ext in enumerate(self.alpha.reduction):
-            out.update(tuple(f if i == r else 1 for i in range(n)) for f in divisors(ext))
-        return sorted(out)
+        return list(_lshapes(self.alpha.reduction))
 
     def lshape(self, bshape: Sequence[int]) -> tuple[int, ...]:
         """GetLShape: the LShape whose per-block bytes are closest to β's."""
-        target = self.beta_cfg.block_bytes(self.beta)
-        return min(self.lshapes(), key=lambda ls: (abs(math.log(max(self._block_bytes(bshape, ls), 1)
-                                                                 / max(target, 1))), -max(ls)))
+        target = max(self.beta_cfg.block_bytes(self.beta), 1)
+        return min(_lshape_bytes(self.alpha, tuple(bshape)),
+                   key=lambda lb: (abs(math.log(max(lb[1], 1) / target)), -max(lb[0])))[0]
 
     def _block_bytes(self, bshape: Sequence[int], lshape: Sequence[int]) -> int:
-        chunk = tuple(e // l for e, l in zip(self.alpha.reduction, lshape))
-        return sum(a.elements(tuple(bshape) + chunk) * a.dtype_bytes for a in self.alpha.inputs)
+        return _block_bytes(self.alpha, tuple(bshape), tuple(lshape))
 
     def threads_per_block(self, B: int, bshape: Sequence[int]) -> list[int]:
         lo, hi = self.t_range()
@@ -129,54 +119,43 @@ class ReuseSpace:
 
     def config(self, bshape: Sequence[int], threads: Sequence[int], lshape: Sequence[int]) -> TileConfig:
         """A full tile configuration: inner splits follow β's innermost factors."""
-        beta_inner = [f[-1] for f in self.beta_cfg.space]
-        beta_rinner = [f[-1] for f in self.beta_cfg.reduction]
-        space = []
-        for d, (e, bs, t) in enumerate(zip(self.alpha.space, bshape, threads)):
-            outer, inner = split_inner(bs // t, beta_inner[d] if d < len(beta_inner) else 1)
-            if self.kind == "cuda":
-                space.append((e // bs, 1, t, outer, inner))
-            else:
-                space.append((e // bs, t, outer, inner))
-        red = []
-        for r, (e, l) in enumerate(zip(self.alpha.reduction, lshape)):
-            outer, inner = split_inner(e // l, beta_rinner[r] if r < len(beta_rinner) else 1)
-            red.append((l, outer, inner) if self.kind == "cuda" else (l, outer * inner))
-        if self.kind == "cpu":  # CPU reduction has two levels: (R0, R1); R1 must respect the bound
-            red = [(l, c) if c <= MAX_INNERMOST else (l * (c // largest_divisor_at_most(c, MAX_INNERMOST)),
-                                                      largest_divisor_at_most(c, MAX_INNERMOST))
-                   for l, c in red]
-        return TileConfig(self.kind, tuple(space), tuple(red))
+        return _tile_config(self.kind, self.alpha.space, self.alpha.reduction, tuple(bshape), tuple(threads),
+                            tuple(lshape), self._beta_inner())
 
     def tshape(self, t: int, bshape: Sequence[int], lshape: Sequence[int]) -> TileConfig | None:
-        best, best_cost = None, math.inf
-        for threads in factorizations(t, bshape):
-            cfg = self.config(bshape, threads, lshape)
-            cost = tshape_cost(self.alpha, cfg, lanes=self.vector_lanes)
-            if cost < best_cost:
-                best, best_cost = cfg, cost
-        return best
+        """GetTShape: of the ways to spread ``t`` threads over the BShape, the one with the lowest cost."""
+        return _best_tshape(self.kind, self.alpha, t, tuple(bshape), tuple(lshape), self._beta_inner(),
+                            self.vector_lanes)
+
+    def _beta_inner(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        return _inner_factors(self.beta_cfg)
 
     def valid(self, cfg: TileConfig) -> bool:
-        if self.kind == "cuda":
-            if not GPU_MIN_THREADS <= cfg.threads_per_block <= self.max_threads:
-                return False
-            if cfg.block_bytes(self.alpha) > self.max_shared_bytes:
-                return False
-        return True
+        return self._fits(cfg.threads_per_block, cfg.block_bytes(self.alpha))
+
+    def _fits(self, threads_per_block: int, staged_bytes: int) -> bool:
+        """The target's limits: on CUDA threads per block and shared memory; none on CPU."""
+        return self.kind != "cuda" or (GPU_MIN_THREADS <= threads_per_block <= self.max_threads
+                                       and staged_bytes <= self.max_shared_bytes)
 
     def t_round(self) -> list[TileConfig]:
         """Round T: for every B, the best TShape of every admissible thread count."""
+        return [self.tshape(t, bs, ls) for bs, ls, t in self.t_slots()]  # type: ignore[misc]
+
+    def t_slots(self) -> list[tuple[tuple[int, ...], tuple[int, ...], int]]:
+        """Round T before its TShapes are chosen: (BShape, LShape, threads per block), in order.
+
+        Whether a slot is admissible does not depend on how its threads split over the BShape
+        (thread count and staged bytes are fixed by the slot), so the trial estimator counts slots
+        and picks a TShape only for the candidates it follows further: O(d_B x d_T) cheap steps.
+        """
         out = []
         for B in self.b_values():
             bs = self.bshape(B)
             if bs is None:
                 continue
             ls = self.lshape(bs)
-            for t in self.threads_per_block(B, bs):
-                cfg = self.tshape(t, bs, ls)
-                if cfg is not None and self.valid(cfg):
-                    out.append(cfg)
+            out += [(bs, ls, t) for t in self.threads_per_block(B, bs) if self._fits(t, self._block_bytes(bs, ls))]
         return out
 
     def unroll_round(self, cfg: TileConfig, options: Sequence[int], current: int | None) -> list[int]:
@@ -208,14 +187,113 @@ class ReuseSpace:
     def m_round(self, best: TileConfig) -> list[TileConfig]:
         """Round M: other LShapes of ``best`` whose M lies in the equation-3 range."""
         lo, hi = self.m_range()
-        threads = best.thread_counts
+        best_m = max(best.M(self.alpha), 1)
         options = []
-        for ls in self.lshapes():
-            if ls == best.lshape:
-                continue
-            cfg = self.config(best.bshape, threads, ls)
-            m = cfg.M(self.alpha)
-            if lo <= m <= hi and self.valid(cfg):
-                options.append((abs(math.log(max(m, 1) / max(best.M(self.alpha), 1))), cfg))
+        for ls, red in _reduction_options(self.kind, self.alpha.reduction, self._beta_inner()[1]):
+            staged = _staged_bytes(self.alpha, best.bshape, tuple(math.prod(f[1:]) for f in red))
+            m = best.B * staged
+            if ls != best.lshape and lo <= m <= hi and self._fits(best.threads_per_block, staged):
+                options.append((abs(math.log(max(m, 1) / best_m)), ls))
         options.sort(key=lambda x: x[0])
-        return [c for _, c in options[: self.max_lshapes]]
+        return [self.config(best.bshape, best.thread_counts, ls) for _, ls in options[: self.max_lshapes]]
+
+
+# -- the Get*Shape choices, as pure functions of their inputs: cached, because the estimator asks
+# -- for the same shapes for every sampled β program and every pair sharing an α
+def _best_bshape(kind: Kind, alpha: LoopNest, B: int, beta_bshape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Fewest cache-line requests; ties go to the BShape closest to β's, then to the first one."""
+    options = _bshape_costs(kind, alpha, B)
+    if not options:
+        return None
+    _, _, i = min((cost, log_distance(shape, beta_bshape), i) for i, (cost, shape) in enumerate(options))
+    return options[i][1]
+
+
+@lru_cache(maxsize=1 << 16)
+def _bshape_costs(kind: Kind, alpha: LoopNest, B: int) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """Every BShape of ``B`` blocks with its cache-line requests, in enumeration order."""
+    out = []
+    for counts in factorizations(B, alpha.space):
+        shape = tuple(e // c for e, c in zip(alpha.space, counts))
+        out.append((bshape_cost(alpha, shape, B, LINE_BYTES[kind]), shape))
+    return tuple(out)
+
+
+@lru_cache(maxsize=1 << 18)
+def _tile_config(kind: Kind, space: tuple[int, ...], reduction: tuple[int, ...], bshape: tuple[int, ...],
+                 threads: tuple[int, ...], lshape: tuple[int, ...],
+                 beta_inner: tuple[tuple[int, ...], tuple[int, ...]]) -> TileConfig:
+    inner_s, inner_r = beta_inner
+    tiles = []
+    for d, (e, bs, t) in enumerate(zip(space, bshape, threads)):
+        outer, inner = split_inner(bs // t, inner_s[d] if d < len(inner_s) else 1)
+        tiles.append((e // bs, 1, t, outer, inner) if kind == "cuda" else (e // bs, t, outer, inner))
+    red = _reduction_tiles(kind, reduction, lshape, inner_r)
+    return TileConfig(kind, tuple(tiles), red)
+
+
+@lru_cache(maxsize=1 << 16)
+def _best_tshape(kind: Kind, alpha: LoopNest, t: int, bshape: tuple[int, ...], lshape: tuple[int, ...],
+                 beta_inner: tuple[tuple[int, ...], tuple[int, ...]], lanes: int) -> TileConfig | None:
+    best, best_cost = None, math.inf
+    for threads in factorizations(t, bshape):
+        cfg = _tile_config(kind, alpha.space, alpha.reduction, bshape, threads, lshape, beta_inner)
+        cost = tshape_cost(alpha, cfg, lanes=lanes)
+        if cost < best_cost:
+            best, best_cost = cfg, cost
+    return best
+
+
+@lru_cache(maxsize=1 << 12)
+def _lshapes(reduction: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    n = len(reduction)
+    out = {tuple(1 for _ in range(n))}
+    for r, ext in enumerate(reduction):
+        out.update(tuple(f if i == r else 1 for i in range(n)) for f in divisors(ext))
+    return tuple(sorted(out))
+
+
+def _block_bytes(alpha: LoopNest, bshape: tuple[int, ...], lshape: tuple[int, ...]) -> int:
+    return _staged_bytes(alpha, bshape, tuple(e // l for e, l in zip(alpha.reduction, lshape)))
+
+
+@lru_cache(maxsize=1 << 16)
+def _staged_bytes(alpha: LoopNest, bshape: tuple[int, ...], chunk: tuple[int, ...]) -> int:
+    """Bytes one block stages for one fetch of ``chunk`` reduction iterations."""
+    return sum(a.elements(bshape + chunk) * a.dtype_bytes for a in alpha.inputs)
+
+
+@lru_cache(maxsize=1 << 16)
+def _lshape_bytes(alpha: LoopNest, bshape: tuple[int, ...]) -> tuple[tuple[tuple[int, ...], int], ...]:
+    """Every LShape (sorted) with the bytes one block stages per fetch under it."""
+    return tuple((ls, _block_bytes(alpha, bshape, ls)) for ls in _lshapes(alpha.reduction))
+
+
+@lru_cache(maxsize=1 << 12)
+def _reduction_options(kind: Kind, reduction: tuple[int, ...], inner_r: tuple[int, ...]) -> tuple:
+    """Every LShape (sorted) with the reduction tiles it gives (round M's options)."""
+    return tuple((ls, _reduction_tiles(kind, reduction, ls, inner_r)) for ls in _lshapes(reduction))
+
+
+@lru_cache(maxsize=1 << 16)
+def _reduction_tiles(kind: Kind, reduction: tuple[int, ...], lshape: tuple[int, ...],
+                     inner_r: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """Reduction tile factors for an LShape; inner splits follow β's innermost factors."""
+    red = []
+    for r, (e, l) in enumerate(zip(reduction, lshape)):
+        outer, inner = split_inner(e // l, inner_r[r] if r < len(inner_r) else 1)
+        if kind == "cuda":
+            red.append((l, outer, inner))
+            continue
+        c = outer * inner  # CPU reduction has two levels: (R0, R1); R1 must respect the bound
+        if c > MAX_INNERMOST:
+            d = largest_divisor_at_most(c, MAX_INNERMOST)
+            l, c = l * (c // d), d
+        red.append((l, c))
+    return tuple(red)
+
+
+def _inner_factors(cfg: TileConfig) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Innermost tile factor per space loop and per reduction loop."""
+    return tuple(f[-1] for f in cfg.space), tuple(f[-1] for f in cfg.reduction)
+

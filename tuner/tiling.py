@@ -23,8 +23,13 @@ def divisors(n: int) -> tuple[int, ...]:
     return tuple(sorted(set(small + [n // d for d in small])))
 
 
-def factorizations(total: int, bounds: Sequence[int]) -> list[tuple[int, ...]]:
-    """All (f_1..f_k) with f_i | bounds[i] and prod f_i == total."""
+def factorizations(total: int, bounds: Sequence[int]) -> tuple[tuple[int, ...], ...]:
+    """All (f_1..f_k) with f_i | bounds[i] and prod f_i == total (cached: the search asks often)."""
+    return _factorizations(total, tuple(bounds))
+
+
+@lru_cache(maxsize=1 << 16)
+def _factorizations(total: int, bounds: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
     out: list[tuple[int, ...]] = []
 
     def rec(i: int, rest: int, acc: tuple[int, ...]) -> None:
@@ -37,7 +42,7 @@ def factorizations(total: int, bounds: Sequence[int]) -> list[tuple[int, ...]]:
                 rec(i + 1, rest // d, acc + (d,))
 
     rec(0, total, ())
-    return out
+    return tuple(out)
 
 
 def achievable_products(bounds: Sequence[int], lo: float, hi: float) -> list[int]:
@@ -48,11 +53,13 @@ def achievable_products(bounds: Sequence[int], lo: float, hi: float) -> list[int
     return sorted(v for v in values if lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9))
 
 
+@lru_cache(maxsize=1 << 16)
 def largest_divisor_at_most(n: int, cap: int) -> int:
     """The largest divisor of ``n`` not above ``cap`` (1 when ``cap`` < 1)."""
     return max(d for d in divisors(n) if d <= max(1, cap))
 
 
+@lru_cache(maxsize=1 << 16)
 def split_inner(extent: int, like: int) -> tuple[int, int]:
     """(outer, innermost) with innermost = the largest divisor of ``extent`` <= ``like`` and <= 64."""
     inner = largest_divisor_at_most(extent, min(like, MAX_INNERMOST))
