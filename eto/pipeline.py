@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
 from selector import ROOT, Plan
+from tuner.space import DEFAULT_STRATEGY
 
 from .database import Database
 from .operators import Operator
@@ -82,7 +83,7 @@ def tune(
     bridges: BridgeOption = "1hop",
     solver: Literal["auto", "exact", "approx"] = "auto",
     cost: CostModel = "estimate",
-    strategy: "Strategy" = "global",
+    strategy: "Strategy" = DEFAULT_STRATEGY,
     num_trials_per_iter: int = 64,
     seed: int | None = None,
     search: str | object = "evolutionary",
@@ -123,7 +124,8 @@ def tune(
     tk = target_key(target)
     attempted_before = {r["op_key"] for r in database.results() if r.get("target") == tk}
     planned = plan_operator_set(opset, budget=budget, bridges=bridges, solver=solver, database=database,
-                                target=target, cost=cost, hot=hot, hot_budget=round(budget * hot_factor))
+                                target=target, cost=cost, hot=hot, hot_budget=round(budget * hot_factor),
+                                strategy=strategy)
     own = measurer is None
     measurers = list(measurer) if isinstance(measurer, (list, tuple)) else [measurer or Measurer.local(MeasureConfig())]
     if not measurers:

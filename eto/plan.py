@@ -15,12 +15,15 @@ from typing import TYPE_CHECKING, Callable, Collection, Iterable, Literal, Mappi
 
 from selector import LoopNestOp, Plan, replan, select_reuse_pairs
 from selector.costs import analytic_cost_fn
+from tuner.space import DEFAULT_STRATEGY
 
 from .operators import Operator
 from .opsets import OperatorSet
 
 if TYPE_CHECKING:  # pragma: no cover
     from .database import Database
+    from tuner.space import Strategy
+
     from .target import TargetKind
 
 BridgeOption = Literal["none", "1hop", "all"]
@@ -101,12 +104,13 @@ def hot_operators(opset: OperatorSet, share: float) -> frozenset[Operator]:
 
 
 def estimator_cost_fn(operator_of: Callable[[LoopNestOp], "Operator | None"], target_kind: "TargetKind",
-                      budget: float,
-                      *, samples: int = 8) -> Callable[[LoopNestOp, LoopNestOp], float]:
+                      budget: float, *, strategy: "Strategy" = DEFAULT_STRATEGY,
+                      samples: int = 8) -> Callable[[LoopNestOp, LoopNestOp], float]:
     """Edge costs from the tuner's trial estimator (paper section 6.1), capped at the backend budget.
 
-    Loop nests (with their access patterns) are read from each operator's program once; an operator
-    the catalogue cannot build costs the budget (never worth selecting).
+    ``strategy`` must be the one the reuse tuner will run (the pipeline passes its own): the
+    estimate counts that strategy's rounds. Loop nests (with their access patterns) are read from
+    each operator's program once; an operator the catalogue cannot build costs the budget.
     """
     from tvm.ir import IRModule
 
@@ -131,7 +135,8 @@ def estimator_cost_fn(operator_of: Callable[[LoopNestOp], "Operator | None"], ta
         a, b = nest(alpha), nest(beta)
         if a is None or b is None:
             return float(budget)
-        return float(min(budget, estimate_trials(kind, a, b, samples=samples).mean))  # type: ignore[arg-type]
+        return float(min(budget, estimate_trials(kind, a, b, samples=samples,  # type: ignore[arg-type]
+                                                 strategy=strategy).mean))
 
     cost.__name__ = f"estimated_trials_{kind}"
     return cost
@@ -150,12 +155,13 @@ def plan_operator_set(
     cost: CostModel = "analytic",
     hot: Collection[Operator] = (),
     hot_budget: int | None = None,
+    strategy: "Strategy" = DEFAULT_STRATEGY,
 ) -> OperatorPlan:
     """Select reuse pairs for ``opset``; operators already in ``database`` for ``target`` are free roots.
 
     ``cost_fn`` estimates the trials of tuning α from β; by default ``cost`` picks it: ``"estimate"``
-    is the tuner's trial estimator (reads every operator's program: seconds), ``"analytic"`` the
-    selector's TVM-free stand-in (milliseconds). The backend costs ``budget`` per operator.
+    is the tuner's trial estimator for the reuse tuner's ``strategy`` (reads every operator's
+    program), ``"analytic"`` the selector's TVM-free stand-in (milliseconds). The backend costs ``budget`` per operator.
     ``hot`` operators (see :func:`hot_operators`) are never derived by reuse: they are roots with a
     backend budget of ``hot_budget`` (default ``budget``), and reuse sources for the rest.
     """
@@ -170,7 +176,8 @@ def plan_operator_set(
         def operator_of(n: LoopNestOp) -> Operator | None:
             return names.get(n.name) or catalogue(n)
 
-        cost_fn = estimator_cost_fn(operator_of, target_kind(target) if target is not None else "cpu", budget)
+        cost_fn = estimator_cost_fn(operator_of, target_kind(target) if target is not None else "cpu", budget,
+                                    strategy=strategy)
     cost_fn = cost_fn or analytic_cost_fn(float(budget))
     hot_names = {n for n, op in names.items() if op in set(hot)}
     backend_cost: "float | Callable[[LoopNestOp], float]" = float(budget)

@@ -1,9 +1,10 @@
-"""A cheap analytic reuse-cost estimate, for use before the tuner's trial estimator exists.
+"""A cheap analytic reuse-cost estimate: the selector's TVM-free stand-in for the trial estimator.
 
-**Placeholder.**  eto replaces this with the tuner's estimator (paper, Section 6.1: the average
-number of trials Algorithm 1 runs over sampled BShape/TShape/LShape sizes of the reused program).
-This module only needs the two loop nests, so the selector, its tests and its benchmarks can run
-without TVM.  It follows the *shape* of Algorithm 1's trial count:
+eto plans with the tuner's estimator (``tuner.estimate``, paper Section 6.1: the average number of
+trials Algorithm 1 runs over sampled BShape/TShape/LShape sizes of the reused program); this
+module needs only the two loop nests, so the selector, its tests and its benchmarks run without
+TVM, and ``eto plan --cost analytic`` answers in milliseconds.  It follows the *shape* of
+Algorithm 1's trial count:
 
     trials ≈ d_B · (d_T + d_M) + unroll options + vectorization options
 

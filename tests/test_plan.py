@@ -90,15 +90,17 @@ def test_unreachable_terminal_is_named(capsys, tmp_path):
     assert "lonely" in capsys.readouterr().err
 
 
-def test_plan_with_the_tuners_trial_estimator(capsys):
-    """`--cost estimate`: every reuse edge costs what the tuner's estimator says for that pair."""
+@pytest.mark.parametrize("strategy", ["global", "per-b"])
+def test_plan_with_the_tuners_trial_estimator(capsys, strategy):
+    """`--cost estimate`: every reuse edge costs what the estimator says the tuner's strategy measures
+    (tests/tuner checks that the estimator counts what the tuner measures)."""
     from tvm.ir import IRModule
 
     from eto.opsets import builtin_opset
-    from tuner.features import loop_nest_of, major_block
     from tuner.estimate import estimate_trials
+    from tuner.features import loop_nest_of, major_block
 
-    d = plan_json(capsys, "--opset", "bert_base", "--bridges", "none", "--cost", "estimate")
+    d = plan_json(capsys, "--opset", "bert_base", "--bridges", "none", "--cost", "estimate", "--strategy", strategy)
     ops = {e.op.name: e.op for e in builtin_opset("bert_base")}
 
     def nest(op):
@@ -108,7 +110,8 @@ def test_plan_with_the_tuners_trial_estimator(capsys):
     reuse = [(p, c, cost) for p, c, cost in d["edge_costs"] if p != "root"]
     assert reuse, "BERT-Base has reuse pairs: the plan should use one"
     for p, c, cost in reuse:
-        assert cost == pytest.approx(estimate_trials("cpu", nest(ops[c]), nest(ops[p]), samples=8).mean)
+        want = estimate_trials("cpu", nest(ops[c]), nest(ops[p]), samples=8, strategy=strategy).mean
+        assert cost == pytest.approx(want)
         assert 0 < cost < 1000
     roots = [c for p, c, _ in d["edge_costs"] if p == "root"]
     assert d["total_cost"] == pytest.approx(1000 * len(roots) + sum(cost for _, _, cost in reuse))
@@ -171,3 +174,38 @@ def test_replan_after_a_multi_sketch_kind_is_tuned():
     assert again.plan.edge_costs[("root", first)] == 0
     assert again.plan.total_cost == pytest.approx(
         planned.plan.total_cost - planned.plan.edge_costs[(planned.plan.parent[first], first)])
+
+
+def test_plans_cost_the_strategy_that_tuning_runs(tmp_path):
+    """One default reuse strategy everywhere: the tuner, the estimator, the pipeline and both commands;
+    and the pipeline hands its strategy to the planner (so a plan never costs other rounds than run)."""
+    import inspect
+
+    import eto.pipeline
+    from eto.cli import build_parser
+    from eto.plan import plan_operator_set
+    from tuner.estimate import estimate_trials
+    from tuner.reuse import reuse_tune
+    from tuner.space import DEFAULT_STRATEGY
+
+    defaults = {f.__name__: inspect.signature(f).parameters["strategy"].default
+                for f in (reuse_tune, estimate_trials, plan_operator_set, eto.pipeline.tune)}
+    parser = build_parser()
+    defaults["eto tune"] = parser.parse_args(["tune"]).strategy
+    defaults["eto plan"] = parser.parse_args(["plan"]).strategy
+    assert set(defaults.values()) == {DEFAULT_STRATEGY}, defaults
+
+    class Planned(Exception):
+        pass
+
+    def plan_and_stop(*args, **kwargs):
+        raise Planned(kwargs.get("strategy"))
+
+    from eto.database import Database
+    from eto.opsets import load_opset
+
+    for strategy in ("per-b", "global"):
+        with pytest.MonkeyPatch.context() as mp, pytest.raises(Planned) as planned:
+            mp.setattr(eto.pipeline, "plan_operator_set", plan_and_stop)
+            eto.pipeline.tune(load_opset("bert_base"), "cpu", Database(tmp_path / strategy), strategy=strategy)
+        assert planned.value.args == (strategy,)

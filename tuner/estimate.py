@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .features import Kind, LoopNest, TileConfig
-from .space import GPU_MAX_THREADS, GPU_MIN_THREADS, RangeName, ReuseSpace, Strategy, default_ranges
+from .space import (DEFAULT_STRATEGY, GPU_MAX_THREADS, GPU_MIN_THREADS, RangeName, ReuseSpace, Strategy,
+                    default_ranges)
 from .tiling import random_tiling
 
 #: MetaSchedule's default choices (``unroll_max_steps`` and ``vector_load_lens`` of its rules).
@@ -57,7 +58,7 @@ def random_config(kind: Kind, nest: LoopNest, rng: random.Random, *, max_threads
 
 
 def count_trials(space: ReuseSpace, *, unroll_values: Sequence[int], fetch_lanes: Sequence[int],
-                 n_fetch: int, beta_unroll: int | None = None, strategy: Strategy = "per-b") -> int:
+                 n_fetch: int, beta_unroll: int | None = None, strategy: Strategy = DEFAULT_STRATEGY) -> int:
     """Candidates Algorithm 1 would measure for one β configuration (``space.beta_cfg``).
 
     Round T is enumerated exactly; the later rounds run once per B (``"global"``: once) from the
@@ -73,8 +74,8 @@ def count_trials(space: ReuseSpace, *, unroll_values: Sequence[int], fetch_lanes
     current = len(unroll_values) - 1 if beta_unroll is None else beta_unroll
     one = fetch_lanes.index(1) if 1 in fetch_lanes else None
     for group in by_b.values():
-        bs, ls, t = group[len(group) // 2]
-        rep = space.tshape(t, bs, ls)
+        bs, t = group[len(group) // 2]
+        rep = space.tshape(t, bs, space.lshape(bs))
         total += len(space.m_round(rep))
         total += len(space.unroll_round(rep, unroll_values, current))
         total += sum(len(space.vector_round(fetch_lanes, one, k)) for k in range(n_fetch))
@@ -85,7 +86,7 @@ def estimate_trials(kind: Kind, alpha: LoopNest, beta: LoopNest, *, samples: int
                     unroll_values: Sequence[int] | None = None, fetch_lanes: Sequence[int] = FETCH_LANES,
                     n_fetch: int | None = None, max_threads: int = GPU_MAX_THREADS,
                     max_shared_bytes: int = 48 * 1024, vector_lanes: int = 8,
-                    strategy: Strategy = "per-b", ranges: RangeName | None = None) -> TrialEstimate:
+                    strategy: Strategy = DEFAULT_STRATEGY, ranges: RangeName | None = None) -> TrialEstimate:
     """Mean number of candidates Algorithm 1 measures for (α, β) over ``samples`` random β programs.
 
     ``n_fetch`` is the number of cooperatively fetched inputs (GPU; default: all of α's inputs),

@@ -87,6 +87,13 @@ class LoopNest:
     reduction: tuple[int, ...]
     inputs: tuple[Access, ...]
 
+    def __hash__(self) -> int:  # cached: loop nests key the reuse search's caches (tuner.space)
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.space, self.reduction, self.inputs))
+            object.__setattr__(self, "_hash", h)
+        return h
+
     @property
     def extents(self) -> tuple[int, ...]:
         return self.space + self.reduction

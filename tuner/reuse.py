@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .features import Kind, TileConfig
-from .space import GPU_MAX_THREADS, RangeName, ReuseSpace, Strategy, default_ranges
+from .space import DEFAULT_STRATEGY, GPU_MAX_THREADS, RangeName, ReuseSpace, Strategy, default_ranges
 from .tiling import achievable_products, largest_divisor_at_most
 from .trajectory import TrajectoryPoint
 
@@ -190,7 +190,8 @@ class ReuseTuner:
             out.append((f"vector[{k}]", fetch_round))
         return out
 
-    def tune(self, measure: Callable[[list[Any]], list[float]], *, strategy: Strategy = "per-b") -> ReuseResult:
+    def tune(self, measure: Callable[[list[Any]], list[float]], *,
+             strategy: Strategy = DEFAULT_STRATEGY) -> ReuseResult:
         """Run Algorithm 1; ``measure(schedules)`` returns seconds per schedule (inf if it failed).
 
         ``"per-b"`` keeps the paper's structure: after round T every B value keeps its own best
@@ -290,7 +291,8 @@ class ReuseTuner:
 
 
 def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target", measurer: "Measurer", *,
-               vector_lanes: int = 8, strategy: Strategy = "per-b", ranges: RangeName | None = None) -> ReuseResult:
+               vector_lanes: int = 8, strategy: Strategy = DEFAULT_STRATEGY,
+               ranges: RangeName | None = None) -> ReuseResult:
     """Derive α's program (``func``) from β's best program (``source_record``) by Algorithm 1.
 
     Every candidate is built and timed by ``measurer``; the result's record carries the median of

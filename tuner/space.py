@@ -20,9 +20,10 @@ says (``ranges="cpu"``, see :data:`RANGES`).
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Literal, Sequence
 
 from .cost_model import bshape_cost, tshape_cost
@@ -31,6 +32,9 @@ from .tiling import (MAX_INNERMOST, achievable_products, divisors, factorization
                      log_distance, split_inner)
 
 Strategy = Literal["per-b", "global"]
+#: The reuse tuner's strategy unless told otherwise, and so the trial estimator's: "global" runs the
+#: rounds after T once, from round T's best; "per-b" (the paper's loop) once per block count.
+DEFAULT_STRATEGY: Strategy = "global"
 RangeName = Literal["paper", "cpu"]
 #: How far the B, T and M windows of equations 1-3 are widened (each side, a factor). "paper" is
 #: the paper's (GPU) windows. "cpu" rests on experiments/reuse_pairs.py's section-3 analysis on this
@@ -49,7 +53,7 @@ GPU_MIN_THREADS = 32  # MetaSchedule's thread_extent_low_inclusive
 LINE_BYTES = {"cuda": 128, "cpu": 64}
 
 
-@dataclass
+@dataclass(frozen=True)
 class ReuseSpace:
     """Algorithm 1's enumeration for one reuse pair, without measuring anything."""
 
@@ -71,9 +75,13 @@ class ReuseSpace:
     def r2(self) -> float:
         return math.prod(self.alpha.extents) / math.prod(self.beta.extents)
 
-    @property
+    @cached_property
     def beta_M(self) -> int:
         return self.beta_cfg.M(self.beta)
+
+    @cached_property
+    def _beta_block_bytes(self) -> int:
+        return self.beta_cfg.block_bytes(self.beta)
 
     # ranges (equations 1-3)
     def _window(self, a: float, b: float, which: int) -> tuple[float, float]:
@@ -86,6 +94,10 @@ class ReuseSpace:
         return achievable_products(self.alpha.space, lo, hi)
 
     def t_range(self) -> tuple[float, float]:
+        return self._t_range
+
+    @cached_property
+    def _t_range(self) -> tuple[float, float]:  # asked once per block count
         return self._window(self.beta_cfg.T, self.beta_cfg.T * self.r2, 1)
 
     def m_range(self) -> tuple[float, float]:
@@ -102,9 +114,12 @@ class ReuseSpace:
 
     def lshape(self, bshape: Sequence[int]) -> tuple[int, ...]:
         """GetLShape: the LShape whose per-block bytes are closest to β's."""
-        target = max(self.beta_cfg.block_bytes(self.beta), 1)
-        return min(_lshape_bytes(self.alpha, tuple(bshape)),
-                   key=lambda lb: (abs(math.log(max(lb[1], 1) / target)), -max(lb[0])))[0]
+        target = max(self._beta_block_bytes, 1)
+        sizes, best = _lshapes_by_bytes(self.alpha, tuple(bshape))
+        i = bisect.bisect_left(sizes, target)  # the closest sizes in log distance: the two around β's
+        near = [j for j in (i - 1, i) if 0 <= j < len(sizes)]
+        j = min(near, key=lambda j: (abs(math.log(max(sizes[j], 1) / target)), *best[j][:2]))
+        return best[j][2]
 
     def _block_bytes(self, bshape: Sequence[int], lshape: Sequence[int]) -> int:
         return _block_bytes(self.alpha, tuple(bshape), tuple(lshape))
@@ -127,8 +142,12 @@ class ReuseSpace:
         return _best_tshape(self.kind, self.alpha, t, tuple(bshape), tuple(lshape), self._beta_inner(),
                             self.vector_lanes)
 
-    def _beta_inner(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    @cached_property
+    def _inner(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         return _inner_factors(self.beta_cfg)
+
+    def _beta_inner(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        return self._inner
 
     def valid(self, cfg: TileConfig) -> bool:
         return self._fits(cfg.threads_per_block, cfg.block_bytes(self.alpha))
@@ -140,22 +159,24 @@ class ReuseSpace:
 
     def t_round(self) -> list[TileConfig]:
         """Round T: for every B, the best TShape of every admissible thread count."""
-        return [self.tshape(t, bs, ls) for bs, ls, t in self.t_slots()]  # type: ignore[misc]
+        slots = self.t_slots()
+        lshape = {bs: self.lshape(bs) for bs, _ in slots}
+        return [self.tshape(t, bs, lshape[bs]) for bs, t in slots]  # type: ignore[misc]
 
-    def t_slots(self) -> list[tuple[tuple[int, ...], tuple[int, ...], int]]:
-        """Round T before its TShapes are chosen: (BShape, LShape, threads per block), in order.
+    def t_slots(self) -> list[tuple[tuple[int, ...], int]]:
+        """Round T before its LShapes and TShapes are chosen: (BShape, threads per block), in order.
 
-        Whether a slot is admissible does not depend on how its threads split over the BShape
-        (thread count and staged bytes are fixed by the slot), so the trial estimator counts slots
-        and picks a TShape only for the candidates it follows further: O(d_B x d_T) cheap steps.
+        Whether a slot is admissible does not depend on how its threads split over the BShape, so
+        the trial estimator counts slots and picks shapes only for the candidates it follows
+        further: O(d_B x d_T) cheap steps. On CUDA the staged bytes (BShape and LShape) must fit.
         """
         out = []
         for B in self.b_values():
             bs = self.bshape(B)
             if bs is None:
                 continue
-            ls = self.lshape(bs)
-            out += [(bs, ls, t) for t in self.threads_per_block(B, bs) if self._fits(t, self._block_bytes(bs, ls))]
+            staged = self._block_bytes(bs, self.lshape(bs)) if self.kind == "cuda" else 0
+            out += [(bs, t) for t in self.threads_per_block(B, bs) if self._fits(t, staged)]
         return out
 
     def unroll_round(self, cfg: TileConfig, options: Sequence[int], current: int | None) -> list[int]:
@@ -205,8 +226,9 @@ def _best_bshape(kind: Kind, alpha: LoopNest, B: int, beta_bshape: tuple[int, ..
     options = _bshape_costs(kind, alpha, B)
     if not options:
         return None
-    _, _, i = min((cost, log_distance(shape, beta_bshape), i) for i, (cost, shape) in enumerate(options))
-    return options[i][1]
+    low = min(cost for cost, _ in options)
+    ties = [shape for cost, shape in options if cost == low]
+    return ties[0] if len(ties) == 1 else min(ties, key=lambda shape: log_distance(shape, beta_bshape))
 
 
 @lru_cache(maxsize=1 << 16)
@@ -264,9 +286,17 @@ def _staged_bytes(alpha: LoopNest, bshape: tuple[int, ...], chunk: tuple[int, ..
 
 
 @lru_cache(maxsize=1 << 16)
-def _lshape_bytes(alpha: LoopNest, bshape: tuple[int, ...]) -> tuple[tuple[tuple[int, ...], int], ...]:
-    """Every LShape (sorted) with the bytes one block stages per fetch under it."""
-    return tuple((ls, _block_bytes(alpha, bshape, ls)) for ls in _lshapes(alpha.reduction))
+def _lshapes_by_bytes(alpha: LoopNest, bshape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple]:
+    """The distinct bytes one block stages per fetch over all LShapes (sorted), and for each the
+    LShape GetLShape prefers among those staging it: the largest loop, then the first (as sorted)."""
+    best: dict[int, tuple[int, int, tuple[int, ...]]] = {}
+    for pos, ls in enumerate(_lshapes(alpha.reduction)):
+        key = (-max(ls), pos, ls)
+        size = _block_bytes(alpha, bshape, ls)
+        if size not in best or key < best[size]:
+            best[size] = key
+    sizes = tuple(sorted(best))
+    return sizes, tuple(best[s] for s in sizes)
 
 
 @lru_cache(maxsize=1 << 12)

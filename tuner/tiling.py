@@ -8,6 +8,7 @@ such tilings; they share these functions.
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 from functools import lru_cache
@@ -46,11 +47,17 @@ def _factorizations(total: int, bounds: tuple[int, ...]) -> tuple[tuple[int, ...
 
 
 def achievable_products(bounds: Sequence[int], lo: float, hi: float) -> list[int]:
-    """Products of one divisor per bound lying in [lo, hi]."""
+    """Products of one divisor per bound lying in [lo, hi]; O(log n) after the first call per bounds."""
+    values = _products(tuple(bounds))
+    return list(values[bisect.bisect_left(values, lo * (1 - 1e-9)):bisect.bisect_right(values, hi * (1 + 1e-9))])
+
+
+@lru_cache(maxsize=1 << 16)
+def _products(bounds: tuple[int, ...]) -> tuple[int, ...]:
     values = {1}
     for b in bounds:
-        values = {v * d for v in values for d in divisors(b) if v * d <= hi * (1 + 1e-9)}
-    return sorted(v for v in values if lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9))
+        values = {v * d for v in values for d in divisors(b)}
+    return tuple(sorted(values))
 
 
 @lru_cache(maxsize=1 << 16)

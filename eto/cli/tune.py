@@ -16,6 +16,7 @@ from ..operators import Operator
 from ..opsets import OperatorSet, load_opset
 from ..report import format_table
 from .errors import EXIT_FAILED, EXIT_OK, CLIError
+from .plan import add_strategy_option
 
 if TYPE_CHECKING:  # pragma: no cover
     from tuner.measure import Measurer
@@ -157,8 +158,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--bridges", default="1hop", choices=["none", "1hop", "all"], help="bridge operators (eto)")
     p.add_argument("--cost", default="estimate", choices=["estimate", "analytic"],
                    help="OC-graph edge costs: the tuner's trial estimator or the analytic stand-in (eto)")
-    p.add_argument("--strategy", default="global", choices=["global", "per-b"],
-                   help="reuse tuner: rounds after T once (global) or per block count as in the paper (eto)")
+    add_strategy_option(p, suffix=" (eto)")
     p.add_argument("--hot-share", type=float, default=None, metavar="SHARE",
                    help="frequency-aware tuning (beyond the paper): operators with at least this share of the "
                         "set's frequency x FLOPs get backend tuning with --hot-factor x --trials, never reuse (eto)")
