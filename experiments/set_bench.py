@@ -183,6 +183,7 @@ def main(argv=None) -> int:
     import eto.tuning  # noqa: F401
     import tuner.apply  # noqa: F401
     import tuner.measure  # noqa: F401
+    import tvm.s_tir.tensor_intrin  # noqa: F401  (~25 s once per process: on neither method's clock)
     from eto.opsets import load_opset
     from eto.target import parse_target
 

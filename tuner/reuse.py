@@ -296,11 +296,15 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
     """Derive α's program (``func``) from β's best program (``source_record``) by Algorithm 1.
 
     Every candidate is built and timed by ``measurer``; the result's record carries the median of
-    the measured repeats as its run time.
+    the measured repeats as its run time. Its seconds and trajectory count from before α's design
+    space is generated, as a MetaSchedule run's do.
     """
+    start = time.perf_counter()
     tuner = ReuseTuner(func, source_record, target, vector_lanes=vector_lanes, ranges=ranges)
+    setup = time.perf_counter() - start  # α's design space and β's sketch: on the clock, as in MetaSchedule's
 
     def measure(schedules: list) -> list[float]:
         return [r.median for r in measurer.measure([s.mod for s in schedules], target)]
 
-    return tuner.tune(measure, strategy=strategy)
+    res = tuner.tune(measure, strategy=strategy)
+    return replace(res, seconds=setup + res.seconds, trajectory=tuple(p.after(setup, 0) for p in res.trajectory))
