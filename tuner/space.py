@@ -135,19 +135,17 @@ class ReuseSpace:
     def config(self, bshape: Sequence[int], threads: Sequence[int], lshape: Sequence[int]) -> TileConfig:
         """A full tile configuration: inner splits follow β's innermost factors."""
         return _tile_config(self.kind, self.alpha.space, self.alpha.reduction, tuple(bshape), tuple(threads),
-                            tuple(lshape), self._beta_inner())
+                            tuple(lshape), self._beta_inner)
 
     def tshape(self, t: int, bshape: Sequence[int], lshape: Sequence[int]) -> TileConfig | None:
         """GetTShape: of the ways to spread ``t`` threads over the BShape, the one with the lowest cost."""
-        return _best_tshape(self.kind, self.alpha, t, tuple(bshape), tuple(lshape), self._beta_inner(),
+        return _best_tshape(self.kind, self.alpha, t, tuple(bshape), tuple(lshape), self._beta_inner,
                             self.vector_lanes)
 
     @cached_property
-    def _inner(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        return _inner_factors(self.beta_cfg)
-
     def _beta_inner(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        return self._inner
+        """β's innermost tile factor per space loop and per reduction loop (inner splits follow them)."""
+        return tuple(f[-1] for f in self.beta_cfg.space), tuple(f[-1] for f in self.beta_cfg.reduction)
 
     def valid(self, cfg: TileConfig) -> bool:
         return self._fits(cfg.threads_per_block, cfg.block_bytes(self.alpha))
@@ -210,7 +208,7 @@ class ReuseSpace:
         lo, hi = self.m_range()
         best_m = max(best.M(self.alpha), 1)
         options = []
-        for ls, red in _reduction_options(self.kind, self.alpha.reduction, self._beta_inner()[1]):
+        for ls, red in _reduction_options(self.kind, self.alpha.reduction, self._beta_inner[1]):
             staged = _staged_bytes(self.alpha, best.bshape, tuple(math.prod(f[1:]) for f in red))
             m = best.B * staged
             if ls != best.lshape and lo <= m <= hi and self._fits(best.threads_per_block, staged):
@@ -321,9 +319,4 @@ def _reduction_tiles(kind: Kind, reduction: tuple[int, ...], lshape: tuple[int, 
             l, c = l * (c // d), d
         red.append((l, c))
     return tuple(red)
-
-
-def _inner_factors(cfg: TileConfig) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Innermost tile factor per space loop and per reduction loop."""
-    return tuple(f[-1] for f in cfg.space), tuple(f[-1] for f in cfg.reduction)
 
