@@ -179,7 +179,8 @@ def plan_operator_set(
         cost_fn = estimator_cost_fn(operator_of, target_kind(target) if target is not None else "cpu", budget,
                                     strategy=strategy)
     cost_fn = cost_fn or analytic_cost_fn(float(budget))
-    hot_names = {n for n, op in names.items() if op in set(hot)}
+    hot_ops = set(hot)
+    hot_names = {n for n, op in names.items() if op in hot_ops}
     backend_cost: "float | Callable[[LoopNestOp], float]" = float(budget)
     if hot_names:
         cost_fn, backend_cost = _hot_costs(cost_fn, hot_names, float(budget), float(hot_budget or budget))

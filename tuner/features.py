@@ -98,6 +98,16 @@ class LoopNest:
     def extents(self) -> tuple[int, ...]:
         return self.space + self.reduction
 
+    def staged_bytes(self, tile: tuple[int, ...]) -> int:
+        """Bytes of all inputs touched by one ``tile`` of the loops (space then reduction)."""
+        return _staged_bytes(self, tile)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _staged_bytes(nest: LoopNest, tile: tuple[int, ...]) -> int:
+    # cached: the reuse search and the estimator ask for the same block tiles many times
+    return sum(a.elements(tile) * a.dtype_bytes for a in nest.inputs)
+
 
 def loop_nest_of(mod: "IRModule", block: str) -> LoopNest:
     """Read the block's loop extents and the affine index coefficients of its inputs."""
@@ -230,8 +240,7 @@ class TileConfig:
 
     def block_bytes(self, nest: LoopNest) -> int:
         """Bytes one block stages for one fetch (shared memory on GPU, a cache block on CPU)."""
-        tile = self.bshape + self.chunk()
-        return sum(a.elements(tile) * a.dtype_bytes for a in nest.inputs)
+        return nest.staged_bytes(self.bshape + self.chunk())
 
     def M(self, nest: LoopNest) -> int:
         return self.B * self.block_bytes(nest)

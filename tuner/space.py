@@ -108,10 +108,6 @@ class ReuseSpace:
         """GetBShape: the BShape with the fewest cache-line requests (ties: closest to β's)."""
         return _best_bshape(self.kind, self.alpha, B, self.beta_cfg.bshape)
 
-    def lshapes(self) -> list[tuple[int, ...]]:
-        """LShapes with at most one non-unit reduction loop (the paper's simplification)."""
-        return list(_lshapes(self.alpha.reduction))
-
     def lshape(self, bshape: Sequence[int]) -> tuple[int, ...]:
         """GetLShape: the LShape whose per-block bytes are closest to β's."""
         target = max(self._beta_block_bytes, 1)
@@ -209,7 +205,7 @@ class ReuseSpace:
         best_m = max(best.M(self.alpha), 1)
         options = []
         for ls, red in _reduction_options(self.kind, self.alpha.reduction, self._beta_inner[1]):
-            staged = _staged_bytes(self.alpha, best.bshape, tuple(math.prod(f[1:]) for f in red))
+            staged = self.alpha.staged_bytes(best.bshape + tuple(math.prod(f[1:]) for f in red))
             m = best.B * staged
             if ls != best.lshape and lo <= m <= hi and self._fits(best.threads_per_block, staged):
                 options.append((abs(math.log(max(m, 1) / best_m)), ls))
@@ -266,6 +262,7 @@ def _best_tshape(kind: Kind, alpha: LoopNest, t: int, bshape: tuple[int, ...], l
 
 @lru_cache(maxsize=1 << 12)
 def _lshapes(reduction: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """LShapes with at most one non-unit reduction loop (the paper's simplification), sorted."""
     n = len(reduction)
     out = {tuple(1 for _ in range(n))}
     for r, ext in enumerate(reduction):
@@ -274,13 +271,7 @@ def _lshapes(reduction: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
 
 
 def _block_bytes(alpha: LoopNest, bshape: tuple[int, ...], lshape: tuple[int, ...]) -> int:
-    return _staged_bytes(alpha, bshape, tuple(e // l for e, l in zip(alpha.reduction, lshape)))
-
-
-@lru_cache(maxsize=1 << 16)
-def _staged_bytes(alpha: LoopNest, bshape: tuple[int, ...], chunk: tuple[int, ...]) -> int:
-    """Bytes one block stages for one fetch of ``chunk`` reduction iterations."""
-    return sum(a.elements(bshape + chunk) * a.dtype_bytes for a in alpha.inputs)
+    return alpha.staged_bytes(bshape + tuple(e // l for e, l in zip(alpha.reduction, lshape)))
 
 
 @lru_cache(maxsize=1 << 16)

@@ -40,10 +40,6 @@ class TrajectoryPoint:
         return TrajectoryPoint(seconds + self.seconds, trials + self.trial, min(best_s, self.best_s))
 
 
-def trajectory_json(points: Iterable[TrajectoryPoint]) -> list[list]:
-    return [p.to_json() for p in points]
-
-
 def time_to_reach(points: Iterable[TrajectoryPoint], latency: float) -> float | None:
     """Seconds at which the best-so-far first got to ``latency`` or better (None: never)."""
     return next((p.seconds for p in points if p.best_s <= latency), None)
