@@ -298,8 +298,16 @@ class Database:
 
     def _append(self, name: str, line: str) -> int:
         """Append one line with a single write; return its 0-based line number."""
+        return self._append_lines(name, [line])
+
+    def _append_lines(self, name: str, lines: Sequence[str]) -> int:
+        """Append lines with a single write and one fsync; return the first one's 0-based number.
+
+        A process killed mid-write leaves complete lines plus at most one partial last line; lines
+        that made it are records no metadata owns yet (reported as orphans), never a wrong result.
+        """
         path = self._file(name)
-        data = (line.replace("\n", " ") + "\n").encode("utf-8")
+        data = "".join(line.replace("\n", " ") + "\n" for line in lines).encode("utf-8")
         counts = getattr(self, "_line_counts", None)
         n = counts[name] if counts is not None and name in counts else _count_lines(path)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -311,7 +319,7 @@ class Database:
         finally:
             os.close(fd)
         if counts is not None:
-            counts[name] = n + 1
+            counts[name] = n + len(lines)
         return n
 
     def commit(
@@ -343,17 +351,24 @@ class Database:
                 usable.append((latency, rec, features[i] if features else None))
         usable.sort(key=lambda t: t[0])
         with self._locked():
-            entries = []
+            lines, entries = [], []
+            known: list[tuple[Any, int]] = []  # (workload, line): records of one run share a workload
             for latency, rec, feat in usable:
-                wl_json = Workload(rec.workload.mod).as_json()
-                idx = self._workload_index.get(wl_json[0])
+                idx = next((i for w, i in known if w.same_as(rec.workload)), None)
                 if idx is None:
-                    idx = self._append(WORKLOADS, _dumps(wl_json))
-                    self._workload_index[wl_json[0]] = idx
-                    self._workloads.extend([None] * (idx + 1 - len(self._workloads)))
-                    self._workloads[idx] = wl_json
-                line = self._append(RECORDS, _dumps([idx, rec.as_json()]))
-                entries.append({"line": line, "latency_s": latency, "features": feat})
+                    wl_json = Workload(rec.workload.mod).as_json()
+                    idx = self._workload_index.get(wl_json[0])
+                    if idx is None:
+                        idx = self._append(WORKLOADS, _dumps(wl_json))
+                        self._workload_index[wl_json[0]] = idx
+                        self._workloads.extend([None] * (idx + 1 - len(self._workloads)))
+                        self._workloads[idx] = wl_json
+                    known.append((rec.workload, idx))
+                lines.append(_dumps([idx, rec.as_json()]))
+                entries.append({"latency_s": latency, "features": feat})
+            first = self._append_lines(RECORDS, lines) if lines else 0
+            for i, e in enumerate(entries):
+                e["line"] = first + i
             meta = {
                 "v": 1,
                 "op": op.to_dict(),

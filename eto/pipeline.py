@@ -29,9 +29,10 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Literal, Sequence
+from typing import TYPE_CHECKING, Callable, Literal, Mapping, Sequence
 
 from selector import ROOT, Plan
+from tuner.reuse import DEFAULT_TOP_K
 from tuner.space import DEFAULT_STRATEGY
 
 from .database import Database
@@ -45,6 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
 
     from tuner.measure import Measurer
+    from tuner.cost_model import LearnedRanker
     from tuner.reuse import ReuseResult
     from tuner.space import Strategy
 
@@ -62,14 +64,32 @@ class _Run:
     evolve_trials: int
     say: Callable[[str], None]
     backend_kw: dict = field(default_factory=dict)
+    #: ranks each reuse round's candidates (None: measure them all, as the paper does); shared by
+    #: every reuse of the run, so each one trains it for the next
+    ranker: "LearnedRanker | None" = None
+    top_k: int | None = None
+    fed: set = field(default_factory=set)  # database record lines the ranker has been trained on
 
-    def backend(self, ops: Sequence[Operator], measurer: "Measurer") -> None:
-        """Tune ``ops`` with the backend's task scheduler: hot operators with ``hot_trials`` each."""
+    def history(self, op_type: str) -> list:
+        """Measured records of ``op_type`` on the target the ranker has not seen yet (marked seen)."""
+        new = [p for p in self.database.programs(target=self.target)
+               if p.op.type == op_type and p.line not in self.fed]
+        self.fed.update(p.line for p in new)
+        return [p.tuning_record for p in new]
+
+    def backend(self, ops: Sequence[Operator], measurer: "Measurer",
+                estimates: Mapping[Operator, dict] | None = None) -> None:
+        """Tune ``ops`` with the backend's task scheduler: hot operators with ``hot_trials`` each.
+
+        ``estimates``: the plan's estimate per operator, stored with its result for the report.
+        """
         for group, n in (([o for o in ops if o in self.hot], self.hot_trials),
                          ([o for o in ops if o not in self.hot], self.trials)):
             if group:
                 self.say(f"backend: {len(group)} operators, {n} trials each")
-                tune_with_backend(group, self.target, self.database, trials=n, measurer=measurer, **self.backend_kw)
+                tune_with_backend(group, self.target, self.database, trials=n, measurer=measurer,
+                                  extra={o: (estimates or {})[o] for o in group if o in (estimates or {})},
+                                  **self.backend_kw)
 
 
 def tune(
@@ -92,6 +112,7 @@ def tune(
     hot_share: float | None = None,
     hot_factor: float = 2.0,
     evolve_trials: int = 0,
+    top_k: int | None = DEFAULT_TOP_K,
 ) -> TuneReport:
     """Tune ``opset`` into ``database`` by reuse; return a report of every operator (bridges too).
 
@@ -99,10 +120,12 @@ def tune(
     the OC graph's root-edge cost (a small ``trials`` for a quick run would make every reuse edge
     look too dear: plan with the budget the backend would really be given);
     ``strategy`` is the reuse tuner's (``"global"``: rounds after T once; ``"per-b"``: the paper's
-    loop per block count). ``hot_share``/``hot_factor`` and ``evolve_trials``: see the module doc.
+    loop per block count); ``top_k``: each reuse round measures its best-ranked few at a time, ranked
+    by a model learned from the database (None: every candidate, as in the paper). ``hot_share``/``hot_factor`` and ``evolve_trials``: see the module doc.
     Given several measurers (e.g. one per RPC device), independent subtrees of the plan are tuned
     concurrently, one measurer each (scale-out).
     """
+    from tuner.cost_model import LearnedRanker
     from tuner.measure import MeasureConfig, Measurer
 
     from .target import num_threads, parse_target
@@ -120,12 +143,13 @@ def tune(
     budget = plan_budget or trials
     run = _Run(target, database, trials, hot, max(trials, round(trials * hot_factor)), strategy, evolve_trials,
                log or (lambda _msg: None),
-               dict(num_trials_per_iter=num_trials_per_iter, seed=seed, on_batch=on_batch, strategy=search))
+               dict(num_trials_per_iter=num_trials_per_iter, seed=seed, on_batch=on_batch, strategy=search),
+               ranker=LearnedRanker(target) if top_k is not None else None, top_k=top_k)
     tk = target_key(target)
     attempted_before = {r["op_key"] for r in database.results() if r.get("target") == tk}
     planned = plan_operator_set(opset, budget=budget, bridges=bridges, solver=solver, database=database,
                                 target=target, cost=cost, hot=hot, hot_budget=round(budget * hot_factor),
-                                strategy=strategy)
+                                strategy=strategy, top_k=top_k)
     own = measurer is None
     measurers = list(measurer) if isinstance(measurer, (list, tuple)) else [measurer or Measurer.local(MeasureConfig())]
     if not measurers:
@@ -136,21 +160,32 @@ def tune(
     finally:
         if own:
             measurers[0].close()
-    return _report(opset, planned, run, attempted_before, estimated + planned.plan.total_cost,
+    return _report(opset, planned, run, attempted_before,
+                   (estimated[0] + planned.plan.total_cost, estimated[1] + planned.total_candidates),
                    time.perf_counter() - start)
 
 
-def _tune_multi_sketch_kinds_first(planned: OperatorPlan, run: _Run, measurer: "Measurer") -> tuple[OperatorPlan, float]:
+def _estimate(planned: OperatorPlan, name: str) -> dict:
+    """The plan's estimate for tuning ``name`` (seconds, candidates), as stored with its result."""
+    parent = planned.plan.parent[name]
+    return {"estimate": planned.candidates(parent, name),
+            "estimated_seconds": planned.plan.edge_costs[(parent, name)],
+            "count_scale": planned.time_model.count_scale if planned.time_model else 1.0}
+
+
+def _tune_multi_sketch_kinds_first(planned: OperatorPlan, run: _Run,
+                                   measurer: "Measurer") -> tuple[OperatorPlan, tuple[float, float]]:
     """Section 6.1: tune the plan's ``replan_after`` operators, then plan again with estimated costs.
 
-    Returns the new plan and the estimated cost of what was tuned here.
+    Returns the new plan and the estimated seconds and candidates of what was tuned here.
     """
     plan = planned.plan
     if not plan.replan_after:
-        return planned, 0.0
+        return planned, (0.0, 0.0)
     run.say(f"plan: {len(plan.replan_after)} operators of multi-sketch kinds first, then planning again")
-    run.backend([planned.operators[n] for n in plan.replan_after], measurer)
-    estimated = sum(plan.edge_costs[(plan.parent[n], n)] for n in plan.replan_after)
+    ops = {planned.operators[n]: _estimate(planned, n) for n in plan.replan_after}
+    run.backend(list(ops), measurer, ops)
+    estimated = (sum(e["estimated_seconds"] for e in ops.values()), sum(e["estimate"] or 0 for e in ops.values()))
     tuned = [n for n in plan.replan_after if run.database.best(planned.operators[n], run.target) is not None]
     return planned.replan(tuned), estimated
 
@@ -161,15 +196,16 @@ def _tune_plan(planned: OperatorPlan, run: _Run, measurers: Sequence["Measurer"]
     run.say(f"plan: {len(plan.backend)} by the backend, {len(plan.reuse_pairs)} by reuse "
             f"({len(plan.used_bridges)} bridges), {len(plan.prior)} already tuned"
             + (f", {len(run.hot)} hot" if run.hot else "")
-            + f"; estimated {plan.total_cost:.0f} candidates vs {plan.baseline_cost:.0f} with the backend alone")
+            + f"; estimated {plan.total_cost:.0f} s ({planned.total_candidates:.0f} candidates) vs "
+              f"{plan.baseline_cost:.0f} s with the backend alone")
 
     def tune_names(names: Sequence[str], m: "Measurer") -> None:
-        run.backend([ops[n] for n in names if plan.parent[n] == ROOT and not run.database.attempted(ops[n], run.target)],
-                    m)
+        roots = [n for n in names if plan.parent[n] == ROOT and not run.database.attempted(ops[n], run.target)]
+        run.backend([ops[n] for n in roots], m, {ops[n]: _estimate(planned, n) for n in roots})
         for name in names:
             parent = plan.parent[name]
             if parent != ROOT and not run.database.attempted(ops[name], run.target):
-                _reuse_one(ops[name], ops[parent], run, m, estimate=plan.edge_costs[(parent, name)])
+                _reuse_one(ops[name], ops[parent], run, m, estimate=_estimate(planned, name))
 
     if len(measurers) == 1:
         tune_names(plan.order, measurers[0])
@@ -182,8 +218,8 @@ def _tune_plan(planned: OperatorPlan, run: _Run, measurers: Sequence["Measurer"]
             f.result()
 
 
-def _report(opset: OperatorSet, planned: OperatorPlan, run: _Run, attempted_before: set[str], estimated: float,
-            seconds: float) -> TuneReport:
+def _report(opset: OperatorSet, planned: OperatorPlan, run: _Run, attempted_before: set[str],
+            estimated: tuple[float, float], seconds: float) -> TuneReport:
     """One row per operator of the set, then one per bridge the plan used (frequency 0)."""
     def status(op: Operator) -> str:
         return "cached" if op.key in attempted_before else "tuned"
@@ -195,7 +231,8 @@ def _report(opset: OperatorSet, planned: OperatorPlan, run: _Run, attempted_befo
         if op not in in_set:
             row = report_row(OperatorEntry(op, 1), run.database, run.target, status(op))
             rows.append(OperatorReport(**{**row.__dict__, "frequency": 0, "op": f"bridge:{row.op}"}))
-    return TuneReport(str(run.target), tuple(rows), seconds, estimated_candidates=estimated)
+    return TuneReport(str(run.target), tuple(rows), seconds, estimated_seconds=estimated[0],
+                      estimated_candidates=estimated[1])
 
 
 def balance_subtrees(plan: Plan, workers: int) -> list[list[str]]:
@@ -214,7 +251,7 @@ def balance_subtrees(plan: Plan, workers: int) -> list[list[str]]:
     return groups
 
 
-def _reuse_one(alpha: Operator, beta: Operator, run: _Run, measurer: "Measurer", *, estimate: float) -> None:
+def _reuse_one(alpha: Operator, beta: Operator, run: _Run, measurer: "Measurer", *, estimate: dict) -> None:
     """Tune α from β's best program; fall back to the backend when there is nothing to reuse."""
     from tuner.reuse import reuse_tune
 
@@ -223,7 +260,9 @@ def _reuse_one(alpha: Operator, beta: Operator, run: _Run, measurer: "Measurer",
         reason = f"{beta.name} has no program to reuse"
     else:
         try:
-            res = reuse_tune(alpha.prim_func(), source.tuning_record, run.target, measurer, strategy=run.strategy)
+            res = reuse_tune(alpha.prim_func(), source.tuning_record, run.target, measurer, strategy=run.strategy,
+                             ranker=run.ranker, history=run.history(alpha.type) if run.ranker else (),
+                             top_k=run.top_k)
         except ValueError as exc:  # e.g. reuse condition 1 fails on this target
             reason = str(exc)
         else:
@@ -232,31 +271,61 @@ def _reuse_one(alpha: Operator, beta: Operator, run: _Run, measurer: "Measurer",
                 return
             reason = f"no candidate derived from {beta.name} built and ran ({res.failed} failed)"
     run.say(f"backend fallback for {alpha.name}: {reason}")
-    tune_with_backend([alpha], run.target, run.database, trials=run.trials, measurer=measurer, **run.backend_kw)
+    tune_with_backend([alpha], run.target, run.database, trials=run.trials, measurer=measurer,
+                      extra={alpha: {**estimate, "fallback": reason}}, **run.backend_kw)
 
 
 def _commit_reuse(alpha: Operator, beta: Operator, res: "ReuseResult", run: _Run, measurer: "Measurer", *,
-                  estimate: float) -> None:
-    """Store a reuse result (and, with ``evolve_trials``, what evolve found after it)."""
-    records, feats = [res.record], [res.features]
+                  estimate: dict) -> None:
+    """Store a reuse result, every measured candidate with it (and, with ``evolve_trials``, evolve's)."""
+    records, feats = list(res.records), [res.features] + [None] * (len(res.records) - 1)
     candidates, seconds, extra = res.candidates, res.seconds, {}
     trajectory = [p.to_json() for p in res.trajectory]
     if run.evolve_trials:
         ev = _evolve(alpha, res, run, measurer)
-        found = min((p.best_s for p in ev.trajectory), default=float("inf"))  # new programs only
-        records += list(ev.records)
-        feats += [None] * len(ev.records)
+        known = {str(r.trace) for r in res.records}  # the warm start comes back among evolve's records
+        new = [r for r in ev.records if str(r.trace) not in known]
+        reuse_s = found = float("inf")
+        if new:  # which is better is decided side by side, not by two runs' own records
+            records, new, reuse_s, found = _side_by_side(records, new, run.target, measurer)
+        records += new
+        feats += [None] * len(new)
         candidates, seconds = candidates + ev.candidates, seconds + ev.seconds
         trajectory += [p.after(res.seconds, res.candidates, res.latency_s).to_json() for p in ev.trajectory]
-        extra = {"evolve": {"candidates": ev.candidates, "seconds": ev.seconds, "reuse_latency_s": res.latency_s,
-                            "best_s": found, "improved": found < res.latency_s}}
-        run.say(f"evolve: {alpha.name}: {ev.candidates} more candidates, {ev.seconds:.1f} s, "
-                f"reuse {res.latency_s * 1e6:.1f} us, evolve's best {found * 1e6:.1f} us")
+        extra = {"evolve": {"candidates": ev.candidates, "seconds": ev.seconds, "reuse_latency_s": reuse_s,
+                            "best_s": found, "improved": found < reuse_s, "remeasured": bool(new)}}
+        run.say(f"evolve: {alpha.name}: {ev.candidates} more candidates, {ev.seconds:.1f} s; re-measured "
+                f"side by side: reuse {reuse_s * 1e6:.1f} us, evolve's best {found * 1e6:.1f} us")
     run.database.commit(alpha, run.target, records, method="reuse+evolve" if run.evolve_trials else "reuse",
                         source=beta, candidates=candidates, seconds=seconds, features=feats,
-                        extra={"estimate": estimate, "rounds": res.rounds, **extra, "trajectory": trajectory})
+                        extra={**estimate, "rounds": res.rounds, **extra, "trajectory": trajectory})
     run.say(f"reuse: {alpha.name} <- {beta.name}: {res.candidates} candidates (estimated "
-            f"{estimate:.0f}), {res.seconds:.1f} s, {res.latency_s * 1e6:.1f} us")
+            f"{estimate['estimate'] or 0:.0f}), {res.seconds:.1f} s (estimated {estimate['estimated_seconds']:.1f} s), "
+            f"{res.latency_s * 1e6:.1f} us")
+
+
+def _side_by_side(reuse: list, evolve: list, target, measurer: "Measurer") -> tuple[list, list, float, float]:
+    """Both searches' records on one scale: their best programs re-measured in interleaved rounds.
+
+    Each side's recorded run times are multiplied by its best's re-measured / recorded ratio, so the
+    database's best (the lowest stored time) is the program that won side by side, and the order
+    within each search is kept. Returns both lists and the two re-measured latencies.
+    """
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+
+    from tuner.apply import scheduled_module
+    from tuner.trajectory import median_secs
+
+    sa, sb = measurer.remeasure([scheduled_module(reuse[0]), scheduled_module(evolve[0])], target)
+
+    def rescaled(records: list, secs: float) -> list:
+        if not secs < float("inf"):
+            return records
+        f = secs / median_secs(records[0].run_secs)
+        return [TuningRecord(r.trace, r.workload, [float(t) * f for t in r.run_secs], r.target, r.args_info)
+                for r in records]
+
+    return rescaled(reuse, sa), rescaled(evolve, sb), sa, sb
 
 
 def _evolve(alpha: Operator, reused: "ReuseResult", run: _Run, measurer: "Measurer"):

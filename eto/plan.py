@@ -1,5 +1,10 @@
 """Reuse pair selection for an operator set: eto's operators in, a :class:`selector.Plan` out.
 
+The OC graph's costs are expected tuning *seconds* (:mod:`eto.time_model`, learned per target from
+the database): a root edge costs the backend's budget in trials at the backend's seconds per trial,
+a reuse edge the estimated candidates (:func:`estimator_cost_fn`) at the reuse tuner's seconds per
+candidate. The estimated candidates of every edge are kept with the plan for the report.
+
 ``selector`` works on plain loop nests; this module translates: each catalogue operator becomes a
 :class:`selector.LoopNestOp` (its sketch key as the sketch set, its frequency, whether a prior
 database already has it), and a bridge operator is accepted only if the catalogue can build it
@@ -19,6 +24,7 @@ from tuner.space import DEFAULT_STRATEGY
 
 from .operators import Operator
 from .opsets import OperatorSet
+from .time_model import TimeModel, learn_time_model
 
 if TYPE_CHECKING:  # pragma: no cover
     from .database import Database
@@ -57,13 +63,30 @@ class BridgeCatalogue:
 class OperatorPlan:
     """A plan together with the catalogue operators behind its node names."""
 
-    plan: Plan
+    plan: Plan  # costs in expected seconds
     operators: Mapping[str, Operator]  # node name -> operator (set members and bridges)
     bridges: BridgeCatalogue | None = field(default=None, compare=False, repr=False)
+    time_model: TimeModel | None = field(default=None, compare=False)
+    #: (parent, child) -> estimated candidates, for every edge the selector costed
+    estimates: Mapping[tuple[str, str], float] = field(default_factory=dict, compare=False, repr=False)
+
+    def candidates(self, parent: str, child: str) -> float | None:
+        """The estimated candidates of an edge (root edges: the backend budget), None if never costed."""
+        return self.estimates.get((parent, child))
+
+    @property
+    def total_candidates(self) -> float:
+        """Estimated candidates of everything the plan tunes (prior operators cost nothing)."""
+        return sum(self.estimates.get(e, 0.0) for e in self.plan.edge_costs if e[1] not in self.plan.prior)
 
     def to_json(self) -> dict:
         out = self.plan.to_json()
+        out["cost_unit"] = "seconds"
         out["operator_keys"] = {name: op.key for name, op in self.operators.items()}
+        out["edge_candidates"] = [[p, c, self.estimates.get((p, c))] for c, p in self.plan.parent.items()]
+        out["total_candidates"] = self.total_candidates
+        if self.time_model is not None:
+            out["time_model"] = self.time_model.to_json()
         return out
 
     def replan(self, tuned: Iterable[str]) -> "OperatorPlan":
@@ -72,7 +95,8 @@ class OperatorPlan:
         They become zero-cost roots and their kinds get estimated reuse costs (section 6.1).
         """
         plan = replan(self.plan, tuned=tuned)
-        return OperatorPlan(plan, _with_bridges(self.operators, plan, self.bridges), self.bridges)
+        return OperatorPlan(plan, _with_bridges(self.operators, plan, self.bridges), self.bridges, self.time_model,
+                            self.estimates)
 
 
 def _with_bridges(operators: Mapping[str, Operator], plan: Plan, bridges: BridgeCatalogue | None) -> dict:
@@ -104,13 +128,14 @@ def hot_operators(opset: OperatorSet, share: float) -> frozenset[Operator]:
 
 
 def estimator_cost_fn(operator_of: Callable[[LoopNestOp], "Operator | None"], target_kind: "TargetKind",
-                      budget: float, *, strategy: "Strategy" = DEFAULT_STRATEGY,
-                      samples: int = 8) -> Callable[[LoopNestOp, LoopNestOp], float]:
-    """Edge costs from the tuner's trial estimator (paper section 6.1), capped at the backend budget.
+                      budget: float, *, strategy: "Strategy" = DEFAULT_STRATEGY, samples: int = 8,
+                      top_k: int | None = None) -> Callable[[LoopNestOp, LoopNestOp], float]:
+    """Edge costs in candidates from the tuner's trial estimator (paper section 6.1), capped at the budget.
 
-    ``strategy`` must be the one the reuse tuner will run (the pipeline passes its own): the
-    estimate counts that strategy's rounds. Loop nests (with their access patterns) are read from
-    each operator's program once; an operator the catalogue cannot build costs the budget.
+    ``strategy`` and ``top_k`` must be the ones the reuse tuner will run (the pipeline passes its
+    own): the estimate counts that strategy's rounds, each cut to the ranked few when ``top_k`` is
+    set. Loop nests (with their access patterns) are read from each operator's program once; an
+    operator the catalogue cannot build costs the budget.
     """
     from tvm.ir import IRModule
 
@@ -136,7 +161,7 @@ def estimator_cost_fn(operator_of: Callable[[LoopNestOp], "Operator | None"], ta
         if a is None or b is None:
             return float(budget)
         return float(min(budget, estimate_trials(kind, a, b, samples=samples,  # type: ignore[arg-type]
-                                                 strategy=strategy).mean))
+                                                 strategy=strategy, top_k=top_k).mean))
 
     cost.__name__ = f"estimated_trials_{kind}"
     return cost
@@ -152,41 +177,48 @@ def plan_operator_set(
     target=None,
     cost_fn: Callable[[LoopNestOp, LoopNestOp], float] | None = None,
     time_limit: float | None = 30.0,
-    cost: CostModel = "analytic",
+    cost: CostModel = "estimate",
     hot: Collection[Operator] = (),
     hot_budget: int | None = None,
     strategy: "Strategy" = DEFAULT_STRATEGY,
+    top_k: int | None = None,
+    time_model: TimeModel | None = None,
 ) -> OperatorPlan:
     """Select reuse pairs for ``opset``; operators already in ``database`` for ``target`` are free roots.
 
-    ``cost_fn`` estimates the trials of tuning α from β; by default ``cost`` picks it: ``"estimate"``
-    is the tuner's trial estimator for the reuse tuner's ``strategy`` (reads every operator's
-    program), ``"analytic"`` the selector's TVM-free stand-in (milliseconds). The backend costs ``budget`` per operator.
+    ``cost_fn`` estimates the candidates of tuning α from β; by default ``cost`` picks it:
+    ``"estimate"`` is the tuner's trial estimator for the reuse tuner's ``strategy`` and ``top_k``
+    (the ranked few per round; None or a budget too small to train the ranker: every candidate)
+    (reads every operator's program), ``"analytic"`` the selector's TVM-free stand-in
+    (milliseconds). The backend costs ``budget`` trials per operator. Candidates become seconds by
+    ``time_model`` (default: learned from ``database`` for ``target``, see :mod:`eto.time_model`).
     ``hot`` operators (see :func:`hot_operators`) are never derived by reuse: they are roots with a
     backend budget of ``hot_budget`` (default ``budget``), and reuse sources for the rest.
     """
     if budget < 1:
         raise ValueError(f"budget must be positive, got {budget}")
+    from .target import target_kind
+
+    kind = target_kind(target) if target is not None else "cpu"
     tuned = set(database.tuned(target)) if database is not None and target is not None else set()
     names, nodes = _nodes(opset, tuned)
     catalogue = BridgeCatalogue({(n.type, n.sketch): names[n.name].structural for n in nodes})
     if cost_fn is None and cost == "estimate":
-        from .target import target_kind
+        from tuner.cost_model import LearnedRanker
 
         def operator_of(n: LoopNestOp) -> Operator | None:
             return names.get(n.name) or catalogue(n)
 
-        cost_fn = estimator_cost_fn(operator_of, target_kind(target) if target is not None else "cpu", budget,
-                                    strategy=strategy)
+        # a backend run too short to train the ranker leaves the reuse tuner measuring everything
+        counted = top_k if budget >= LearnedRanker.MIN_SAMPLES else None
+        cost_fn = estimator_cost_fn(operator_of, kind, budget, strategy=strategy, top_k=counted)
     cost_fn = cost_fn or analytic_cost_fn(float(budget))
-    hot_ops = set(hot)
-    hot_names = {n for n, op in names.items() if op in hot_ops}
-    backend_cost: "float | Callable[[LoopNestOp], float]" = float(budget)
-    if hot_names:
-        cost_fn, backend_cost = _hot_costs(cost_fn, hot_names, float(budget), float(hot_budget or budget))
-    plan = select_reuse_pairs(nodes, cost_fn=cost_fn, backend_cost=backend_cost, bridges=bridges, solver=solver,
+    tm = time_model or learn_time_model(database, target, kind)
+    hot_names = {n for n, op in names.items() if op in set(hot)}
+    edge, root, estimates = _seconds(cost_fn, tm, hot_names, float(budget), float(hot_budget or budget))
+    plan = select_reuse_pairs(nodes, cost_fn=edge, backend_cost=root, bridges=bridges, solver=solver,
                               sketch_check=lambda b: catalogue(b) is not None, time_limit=time_limit)
-    return OperatorPlan(plan, _with_bridges(names, plan, catalogue), catalogue)
+    return OperatorPlan(plan, _with_bridges(names, plan, catalogue), catalogue, tm, estimates)
 
 
 def _nodes(opset: OperatorSet, tuned: set[Operator]) -> tuple[dict[str, Operator], list[LoopNestOp]]:
@@ -209,13 +241,26 @@ def _nodes(opset: OperatorSet, tuned: set[Operator]) -> tuple[dict[str, Operator
     return names, nodes
 
 
-def _hot_costs(cost_fn: Callable[[LoopNestOp, LoopNestOp], float], hot_names: set[str], budget: float,
-               hot_budget: float) -> tuple[Callable[[LoopNestOp, LoopNestOp], float], Callable[[LoopNestOp], float]]:
-    """Edge costs that veto reuse into hot operators, and a root cost of ``hot_budget`` for them."""
+def _seconds(candidates: Callable[[LoopNestOp, LoopNestOp], float], tm: TimeModel, hot_names: set[str],
+             budget: float, hot_budget: float):
+    """Edge and root costs in seconds, recording each edge's candidates as the selector asks.
+
+    A reuse never costs more than tuning α with the backend; hot operators are never derived by reuse.
+    """
+    from selector import ROOT
+
+    estimates: dict[tuple[str, str], float] = {}
+
     def edge(alpha: LoopNestOp, beta: LoopNestOp) -> float:
-        return math.inf if alpha.name in hot_names else cost_fn(alpha, beta)
+        if alpha.name in hot_names:
+            return math.inf
+        c = tm.reuse_candidates(float(candidates(alpha, beta)))
+        estimates[(beta.name, alpha.name)] = c
+        return min(tm.backend_seconds(budget), tm.reuse_seconds(c))
 
     def root(op: LoopNestOp) -> float:
-        return hot_budget if op.name in hot_names else budget
+        trials = hot_budget if op.name in hot_names else budget
+        estimates[(ROOT, op.name)] = trials
+        return tm.backend_seconds(trials)
 
-    return edge, root
+    return edge, root, estimates

@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Literal
+from typing import TYPE_CHECKING, Callable, Iterable, Literal, Mapping
 
 from .database import Database
 from .target import target_key
@@ -39,6 +39,8 @@ class OperatorReport:
     latency_s: float | None
     gflops: float | None
     error: str | None = None
+    estimated_candidates: float | None = None  # the plan's, when the pipeline tuned it
+    estimated_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,8 @@ class TuneReport:
     target: str
     rows: tuple[OperatorReport, ...]
     seconds: float
-    estimated_candidates: float | None = None  # the plan's estimate (reuse pipeline only)
+    estimated_candidates: float | None = None  # the plan's estimates (reuse pipeline only)
+    estimated_seconds: float | None = None
 
     @property
     def weighted_latency_s(self) -> float | None:
@@ -62,7 +65,7 @@ class TuneReport:
     def to_json(self) -> dict:
         return {"target": self.target, "seconds": self.seconds, "weighted_latency_s": self.weighted_latency_s,
                 "candidates": sum(r.candidates for r in self.rows if r.status == "tuned"),
-                "estimated_candidates": self.estimated_candidates,
+                "estimated_candidates": self.estimated_candidates, "estimated_seconds": self.estimated_seconds,
                 "operators": [asdict(r) for r in self.rows]}
 
 
@@ -77,8 +80,11 @@ def report_row(entry: OperatorEntry, db: Database, target: "Target", status: str
                               (result or {}).get("method", "backend"), None,
                               int((result or {}).get("candidates", 0)), float((result or {}).get("seconds", 0.0)),
                               None, None, (result or {}).get("error") or "no valid program found")
+    est = next((r for r in reversed(db.results()) if r.get("op_key") == entry.op.key and r.get("target") == tk
+                and any(e["line"] == best.line for e in r.get("records", ()))), {})
     return OperatorReport(entry.op.name, entry.op.key, entry.frequency, status, best.method, best.source,
-                          best.candidates, best.seconds, best.latency_s, best.gflops)
+                          best.candidates, best.seconds, best.latency_s, best.gflops,
+                          estimated_candidates=est.get("estimate"), estimated_seconds=est.get("estimated_seconds"))
 
 
 def progress_printer(stream=sys.stderr) -> Callable[[str, int, int, float], None]:
@@ -103,8 +109,12 @@ def tune_with_backend(
     on_batch: Callable[[str, int, int, float], None] | None = None,
     strategy: str | object = "evolutionary",
     verbose: bool = False,
+    extra: "Mapping[Operator, dict] | None" = None,
 ) -> TuneReport:
-    """Tune every operator not yet in ``database`` with MetaSchedule (task scheduler, ``trials`` each)."""
+    """Tune every operator not yet in ``database`` with MetaSchedule (task scheduler, ``trials`` each).
+
+    Every measured program is stored; ``extra`` adds per operator metadata (e.g. the plan's estimate).
+    """
     from tuner.backend import BackendTask, tune_backend
     from tuner.measure import MeasureConfig, Measurer
 
@@ -126,7 +136,8 @@ def tune_with_backend(
                 e = by_name[res.name]
                 database.commit(e.op, target, res.records, method="backend", candidates=res.candidates,
                                 seconds=res.seconds, error="; ".join(res.errors) or None,
-                                extra={"trajectory": [p.to_json() for p in res.trajectory]})
+                                extra={**(extra or {}).get(e.op, {}),
+                                       "trajectory": [p.to_json() for p in res.trajectory]})
 
             tune_backend(tasks, target, trials_per_task=trials, measurer=measurer,
                          num_trials_per_iter=num_trials_per_iter, seed=seed, work_dir=work_dir,

@@ -15,11 +15,34 @@ One run, one machine, three results (paper sections 3, 5 and 6.1):
    one whose B, T or M ratio to β's best lies in the paper's range ([r1, r2] for B, [1, r2] for T
    and M); the same for widened ranges, to show which CPU ranges the data supports.
 
-Usage: ``python experiments/reuse_pairs.py --scale ci|small|gpu|paper [--ranges paper|cpu] [--target cuda-tag]``;
-results go to ``experiments/results/reuse_pairs_<scale>[_cpu-ranges][_<gpu>].json``. On a GPU target the
+Clocks (BENCHMARKS.md, "Clocks you can trust"):
+
+- Every invocation is a new run, with a run id (``run-<timestamp>``) and its own folder under
+  ``--work`` (default ``experiments/work/reuse_pairs_<scale>``), so no time ratio ever uses a
+  backend run cached by an earlier run. ``--resume [RUN_ID]`` (default: the latest run) continues
+  an interrupted run with the same settings, reusing its finished backend and reuse stages. The
+  result records the run id, its start time and every session (process) that worked on it; each
+  stage records its own session.
+- One-time costs (``tvm.s_tir.tensor_intrin``, xgboost, a 2-trial MetaSchedule run of a tiny
+  operator, the measurer's worker pools) are paid before any stage starts.
+- Design-space generation is on both clocks. The reuse tuner's seconds count from before
+  ``ReuseTuner`` is built (α's design space and β's sketch, ``tuner.reuse.reuse_tune``).
+  MetaSchedule's seconds are its batches' times, and the first batch's starts when the backend's
+  batch clock is made, before ``ms.tune.tune_tasks``, whose task scheduler generates the design
+  spaces (building a TuneContext does not: 8 ms, against 21 ms for a C2D's
+  ``generate_design_space``; checked with this TVM). Each backend result also has ``wall_s``,
+  the whole ``tune_backend`` call.
+
+Summaries, per strategy, overall and per operator type: median candidates, throughput, speed-up
+against MetaSchedule's time to its best (``median_speedup``) and its whole run, and the trial
+estimator against the measured candidates (and estimated against actual seconds where the reuse
+result or the estimator gives ``estimated_seconds``).
+
+Usage: ``python experiments/reuse_pairs.py --scale ci|small|gpu|paper [--ranges paper|cpu] [--target cuda-tag]
+[--strategies global per-b] [--resume [RUN_ID]]``; results go to
+``experiments/results/reuse_pairs_<scale>[_cpu-ranges][_<gpu>].json``. On a GPU target the
 feature ranges are the paper's B (thread blocks), T (threads) and M (shared memory) of the lowered
-programs. Interrupted runs resume: finished backend runs
-and reuse runs are cached under ``--work`` (default ``experiments/work/reuse_pairs_<scale>``).
+programs.
 """
 
 from __future__ import annotations
@@ -34,7 +57,10 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _bench import SESSION, open_run, warm_measurer, warm_up  # noqa: E402
 from _env import environment  # noqa: E402
+from tuner.reuse import DEFAULT_TOP_K  # noqa: E402
+from tuner.space import DEFAULT_STRATEGY, default_ranges  # noqa: E402
 
 # (type, params) lists per scale. Conv2d operators are chosen so that many ordered pairs satisfy
 # the reuse conditions (domination), for the feature-range analysis.
@@ -92,14 +118,16 @@ def backend_stage(op, target, trials: int, measurer, work: str) -> dict:
         with open(meta) as f:
             return json.load(f)
     os.makedirs(d, exist_ok=True)
+    t0 = time.perf_counter()
     res = tune_backend([BackendTask(op.name, op.prim_func())], target, trials_per_task=trials,
                        measurer=measurer, num_trials_per_iter=32, top_k=100_000, seed=0)[0]
+    wall = time.perf_counter() - t0
     db = JSONDatabase(os.path.join(d, "workloads.json"), os.path.join(d, "records.json"))
     for rec in res.records:
         db.commit_workload(rec.workload.mod)
         db.commit_tuning_record(rec)
     out = {"op": op.name, "candidates": res.candidates, "failed": res.failed, "seconds": res.seconds,
-           "best_s": res.best_latency, "time_to_best_s": res.time_to_best(),
+           "wall_s": wall, "session": SESSION, "best_s": res.best_latency, "time_to_best_s": res.time_to_best(),
            "trials_to_best": res.trials_to_reach(res.best_latency),
            "trajectory": [[p.seconds, p.trial, p.best_s] for p in res.trajectory]}
     with open(meta, "w") as f:
@@ -124,29 +152,37 @@ def records_of(op, work: str) -> list:
 STRATEGIES = ("per-b", "global")
 
 
-def _reuse_dir(work: str, strategy: str, ranges: str) -> str:
-    return os.path.join(work, "reuse", strategy if ranges == "paper" else f"{strategy}-{ranges}")
+def _reuse_dir(work: str, strategy: str, ranges: str, top_k: int | None = None) -> str:
+    name = strategy if ranges == "paper" else f"{strategy}-{ranges}"
+    return os.path.join(work, "reuse", name + (f"-top{top_k}" if top_k else ""))
 
 
-def reuse_stage(alpha, beta, target, measurer, work: str, strategy: str, ranges: str) -> dict:
+def reuse_stage(alpha, beta, target, measurer, work: str, strategy: str, ranges: str,
+                top_k: int | None = None) -> dict:
+    """α tuned by the reuse tuner from β's best; with ``top_k`` its ranker learns from β's whole backend
+    run first (what eto's database holds after β is tuned), on the reuse clock."""
     from tvm.s_tir.meta_schedule.database import JSONDatabase
 
+    from tuner.cost_model import LearnedRanker
     from tuner.reuse import reuse_tune
 
-    d = os.path.join(_reuse_dir(work, strategy, ranges), f"{alpha.key}__from__{beta.key}")
+    d = os.path.join(_reuse_dir(work, strategy, ranges, top_k), f"{alpha.key}__from__{beta.key}")
     meta = os.path.join(d, "result.json")
     if os.path.exists(meta):
         with open(meta) as f:
             return json.load(f)
     os.makedirs(d, exist_ok=True)
-    beta_best = records_of(beta, work)[0]
-    res = reuse_tune(alpha.prim_func(), beta_best, target, measurer, strategy=strategy, ranges=ranges)
+    beta_records = records_of(beta, work)
+    res = reuse_tune(alpha.prim_func(), beta_records[0], target, measurer, strategy=strategy, ranges=ranges,
+                     ranker=LearnedRanker(target) if top_k else None, history=beta_records if top_k else (),
+                     top_k=top_k)
     if res.record is not None:
         db = JSONDatabase(os.path.join(d, "workloads.json"), os.path.join(d, "records.json"))
         db.commit_workload(res.record.workload.mod)
         db.commit_tuning_record(res.record)
     out = {"alpha": alpha.name, "beta": beta.name, "strategy": strategy, "candidates": res.candidates, "invalid": res.invalid,
            "failed": res.failed, "seconds": res.seconds, "best_s": res.latency_s, "rounds": res.rounds,
+           "estimated_seconds": getattr(res, "estimated_seconds", None), "session": SESSION,
            "trajectory": [[p.seconds, p.trial, p.best_s] for p in res.trajectory],
            "config": None if res.config is None else {"space": res.config.space, "reduction": res.config.reduction}}
     with open(meta, "w") as f:
@@ -154,11 +190,11 @@ def reuse_stage(alpha, beta, target, measurer, work: str, strategy: str, ranges:
     return out
 
 
-def reuse_record(alpha, beta, work: str, strategy: str, ranges: str):
+def reuse_record(alpha, beta, work: str, strategy: str, ranges: str, top_k: int | None = None):
     from tvm.ir import IRModule
     from tvm.s_tir.meta_schedule.database import JSONDatabase
 
-    d = os.path.join(_reuse_dir(work, strategy, ranges), f"{alpha.key}__from__{beta.key}")
+    d = os.path.join(_reuse_dir(work, strategy, ranges, top_k), f"{alpha.key}__from__{beta.key}")
     if not os.path.exists(os.path.join(d, "records.json")):
         return None
     db = JSONDatabase(os.path.join(d, "workloads.json"), os.path.join(d, "records.json"))
@@ -236,23 +272,37 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--scale", choices=SCALES, default="ci")
     ap.add_argument("--trials", type=int, default=None, help="backend budget N (default: the scale's)")
     ap.add_argument("--repeat", type=int, default=4, help="interleaved re-measurement rounds")
-    ap.add_argument("--ranges", choices=["paper", "cpu"], default="paper",
-                    help="B/T/M windows of the reuse tuner: the paper's, or widened as the CPU evidence says")
-    ap.add_argument("--strategies", nargs="+", choices=STRATEGIES, default=list(STRATEGIES),
-                    help="reuse tuner strategies to run (each pair is tuned once per strategy)")
+    ap.add_argument("--ranges", choices=["paper", "cpu"], default=None,
+                    help="B/T/M windows of the reuse tuner: the paper's, or widened as the CPU evidence says "
+                         "(default: the tuner's for the target kind, cpu on CPU)")
+    ap.add_argument("--top-k", type=int, default=DEFAULT_TOP_K,
+                    help=f"ranked rounds: measure K best-ranked candidates at a time (default {DEFAULT_TOP_K}, "
+                         f"the pipeline's; 0: every candidate, as in the paper)")
+    ap.add_argument("--strategies", nargs="+", choices=STRATEGIES, default=[DEFAULT_STRATEGY],
+                    help=f"reuse tuner strategies to run, each pair once per strategy (default: the pipeline's, "
+                         f"{DEFAULT_STRATEGY})")
+    ap.add_argument("--resume", nargs="?", const="latest", default=None, metavar="RUN_ID",
+                    help="continue an interrupted run (default: the latest under --work) instead of starting one")
     ap.add_argument("--target", default="cpu", help="cpu (this machine) or a CUDA tag, e.g. nvidia/nvidia-h100")
-    ap.add_argument("--work", default=None)
+    ap.add_argument("--work", default=None, help="parent folder of the runs (each run has its own folder in it)")
     ap.add_argument("--out", default=None)
     return ap.parse_args(argv)
 
 
-def run_paths(args, kind: str) -> tuple[str, str]:
-    """The cache folder and the result file, named after the scale, the ranges and a GPU target."""
+def run_paths(args, kind: str, trials: int, target) -> tuple[str, dict, str]:
+    """This run's folder and record (a new run, or ``--resume``'s), and the result file.
+
+    Folders and files are named after the scale, the ranges and a GPU target.
+    """
     gpu = "" if kind == "cpu" else "_" + args.target.split("/")[-1].replace("nvidia-", "")
-    work = args.work or os.path.join(os.path.dirname(__file__), "work", f"reuse_pairs_{args.scale}{gpu}")
-    suffix = ("" if args.ranges == "paper" else f"_{args.ranges}-ranges") + gpu
-    out_path = args.out or os.path.join(os.path.dirname(__file__), "results", f"reuse_pairs_{args.scale}{suffix}.json")
-    return work, out_path
+    base = args.work or os.path.join(os.path.dirname(os.path.abspath(__file__)), "work", f"reuse_pairs_{args.scale}{gpu}")
+    settings = {"scale": args.scale, "trials": trials, "ranges": args.ranges, "top_k": args.top_k,
+                "target": str(target)}
+    work, run = open_run(base, args.resume, settings)
+    suffix = ("" if args.ranges == "paper" else f"_{args.ranges}-ranges") + (f"_top{args.top_k}" if args.top_k else "") + gpu
+    out_path = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                        f"reuse_pairs_{args.scale}{suffix}.json")
+    return work, run, out_path
 
 
 def run_backend(ops, target, trials: int, measurer, work: str) -> dict:
@@ -265,11 +315,15 @@ def run_backend(ops, target, trials: int, measurer, work: str) -> dict:
     return backend
 
 
-def run_reuse(ops, pairs, target, kind: str, measurer, work: str, strategies, ranges: str) -> list[dict]:
-    """Stage 2 and 3: each pair tuned by the reuse tuner per strategy, with the trial estimator's numbers."""
+def run_reuse(ops, pairs, target, kind: str, measurer, work: str, strategies, ranges: str,
+              top_k: int | None = None) -> list[dict]:
+    """Stage 2 and 3: each pair tuned by the reuse tuner per strategy, with the trial estimator's numbers
+    (candidates, and seconds by eto's default time model for the target kind)."""
+    from eto.time_model import learn_time_model
     from tuner.estimate import estimate_trials, trials_for_config
     from tuner.features import program_features
 
+    time_model = learn_time_model(None, target, kind)
     rows = []
     for k, (a, b) in enumerate(pairs):
         alpha, beta = ops[a], ops[b]
@@ -277,7 +331,7 @@ def run_reuse(ops, pairs, target, kind: str, measurer, work: str, strategies, ra
         _, alpha_nest = program_features(records_of(alpha, work)[0], kind)
         for strategy in strategies:
             try:
-                r = reuse_stage(alpha, beta, target, measurer, work, strategy, ranges)
+                r = reuse_stage(alpha, beta, target, measurer, work, strategy, ranges, top_k)
             except Exception as exc:  # report the pair, keep going
                 print(f"[reuse {k + 1}/{len(pairs)} {strategy}] {alpha.name} <- {beta.name}: FAILED {exc}",
                       flush=True)
@@ -285,11 +339,13 @@ def run_reuse(ops, pairs, target, kind: str, measurer, work: str, strategies, ra
                              "type": alpha.type, "error": str(exc), "candidates": 0, "seconds": 0.0,
                              "estimate": None})
                 continue
-            est = estimate_trials(kind, alpha_nest, beta_nest, strategy=strategy, ranges=ranges)
+            est = estimate_trials(kind, alpha_nest, beta_nest, strategy=strategy, ranges=ranges, top_k=top_k)
+            r = {**r, "estimated_seconds": time_model.reuse_seconds(est.mean)}
             rows.append({**r, "pair": [a, b], "type": alpha.type, "estimate": est.mean,
-                         "estimate_range": [est.low, est.high],
+                         "estimate_range": [est.low, est.high], "top_k": top_k,
                          "enumeration_for_actual_beta": trials_for_config(kind, alpha_nest, beta_nest, beta_cfg,
-                                                                          strategy=strategy, ranges=ranges)})
+                                                                          strategy=strategy, ranges=ranges,
+                                                                          top_k=top_k)})
             print(f"[reuse {k + 1}/{len(pairs)} {strategy}] {alpha.name} <- {beta.name}: {r['candidates']} "
                   f"candidates, {r['seconds']:.1f} s, estimate {est.mean:.1f}", flush=True)
     return rows
@@ -300,7 +356,8 @@ def compare_side_by_side(ops, pairs, rows: list[dict], backend: dict, target, me
     """Re-measure α's backend program and each strategy's reuse program interleaved; add the ratios to ``rows``."""
     for a, b in pairs:
         mine = [r for r in rows if r["pair"] == [a, b]]
-        recs = [None if "error" in r else reuse_record(ops[a], ops[b], work, r["strategy"], ranges) for r in mine]
+        recs = [None if "error" in r else reuse_record(ops[a], ops[b], work, r["strategy"], ranges, r.get("top_k"))
+                for r in mine]
         base = records_of(ops[a], work)[0]
         lats = remeasure([base] + [r for r in recs if r is not None], target, measurer, repeat)
         lat_backend, lat_reuse = lats[0], iter(lats[1:])
@@ -313,30 +370,53 @@ def compare_side_by_side(ops, pairs, rows: list[dict], backend: dict, target, me
                        throughput=lat_backend / lat if rec is not None else None,
                        backend_time_to_best_s=bk["time_to_best_s"], backend_trials_to_best=bk["trials_to_best"],
                        backend_seconds=bk["seconds"], backend_candidates=bk["candidates"],
-                       speedup=(bk["time_to_best_s"] or bk["seconds"]) / row["seconds"])
+                       speedup=(bk["time_to_best_s"] or bk["seconds"]) / row["seconds"],
+                       speedup_vs_total=bk["seconds"] / row["seconds"])
+
+
+def _median(values) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
 
 
 def summarize(sel: list[dict]) -> dict:
-    """Medians of throughput, speed-up and candidates, and the estimator's accuracy, over the rows ``sel``."""
-    thr = [r["throughput"] for r in sel if r.get("throughput")]
-    spd = [r["speedup"] for r in sel if r.get("speedup")]
-    ratio = [r["estimate"] / r["candidates"] for r in sel if r["candidates"] and r["estimate"]]
-    return {"pairs": len(sel), "errors": sum("error" in r for r in sel), "median_throughput": statistics.median(thr) if thr else None,
-            "median_speedup": statistics.median(spd) if spd else None,
-            "median_candidates": statistics.median([r["candidates"] for r in sel]) if sel else None,
+    """Medians of throughput, speed-ups and candidates, and the estimator's accuracy, over the rows ``sel``.
+
+    ``median_speedup`` is against MetaSchedule's time to its best, ``median_speedup_vs_total`` against
+    its whole run; estimated seconds appear only where the reuse result or the estimator gives them.
+    """
+    ok = [r for r in sel if "error" not in r]
+    ratio = [r["estimate"] / r["candidates"] for r in ok if r["candidates"] and r["estimate"]]
+    timed = [r for r in ok if r.get("estimated_seconds") and r["seconds"]]
+    return {"pairs": len(sel), "errors": len(sel) - len(ok),
+            "median_throughput": _median(r.get("throughput") for r in ok),
+            "median_speedup": _median(r.get("speedup") for r in ok),
+            "median_speedup_vs_total": _median(r.get("speedup_vs_total") for r in ok),
+            "median_candidates": _median(r["candidates"] for r in ok),
+            "median_estimate": _median(r["estimate"] for r in ok),
+            "median_seconds": _median(r["seconds"] for r in ok),
+            "median_backend_time_to_best_s": _median(r.get("backend_time_to_best_s") for r in ok),
             "estimate_over_actual_mean": statistics.fmean(ratio) if ratio else None,
-            "estimate_within_0.67_1.5": (sum(0.67 <= x <= 1.5 for x in ratio) / len(ratio)) if ratio else None}
+            "actual_over_estimate_mean": statistics.fmean(1 / x for x in ratio) if ratio else None,
+            "estimate_within_0.67_1.5": (sum(0.67 <= x <= 1.5 for x in ratio) / len(ratio)) if ratio else None,
+            "median_estimated_seconds": _median(r["estimated_seconds"] for r in timed),
+            "actual_over_estimated_seconds_mean": (statistics.fmean(r["seconds"] / r["estimated_seconds"] for r in timed)
+                                                   if timed else None)}
 
 
 def assemble_result(args, target, kind: str, trials: int, t0: float, rows: list[dict], backend: dict,
-                    ranges: dict) -> dict:
+                    ranges: dict, run: dict, warm_s: float) -> dict:
     """The result file's contents: run settings, per-strategy and per-type summaries, all rows and runs."""
     return {
-        "benchmark": "reuse_pairs", "scale": args.scale, "ranges": args.ranges, "trials_N": trials,
+        "benchmark": "reuse_pairs", "run_id": run["run_id"], "run_started": run["started"],
+        "run_sessions": run["sessions"], "resumed": len(run["sessions"]) > 1, "warmup_s": warm_s,
+        "scale": args.scale, "ranges": args.ranges, "trials_N": trials, "strategies": args.strategies,
         "target": str(target.kind.name) if kind == "cpu" else args.target,
         "mcpu": str(target.attrs.get("mcpu", "")), "environment": environment(),
         "backend": "MetaSchedule evolutionary search + XGBoost, one task at a time, 32 candidates per batch",
         "remeasure_rounds": args.repeat, "wall_s": time.perf_counter() - t0,
+        "notes": "backend and reuse times come from this run only (run_id; each stage records its session); "
+                 "one-time costs are outside both clocks; design-space generation is on both",
         "summary": {st: {"all": summarize([r for r in rows if r["strategy"] == st]),
                          **{t: summarize([r for r in rows if r["type"] == t and r["strategy"] == st])
                             for t in sorted({r["type"] for r in rows})}} for st in args.strategies},
@@ -346,10 +426,11 @@ def assemble_result(args, target, kind: str, trials: int, t0: float, rows: list[
 
 def write_result(result: dict, ranges: dict, out_path: str) -> None:
     """Write the result file and print the summaries (and the feature-range fractions, if any)."""
-    os.makedirs(os.path.dirname(out_path), exist_ok=True)
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     with open(out_path, "w") as f:
         json.dump(result, f, indent=1, default=float)
     print(json.dumps(result["summary"], indent=1))
+    print(f"run {result['run_id']} (started {result['run_started']}); written {out_path}")
     if ranges:
         print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "per_pair"} for k, v in ranges.items()}, indent=1))
 
@@ -360,29 +441,33 @@ def main(argv=None) -> int:
     os.environ.setdefault("TVM_NUM_THREADS", "2")
     from eto import Operator
     from eto.target import parse_target, target_kind
-    import tuner.features  # noqa: F401  (used by run_reuse; imported here, before the clock starts, as before)
-    import tuner.estimate  # noqa: F401  (likewise)
     from tuner.measure import MeasureConfig, Measurer
 
     spec, trials, per_type = SCALES[args.scale]
     trials = args.trials or trials
     target = parse_target(args.target)
     kind = target_kind(target)
-    work, out_path = run_paths(args, kind)
+    args.ranges = args.ranges or default_ranges(kind)
+    args.top_k = args.top_k or None
+    work, run, out_path = run_paths(args, kind, trials, target)
+    print(f"run {run['run_id']} in {work}" + (" (resumed)" if len(run["sessions"]) > 1 else ""), flush=True)
     ops = [Operator.create(t, **p) for t, p in spec]
     pairs = reuse_pairs(ops, per_type)
     c2d_all = [p for p in reuse_pairs(ops, 10_000) if ops[p[0]].type == "C2D"]
+    warm_s = warm_up(target, plan=False)  # one-time costs, before any stage's clock
+    print(f"warm-up (outside every clock): {warm_s:.1f} s", flush=True)
     measurer = Measurer.local(MeasureConfig(number=3, repeat=5, min_repeat_ms=40))
     t0 = time.perf_counter()
     try:
+        warm_measurer(measurer, target)
         backend = run_backend(ops, target, trials, measurer, work)
-        rows = run_reuse(ops, pairs, target, kind, measurer, work, args.strategies, args.ranges)
+        rows = run_reuse(ops, pairs, target, kind, measurer, work, args.strategies, args.ranges, args.top_k)
         # side-by-side re-measurement of α's programs: backend, then each strategy's
         compare_side_by_side(ops, pairs, rows, backend, target, measurer, work, args.ranges, args.repeat)
         ranges = range_evidence(ops, c2d_all, work, kind) if len(c2d_all) else {}
     finally:
         measurer.close()
-    result = assemble_result(args, target, kind, trials, t0, rows, backend, ranges)
+    result = assemble_result(args, target, kind, trials, t0, rows, backend, ranges, run, warm_s)
     write_result(result, ranges, out_path)
     return 0
 

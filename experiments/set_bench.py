@@ -1,20 +1,47 @@
-"""Operator-set benchmark: eto's pipeline against MetaSchedule alone, same per-operator budget N.
+"""Operator-set benchmark: eto's pipeline against MetaSchedule alone, same per-operator budget N, over seeds.
 
-Both tune the whole set from empty databases in one run on this machine: MetaSchedule with its
-task scheduler and N trials per operator (``eto tune --method ansor``), eto with the reuse pair
-selector, N trials per backend root and the reuse tuner for the rest (``eto tune``). The final
-programs of both are then re-measured side by side (interleaved rounds) and compared by the
-paper's quality metric, the weighted latency sum Σ frequency x latency.
+Per seed (``--seeds K``: 0..K-1, or ``--seed-list``) both methods tune the whole set from empty
+databases in this process, one after the other, the order alternating from seed to seed so that
+drift in the machine's speed favours neither: MetaSchedule with its task scheduler and N trials per
+operator (``eto tune --method ansor``), and eto with the reuse pair selector, N trials per backend
+root and the reuse tuner for the rest (``eto tune``), both with that seed. MetaSchedule's result
+varies a lot between seeds, so every number is given per seed and as median, min and max.
 
-Speed-ups (paper section 7): MetaSchedule "total" (its whole run), "best" (when every operator
-had reached its final best) and "same" (when its weighted latency, from the latencies it recorded
-while tuning, first reached eto's final weighted latency as eto recorded it), each over eto's
-total time.
+Clocks (BENCHMARKS.md, "Clocks you can trust"): the process's one-time costs (tensor_intrin,
+xgboost and ortools imports, a tiny MetaSchedule run, a tiny plan) are paid before any clock; each
+run gets a fresh measurer whose worker pools are started before its clock; design-space generation
+is on both clocks. A seed counts only when both its runs are finished, and both come from one
+process; a repeated command with the same ``--work`` reuses finished seeds and reruns an unfinished
+one from empty databases. A work folder is bound to its settings (``settings.json``).
 
-Usage: ``python experiments/set_bench.py --opset bert_base --trials 64 [--variant hot|evolve]``; results
-go to ``experiments/results/set_bench_<opset>_N<trials>[_<variant>].json``. Finished tuning runs are
-reused from ``--work`` when the command is repeated; a variant (an option beyond the paper) runs eto
-again with that option and is compared with MetaSchedule's run and with plain eto's, if it exists.
+Quality: the final programs of every run (all seeds and the control) are re-measured in this
+process, interleaved operator by operator over ``--rounds`` rounds, and compared by the paper's
+weighted latency Σ frequency x latency. Per seed, each over eto's total seconds (paper section 7):
+
+- ``total``: MetaSchedule's whole run;
+- ``best``: when MetaSchedule's set first reached its own final weighted latency (its trajectory);
+- ``same``: when MetaSchedule's set first reached eto's quality. Latencies recorded while tuning are
+  on another scale than re-measured ones (the same program varies up to 2x between runs here), so
+  the threshold is eto's re-measured weighted latency converted to MetaSchedule's recorded scale,
+  ``eto_remeasured x MS_recorded_final / MS_remeasured_final``, and ``same`` is the first time
+  MetaSchedule's recorded set trajectory is at or below it (None: never within its budget);
+- ``throughput``: MetaSchedule's re-measured weighted latency / eto's.
+
+Trajectory seconds count from MetaSchedule's batch clock, started just before its task scheduler
+(design spaces included), so ``best`` and ``same`` leave out a little set-up: if anything, they
+favour MetaSchedule.
+
+Control row: MetaSchedule alone twice with the same seed (the list's first) on the same set at
+``--control-trials``, both timed in this process and re-measured with the rest. Identical work: its
+time and latency ratios are the noise floor, and a speed-up or throughput ratio within it is no result.
+
+Estimator: per reused operator, the plan's estimated candidates against those the reuse tuner
+measured (and estimated against actual seconds when the database has ``estimated_seconds``).
+
+Usage: ``python experiments/set_bench.py [--scale ci|small|paper] [--opset bert_base] [--trials 64]
+[--seeds 3] [--variant hot|evolve]``; results go to
+``experiments/results/set_bench_<opset>_N<trials>[_first<k>][_<variant>].json``. A variant (an option
+beyond the paper) is run per seed beside MetaSchedule and plain eto.
 """
 
 from __future__ import annotations
@@ -23,9 +50,70 @@ import argparse
 import json
 import math
 import os
+import shutil
 import statistics
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _bench import SESSION, bind_settings, warm_measurer, warm_up  # noqa: E402
+
+#: eto options beyond the paper, each measured against plain eto on the same set
+VARIANTS = {"plain": {}, "hot": {"hot_share": 0.3, "hot_factor": 1.5}, "evolve": {"evolve_trials": 32}}
+#: defaults per scale; every one can be overridden on the command line
+SCALES = {
+    # ci: quickstart's two BMMs, one planned as a reuse of the other at plan budget 64
+    "ci": dict(opset="quickstart", pick=[3, 4], trials=8, plan_budget=64, seeds=2, rounds=2),
+    "small": dict(opset="bert_base", trials=64, seeds=3, rounds=4),
+    "paper": dict(opset="bert_base", trials=1000, seeds=3, rounds=4),
+}
+MS = "metaschedule"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command line; options left out take the scale's defaults."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scale", choices=SCALES, default="small")
+    ap.add_argument("--opset", help="built-in set name or JSON file")
+    ap.add_argument("--limit", type=int, help="only the set's first k operators")
+    ap.add_argument("--pick", type=int, nargs="+", help="only these operators of the set (0-based indices)")
+    ap.add_argument("--trials", type=int, help="budget N per operator (MetaSchedule) and per root (eto)")
+    ap.add_argument("--plan-budget", type=int, help="eto's planning budget (default: --trials)")
+    ap.add_argument("--seeds", type=int, help="run seeds 0..K-1")
+    ap.add_argument("--seed-list", type=int, nargs="+", help="run these seeds instead")
+    ap.add_argument("--control-trials", type=int, help="budget of the control row (default min(N, 32))")
+    ap.add_argument("--no-control", action="store_true", help="skip the control row")
+    ap.add_argument("--rounds", type=int, help="interleaved re-measurement rounds")
+    ap.add_argument("--variant", choices=sorted(VARIANTS), default="plain",
+                    help="eto as in the paper (plain) or also with an option beyond it")
+    ap.add_argument("--work", default=None, help="folder of the tuning runs (finished seeds are reused)")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    if args.opset is None:  # a scale's subset belongs to its own set
+        for k, v in SCALES[args.scale].items():
+            setattr(args, k, v if getattr(args, k) is None else getattr(args, k))
+    for k in ("trials", "seeds", "rounds"):
+        if getattr(args, k) is None:
+            setattr(args, k, SCALES[args.scale][k])
+    args.seed_list = args.seed_list or list(range(args.seeds))
+    args.control_trials = args.control_trials or min(args.trials, 32)
+    return args
+
+
+def load_set(args):
+    """The operator set, limited to ``--pick``'s operators or its first ``--limit``."""
+    from eto.opsets import OperatorSet, load_opset
+
+    opset = load_opset(args.opset)
+    entries = [opset.entries[i] for i in args.pick] if args.pick else opset.entries[: args.limit or None]
+    return OperatorSet(opset.name, tuple(entries), opset.description)
+
+
+def subset_tag(args) -> str:
+    """The part of file and folder names that says which operators of the set ran."""
+    if args.pick:
+        return "_pick" + "-".join(map(str, args.pick))
+    return f"_first{args.limit}" if args.limit else ""
 
 
 def set_trajectory(db, opset, target) -> list[tuple[float, float]]:
@@ -50,152 +138,305 @@ def set_trajectory(db, opset, target) -> list[tuple[float, float]]:
     return out
 
 
-#: eto options beyond the paper, each measured against plain eto on the same set
-VARIANTS = {"plain": {}, "hot": {"hot_share": 0.3, "hot_factor": 1.5}, "evolve": {"evolve_trials": 32}}
+def ms_best_and_same(traj: list[tuple[float, float]], ms_remeasured: float,
+                     eto_remeasured: float) -> tuple[float | None, float | None, float | None]:
+    """MetaSchedule's "best" and "same" seconds from its recorded set trajectory, and the threshold used.
+
+    "same" compares with eto's re-measured weighted latency moved to MetaSchedule's recorded scale.
+    """
+    if not traj:
+        return None, None, None
+    final = traj[-1][1]
+    best = next(sec for sec, w in traj if w <= final)
+    if not (math.isfinite(ms_remeasured) and math.isfinite(eto_remeasured)):
+        return best, None, None
+    threshold = eto_remeasured * final / ms_remeasured
+    same = next((sec for sec, w in traj if w <= threshold), None)
+    return best, same, threshold
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    """The command line: operator set, budget N, re-measurement rounds, eto variant and paths."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--opset", default="bert_base")
-    ap.add_argument("--trials", type=int, default=64)
-    ap.add_argument("--rounds", type=int, default=4, help="interleaved re-measurement rounds")
-    ap.add_argument("--variant", choices=sorted(VARIANTS), default="plain",
-                    help="eto as in the paper (plain) or with an option beyond it")
-    ap.add_argument("--work", default=None)
-    ap.add_argument("--out", default=None)
-    return ap.parse_args(argv)
-
-
-def tuning_methods(variant: str, work: str) -> tuple[str, list[str]]:
-    """eto's run name for ``variant`` and the runs to compare (plain eto too, if a variant and already tuned)."""
-    eto_name = "eto" if variant == "plain" else f"eto_{variant}"
-    methods = ["metaschedule", eto_name] + (["eto"] if variant != "plain" and os.path.exists(
-        os.path.join(work, "eto.json")) else [])
-    return eto_name, methods
-
-
-def run_tunings(opset, target, work: str, methods: list[str], trials: int, variant: str) -> dict:
-    """Tune the set once per method from an empty database, or load the run already finished in ``work``."""
+# -- tuning ------------------------------------------------------------------------------------------
+def run_method(kind: str, opset, target, db_dir: str, trials: int, seed: int, plan_budget: int | None) -> dict:
+    """Tune ``opset`` into an empty database with MetaSchedule (``kind`` "metaschedule") or an eto variant."""
     from eto.database import Database
     from eto.pipeline import tune
     from eto.tuning import tune_with_backend
+    from tuner.measure import MeasureConfig, Measurer
 
-    runs = {}
-    for method in methods:
-        meta = os.path.join(work, f"{method}.json")
-        db = Database(os.path.join(work, method))
-        if os.path.exists(meta):
-            with open(meta) as f:
-                runs[method] = json.load(f)
-            continue
+    db = Database(db_dir)
+    with Measurer.local(MeasureConfig()) as measurer:
+        warm_measurer(measurer, target)  # worker pools up before the clock
+        started = time.time()
         t0 = time.perf_counter()
-        if method == "metaschedule":
-            report = tune_with_backend(opset, target, db, trials=trials)
+        if kind == MS:
+            report = tune_with_backend(opset, target, db, trials=trials, measurer=measurer, seed=seed)
         else:
-            report = tune(opset, target, db, trials=trials, log=lambda m: print(m, flush=True),
-                          **VARIANTS[variant])
-        runs[method] = {"seconds": time.perf_counter() - t0, "report": report.to_json()}
-        with open(meta, "w") as f:
-            json.dump(runs[method], f)
-        print(f"{method}: {runs[method]['seconds']:.1f} s, {report.to_json()['candidates']} candidates", flush=True)
-    return runs
+            report = tune(opset, target, db, trials=trials, plan_budget=plan_budget, measurer=measurer, seed=seed,
+                          log=lambda m: print(f"    {m}", flush=True), **VARIANTS[kind.partition("_")[2] or "plain"])
+        seconds = time.perf_counter() - t0
+    rep = report.to_json()
+    print(f"  {os.path.basename(db_dir)}: {seconds:.1f} s, {rep['candidates']} candidates", flush=True)
+    return {"kind": kind, "seconds": seconds, "started_unix": started, "report": rep}
 
 
-def remeasure_side_by_side(runs: dict, opset, target, work: str, rounds: int) -> tuple[dict, dict, dict]:
-    """Each run's final programs re-measured in interleaved rounds, so their latencies compare fairly."""
-    from eto.database import Database
+def run_group(folder: str, runs: list[tuple[str, str]], opset, target, trials: int, seed: int,
+              plan_budget: int | None) -> dict:
+    """Run each (name, kind) in order into ``folder``, or load the group if a session finished it.
+
+    A group is all or nothing: an unfinished one is wiped and run again, so its times share a process.
+    """
+    done = os.path.join(folder, "group.json")
+    if os.path.exists(done):
+        with open(done) as f:
+            return json.load(f)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    out = {"seed": seed, "trials": trials, "folder": os.path.basename(folder), "order": [n for n, _ in runs],
+           "session": SESSION, "runs": {}}
+    for name, kind in runs:
+        out["runs"][name] = run_method(kind, opset, target, os.path.join(folder, name), trials, seed, plan_budget)
+    with open(done, "w") as f:
+        json.dump(out, f)
+    return out
+
+
+def run_all(args, opset, target, work: str) -> tuple[dict, dict | None]:
+    """Every seed's runs (order rotated per seed) and the control pair, from ``work`` where finished."""
+    methods = [MS, "eto"] + ([f"eto_{args.variant}"] if args.variant != "plain" else [])
+    seeds = {}
+    for i, seed in enumerate(args.seed_list):
+        order = methods[i % len(methods):] + methods[: i % len(methods)]
+        folder = os.path.join(work, f"seed{seed}" + ("" if args.variant == "plain" else f"_{args.variant}"))
+        print(f"seed {seed}: {' then '.join(order)}", flush=True)
+        seeds[seed] = run_group(folder, [(m, m) for m in order], opset, target, args.trials, seed, args.plan_budget)
+    control = None
+    if not args.no_control:
+        seed = args.seed_list[0]
+        print(f"control: MetaSchedule twice, seed {seed}, {args.control_trials} trials", flush=True)
+        control = run_group(os.path.join(work, f"control_N{args.control_trials}_seed{seed}"),
+                            [("a", MS), ("b", MS)], opset, target, args.control_trials, seed, None)
+    return seeds, control
+
+
+# -- quality -----------------------------------------------------------------------------------------
+def remeasure(progs: dict[str, list], opset, target, rounds: int) -> dict[str, list[float]]:
+    """Median re-measured seconds of each run's final programs; per operator all runs back to back."""
     from tuner.apply import scheduled_module
     from tuner.measure import MeasureConfig, Measurer
 
-    dbs = {m: Database(os.path.join(work, m)) for m in runs}
-    progs = {m: [dbs[m].best(e.op, target) for e in opset] for m in runs}
-    mods = {m: [scheduled_module(p.tuning_record) for p in progs[m]] for m in runs}
-    samples = {m: [[] for _ in opset] for m in runs}
+    mods = {u: [None if p is None else scheduled_module(p.tuning_record) for p in ps] for u, ps in progs.items()}
+    samples = {u: [[] for _ in opset] for u in progs}
+    units = list(progs)
     with Measurer.local(MeasureConfig(number=3, repeat=5, min_repeat_ms=40)) as measurer:
-        for _ in range(rounds):
-            for m in runs:
-                for i, res in enumerate(measurer.measure(mods[m], target)):
+        warm_measurer(measurer, target)
+        for r in range(rounds):
+            order = units[r % len(units):] + units[: r % len(units)]
+            for i in range(len(opset)):
+                todo = [u for u in order if mods[u][i] is not None]
+                for u, res in zip(todo, measurer.measure([mods[u][i] for u in todo], target)):
                     if res.ok:
-                        samples[m][i] += list(res.run_secs)
-    return dbs, progs, samples
+                        samples[u][i] += list(res.run_secs)
+    return {u: [statistics.median(s) if s else math.inf for s in samples[u]] for u in progs}
 
 
-def metaschedule_times(dbs: dict, opset, target, eto_name: str) -> tuple[float, float | None]:
-    """MetaSchedule's "best" and "same" seconds, from the latencies both runs recorded while tuning."""
-    ms_traj = set_trajectory(dbs["metaschedule"], opset, target)
-    ms_final = ms_traj[-1][1]
-    ms_best = next(sec for sec, w in ms_traj if w <= ms_final)
-    eto_recorded = sum(e.frequency * dbs[eto_name].best(e.op, target).latency_s for e in opset)
-    ms_same = next((sec for sec, w in ms_traj if w <= eto_recorded), None)
-    return ms_best, ms_same
+def weighted(opset, lats: list[float]) -> float:
+    """Σ frequency x latency (inf if an operator has no program)."""
+    return sum(e.frequency * lat for e, lat in zip(opset, lats))
 
 
-def assemble_result(args, opset, target, runs: dict, dbs: dict, progs: dict, samples: dict, eto_name: str) -> dict:
-    """The result file's contents: weighted latencies, throughput ratios, speed-ups and per-operator rows."""
-    from _env import environment
+def reuse_rows(db, target) -> list[dict]:
+    """Per reused operator (bridges too): the plan's estimate against what the reuse tuner measured."""
+    from eto.target import target_key
 
-    weighted = {m: sum(e.frequency * statistics.median(s) for e, s in zip(opset, samples[m])) for m in runs}
-    ms_best, ms_same = metaschedule_times(dbs, opset, target, eto_name)
-    eto_s = runs[eto_name]["seconds"]
-    return {
-        "benchmark": "set_bench", "opset": args.opset, "trials_N": args.trials, "environment": environment(),
-        "variant": args.variant, "variant_options": VARIANTS[args.variant],
-        "weighted_latency_s": weighted, "throughput_eto_vs_metaschedule": weighted["metaschedule"] / weighted[eto_name],
-        "throughput_variant_vs_plain_eto": (weighted["eto"] / weighted[eto_name]
-                                            if args.variant != "plain" and "eto" in weighted else None),
-        "seconds_variant_vs_plain_eto": (runs[eto_name]["seconds"] / runs["eto"]["seconds"]
-                                         if args.variant != "plain" and "eto" in runs else None),
-        "seconds": {"metaschedule_total": runs["metaschedule"]["seconds"], "metaschedule_best": ms_best,
-                    "metaschedule_same": ms_same, "eto_total": eto_s},
-        "speedup": {"total": runs["metaschedule"]["seconds"] / eto_s, "best": ms_best / eto_s,
-                    "same": None if ms_same is None else ms_same / eto_s},
+    tk = target_key(target)
+    rows = []
+    for r in db.results():
+        if (r.get("target") != tk or not str(r.get("method", "")).startswith("reuse")
+                or not (r.get("estimate") or r.get("estimated_seconds"))):
+            continue
+        ev = r.get("evolve") or {}
+        actual = r["candidates"] - ev.get("candidates", 0)  # reuse-then-evolve: the reuse tuner's share
+        seconds = r["seconds"] - ev.get("seconds", 0.0)
+        row = {"op": r["op_key"], "source": r.get("source"), "estimate": r.get("estimate"), "candidates": actual,
+               "actual_over_estimate": actual / r["estimate"] if r.get("estimate") else None, "seconds": seconds,
+               "estimated_seconds": r.get("estimated_seconds")}
+        if r.get("estimated_seconds"):
+            row["actual_over_estimated_seconds"] = seconds / r["estimated_seconds"]
+        rows.append(row)
+    return rows
+
+
+def estimator_summary(rows: list[dict]) -> dict:
+    """Mean actual/estimate ratios (candidates; seconds where estimated) over ``rows``."""
+    cand = [r["actual_over_estimate"] for r in rows if r["actual_over_estimate"] is not None]
+    secs = [r["actual_over_estimated_seconds"] for r in rows if "actual_over_estimated_seconds" in r]
+    timed = [r for r in rows if r.get("estimated_seconds")]
+    return {"reused": len(rows), "mean_actual_over_estimate": statistics.fmean(cand) if cand else None,
+            "estimated_candidates": sum(r["estimate"] or 0 for r in rows),
+            "actual_candidates": sum(r["candidates"] for r in rows),
+            "mean_actual_over_estimated_seconds": statistics.fmean(secs) if secs else None,
+            "estimated_seconds": sum(r["estimated_seconds"] for r in timed) if timed else None,
+            "actual_seconds_of_those": sum(r["seconds"] for r in timed) if timed else None}
+
+
+def spread(values) -> dict:
+    """Median, min and max of the values that exist (None and inf left out), and how many there were."""
+    vals = [v for v in values if v is not None and math.isfinite(v)]
+    if not vals:
+        return {"median": None, "min": None, "max": None, "n": 0}
+    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
+
+
+def _div(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b or not math.isfinite(a) or not math.isfinite(b) else a / b
+
+
+# -- the result --------------------------------------------------------------------------------------
+def seed_summary(group: dict, folder: str, progs: dict, lat: dict, opset, target, eto_name: str) -> dict:
+    """One seed's row: times, re-measured and recorded weighted latencies, speed-ups, estimator accuracy."""
+    from eto.database import Database
+
+    runs = group["runs"]
+    w = {m: weighted(opset, lat[m]) for m in runs}
+    ms_db = Database(os.path.join(folder, MS), readonly=True)
+    best, same, threshold = ms_best_and_same(set_trajectory(ms_db, opset, target), w[MS], w[eto_name])
+    sec = {m: runs[m]["seconds"] for m in runs}
+    est = {m: reuse_rows(Database(os.path.join(folder, m), readonly=True), target) for m in runs if m != MS}
+    out = {
+        "seed": group["seed"], "order": group["order"], "session": group["session"],
+        "seconds": {**{f"{m}_total": s for m, s in sec.items()}, "metaschedule_best": best, "metaschedule_same": same},
+        "weighted_latency_s": w,
+        "recorded_weighted_latency_s": {m: runs[m]["report"]["weighted_latency_s"] for m in runs},
+        "same_threshold_recorded_scale_s": threshold,
+        "speedup": {"total": sec[MS] / sec[eto_name], "best": _div(best, sec[eto_name]),
+                    "same": _div(same, sec[eto_name])},
+        "throughput": _div(w[MS], w[eto_name]),
         "candidates": {m: runs[m]["report"]["candidates"] for m in runs},
         "eto_estimated_candidates": runs[eto_name]["report"].get("estimated_candidates"),
-        "per_operator": [{"op": e.op.name, "frequency": e.frequency,
-                          **{f"{m}_latency_s": statistics.median(samples[m][i]) for m in runs},
-                          "eto_method": progs[eto_name][i].method, "eto_source": progs[eto_name][i].source}
-                         for i, e in enumerate(opset)],
-        "notes": "seconds of each tuning run include MetaSchedule's search and the reuse tuner's search; the "
-                 "one-time ~25 s tensor_intrin import is outside both; 'same' uses latencies recorded while tuning",
+        "eto_estimated_seconds": runs[eto_name]["report"].get("estimated_seconds"),
+        "estimator": {m: {**estimator_summary(rows), "rows": rows} for m, rows in est.items()},
+        "per_operator": [{"op": e.op.name, "frequency": e.frequency, **{f"{m}_latency_s": lat[m][i] for m in runs},
+                          "eto_method": getattr(progs[eto_name][i], "method", None),
+                          "eto_source": getattr(progs[eto_name][i], "source", None)} for i, e in enumerate(opset)],
+    }
+    if eto_name != "eto":
+        out["variant_vs_plain_eto"] = {"throughput": _div(w["eto"], w[eto_name]),
+                                       "seconds": _div(sec[eto_name], sec["eto"])}
+    return out
+
+
+def control_summary(group: dict, lat: dict, opset) -> dict:
+    """The control row: two identical MetaSchedule runs; their ratios are the noise floor."""
+    runs = group["runs"]
+    w = {m: weighted(opset, lat[m]) for m in ("a", "b")}
+    t_ratio = runs["a"]["seconds"] / runs["b"]["seconds"]
+    w_ratio = _div(w["a"], w["b"])
+    return {"seed": group["seed"], "trials": group["trials"], "session": group["session"],
+            "seconds": {m: runs[m]["seconds"] for m in ("a", "b")}, "weighted_latency_s": w,
+            "candidates": {m: runs[m]["report"]["candidates"] for m in ("a", "b")},
+            "time_ratio_a_over_b": t_ratio, "latency_ratio_a_over_b": w_ratio,
+            "noise_floor": {"time": max(t_ratio, 1 / t_ratio),
+                            "throughput": None if not w_ratio else max(w_ratio, 1 / w_ratio)}}
+
+
+def aggregate(per_seed: list[dict], control: dict | None, eto_name: str) -> dict:
+    """Median, min and max over seeds, each headline ratio marked if it lies inside the control's noise."""
+    agg = {name: spread([s["speedup"][name] for s in per_seed]) for name in ("total", "best", "same")}
+    agg = {f"speedup_{k}": v for k, v in agg.items()}
+    agg["speedup_same"]["reached_in"] = f"{sum(s['seconds']['metaschedule_same'] is not None for s in per_seed)}" \
+                                        f"/{len(per_seed)} seeds"
+    agg["throughput"] = spread([s["throughput"] for s in per_seed])
+    for m in per_seed[0]["weighted_latency_s"]:
+        agg[f"seconds_{m}_total"] = spread([s["seconds"][f"{m}_total"] for s in per_seed])
+    if control is not None:
+        for key, floor in (("speedup_total", control["noise_floor"]["time"]),
+                           ("throughput", control["noise_floor"]["throughput"])):
+            med = agg[key]["median"]
+            agg[key]["inside_noise_floor"] = None if med is None or floor is None else 1 / floor <= med <= floor
+    rows = [r for s in per_seed for r in s["estimator"][eto_name]["rows"]]
+    agg["estimator"] = estimator_summary(rows)
+    if eto_name != "eto":
+        agg["variant_vs_plain_eto"] = {k: spread([s["variant_vs_plain_eto"][k] for s in per_seed])
+                                       for k in ("throughput", "seconds")}
+    return agg
+
+
+def assemble_result(args, opset, target, seeds: dict, control: dict | None, progs: dict, lat: dict,
+                    work: str, warm_s: float) -> dict:
+    """The result file's contents: settings, environment, per-seed rows, the aggregate and the control row."""
+    from _env import environment
+
+    eto_name = "eto" if args.variant == "plain" else f"eto_{args.variant}"
+    per_seed = []
+    for seed, group in seeds.items():
+        unit = {m: f"seed{seed}/{m}" for m in group["runs"]}
+        per_seed.append(seed_summary(group, os.path.join(work, group["folder"]), {m: progs[u] for m, u in unit.items()},
+                                     {m: lat[u] for m, u in unit.items()}, opset, target, eto_name))
+    ctrl = None if control is None else control_summary(control, {m: lat[f"control/{m}"] for m in ("a", "b")}, opset)
+    agg = aggregate(per_seed, ctrl, eto_name)
+    return {
+        "benchmark": "set_bench", "scale": args.scale, "opset": args.opset, "limit": args.limit, "pick": args.pick,
+        "operators": [e.op.name for e in opset], "trials_N": args.trials, "plan_budget": args.plan_budget,
+        "seeds": args.seed_list, "control_trials": None if args.no_control else args.control_trials,
+        "remeasure_rounds": args.rounds, "variant": args.variant, "variant_options": VARIANTS[args.variant],
+        "target": str(target), "environment": environment(), "work": os.path.abspath(work), "session": SESSION,
+        "warmup_s": warm_s,
+        # headline numbers: medians over seeds (older result files had one run's values here)
+        "throughput_eto_vs_metaschedule": agg["throughput"]["median"],
+        "speedup": {k: agg[f"speedup_{k}"]["median"] for k in ("total", "best", "same")},
+        "aggregate": agg, "control": ctrl, "per_seed": per_seed,
+        "notes": "times of both methods of a seed come from one process, the order alternating per seed; one-time "
+                 "costs (imports, worker pools) are outside both clocks; 'same' is eto's re-measured weighted "
+                 "latency moved to MetaSchedule's recorded scale (x MS recorded final / MS re-measured final)",
     }
 
 
 def write_result(args, result: dict) -> None:
     """Write the result file (``--out`` or the default name) and print its headline numbers."""
-    suffix = "" if args.variant == "plain" else f"_{args.variant}"
-    out = args.out or os.path.join(os.path.dirname(__file__), "results",
-                                   f"set_bench_{args.opset}_N{args.trials}{suffix}.json")
+    suffix = subset_tag(args) + ("" if args.variant == "plain" else f"_{args.variant}")
+    out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                   f"set_bench_{os.path.basename(args.opset).removesuffix('.json')}"
+                                   f"_N{args.trials}{suffix}.json")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as f:
         json.dump(result, f, indent=1)
-    print(json.dumps({k: result[k] for k in ("throughput_eto_vs_metaschedule", "throughput_variant_vs_plain_eto",
-                                             "seconds", "speedup", "candidates")},
-                     indent=1))
+    agg = result["aggregate"]
+    print(json.dumps({k: v for k, v in agg.items() if k != "estimator"}, indent=1))
+    print("estimator:", json.dumps(agg["estimator"]))
+    if result["control"]:
+        c = result["control"]
+        print(f"control (noise floor): time a/b {c['time_ratio_a_over_b']:.3f}, "
+              f"latency a/b {c['latency_ratio_a_over_b']}")
+    print(f"written {out}")
 
 
 def main(argv=None) -> int:
-    """Tune the set with MetaSchedule and eto (or load the finished runs), re-measure, compare, write."""
+    """Warm up, tune every seed (and the control) or load the finished ones, re-measure, compare, write."""
     args = parse_args(argv)
     os.environ.setdefault("TVM_NUM_THREADS", "2")
-    # the helpers import these again; loading them all here first, as before, keeps imports out of timed runs
-    import eto.database  # noqa: F401
-    import eto.pipeline  # noqa: F401
-    import eto.tuning  # noqa: F401
-    import tuner.apply  # noqa: F401
-    import tuner.measure  # noqa: F401
-    import tvm.s_tir.tensor_intrin  # noqa: F401  (~25 s once per process: on neither method's clock)
-    from eto.opsets import load_opset
+    from eto.database import Database
     from eto.target import parse_target
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # for ``_env``, imported by assemble_result
-
-    opset = load_opset(args.opset)
+    opset = load_set(args)
     target = parse_target("cpu")
-    work = args.work or os.path.join(os.path.dirname(__file__), "work", f"set_bench_{args.opset}_N{args.trials}")
-    eto_name, methods = tuning_methods(args.variant, work)
-    runs = run_tunings(opset, target, work, methods, args.trials, args.variant)
-    dbs, progs, samples = remeasure_side_by_side(runs, opset, target, work, args.rounds)
-    write_result(args, assemble_result(args, opset, target, runs, dbs, progs, samples, eto_name))
+    work = args.work or os.path.join(os.path.dirname(os.path.abspath(__file__)), "work",
+                                     f"set_bench_{opset.name}_N{args.trials}{subset_tag(args)}")
+    bind_settings(work, {"operators": [[e.op.key, e.frequency] for e in opset], "trials": args.trials,
+                         "plan_budget": args.plan_budget, "target": str(target)})
+    warm_s = warm_up(target)
+    print(f"warm-up (outside both clocks): {warm_s:.1f} s", flush=True)
+    seeds, control = run_all(args, opset, target, work)
+    progs = {}
+    for seed, group in seeds.items():
+        for m in group["runs"]:
+            db = Database(os.path.join(work, group["folder"], m), readonly=True)
+            progs[f"seed{seed}/{m}"] = [db.best(e.op, target) for e in opset]
+    if control is not None:
+        for m in ("a", "b"):
+            db = Database(os.path.join(work, control["folder"], m), readonly=True)
+            progs[f"control/{m}"] = [db.best(e.op, target) for e in opset]
+    lat = remeasure(progs, opset, target, args.rounds)
+    write_result(args, assemble_result(args, opset, target, seeds, control, progs, lat, work, warm_s))
     return 0
 
 

@@ -154,14 +154,14 @@ class Plan:
             },
         }
 
-    def format_tree(self) -> str:
-        """Indented tree, one operator per line with how it is tuned and the estimated cost."""
+    def format_tree(self, unit: str = "trials") -> str:
+        """Indented tree, one operator per line with how it is tuned and the estimated cost (in ``unit``)."""
         children: dict[str, list[PlanEdge]] = defaultdict(list)
         for e in self.edges:
             children[e.parent].append(e)
         status = "optimal" if self.solution.optimal else (
             f"bound {self.solution.lower_bound:g}" if self.solution.lower_bound is not None else "heuristic")
-        lines = [f"{ROOT}  (total {self.total_cost:g} trials vs {self.baseline_cost:g} all-backend; "
+        lines = [f"{ROOT}  (total {self.total_cost:.5g} {unit} vs {self.baseline_cost:.5g} all-backend; "
                  f"{self.solution.solver}, {status})"]
 
         def walk(name: str, prefix: str) -> None:
@@ -172,7 +172,7 @@ class Plan:
                 how = "prior" if op.tuned else ("backend" if e.parent == ROOT else "reuse")
                 tag = " [bridge]" if op.bridge else ""
                 lines.append(f"{prefix}{'└── ' if last else '├── '}{e.child}{tag}  "
-                             f"{op.describe()}  {how} {e.cost:g}")
+                             f"{op.describe()}  {how} {e.cost:.4g}")
                 walk(e.child, prefix + ("    " if last else "│   "))
 
         walk(ROOT, "")

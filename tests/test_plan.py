@@ -25,7 +25,7 @@ def test_bert_reuse_pairs(capsys):
     assert plan_json(capsys, "--opset", "bert_base", "--bridges", "none")["candidate_pairs"] == 4
     d = plan_json(capsys, "--opset", "bert_base", "--bridges", "1hop")
     assert d["candidate_pairs"] == 24 and len(d["bridges"]) == 3
-    assert d["total_cost"] < 5 * 1000
+    assert d["cost_unit"] == "seconds" and 0 < d["total_cost"] < d["baseline_cost"]
 
 
 def test_plan_is_a_tree_over_the_set(capsys):
@@ -43,7 +43,7 @@ def test_plan_is_a_tree_over_the_set(capsys):
             name = parents[name]
             seen += 1
             assert seen < 200
-    assert d["total_cost"] < 20 * 1000
+    assert d["total_cost"] < d["baseline_cost"]
 
 
 def test_prior_database_makes_operators_free(capsys, tmp_path):
@@ -92,13 +92,16 @@ def test_unreachable_terminal_is_named(capsys, tmp_path):
 
 @pytest.mark.parametrize("strategy", ["global", "per-b"])
 def test_plan_with_the_tuners_trial_estimator(capsys, strategy):
-    """`--cost estimate`: every reuse edge costs what the estimator says the tuner's strategy measures
-    (tests/tuner checks that the estimator counts what the tuner measures)."""
+    """`--cost estimate`: every reuse edge costs what the estimator says the tuner's strategy and
+    ranked top-k measure (tests/tuner checks that the estimator counts what the tuner measures),
+    in seconds by the time model, and a root edge the backend budget in seconds."""
     from tvm.ir import IRModule
 
     from eto.opsets import builtin_opset
+    from eto.time_model import DEFAULTS
     from tuner.estimate import estimate_trials
     from tuner.features import loop_nest_of, major_block
+    from tuner.reuse import DEFAULT_TOP_K
 
     d = plan_json(capsys, "--opset", "bert_base", "--bridges", "none", "--cost", "estimate", "--strategy", strategy)
     ops = {e.op.name: e.op for e in builtin_opset("bert_base")}
@@ -107,14 +110,19 @@ def test_plan_with_the_tuners_trial_estimator(capsys, strategy):
         mod = IRModule({"main": op.prim_func()})
         return loop_nest_of(mod, major_block(mod))
 
+    backend, reuse_line = DEFAULTS["cpu"]  # an empty database: the default time model
+    candidates = {(p, c): n for p, c, n in d["edge_candidates"]}
     reuse = [(p, c, cost) for p, c, cost in d["edge_costs"] if p != "root"]
     assert reuse, "BERT-Base has reuse pairs: the plan should use one"
     for p, c, cost in reuse:
-        want = estimate_trials("cpu", nest(ops[c]), nest(ops[p]), samples=8, strategy=strategy).mean
-        assert cost == pytest.approx(want)
-        assert 0 < cost < 1000
+        want = estimate_trials("cpu", nest(ops[c]), nest(ops[p]), samples=8, strategy=strategy,
+                               top_k=DEFAULT_TOP_K).mean
+        assert candidates[(p, c)] == pytest.approx(want)
+        assert cost == pytest.approx(reuse_line(want))
+        assert want < estimate_trials("cpu", nest(ops[c]), nest(ops[p]), samples=8, strategy=strategy).mean
     roots = [c for p, c, _ in d["edge_costs"] if p == "root"]
-    assert d["total_cost"] == pytest.approx(1000 * len(roots) + sum(cost for _, _, cost in reuse))
+    assert all(candidates[("root", c)] == 1000 for c in roots)
+    assert d["total_cost"] == pytest.approx(backend(1000) * len(roots) + sum(cost for _, _, cost in reuse))
 
 
 def test_hot_operators_are_backend_roots_with_extra_budget():
@@ -132,11 +140,12 @@ def test_hot_operators_are_backend_roots_with_extra_budget():
     with pytest.raises(ValueError, match="hot share"):
         hot_operators(opset, 0)
 
-    plain = plan_operator_set(opset, budget=1000, bridges="none")
+    plain = plan_operator_set(opset, budget=1000, bridges="none", cost="analytic")
     assert plain.plan.parent["BMM[2,32,32,16]"] != "root"  # reuse is cheaper than the backend
-    hot = plan_operator_set(opset, budget=1000, bridges="none", hot={small}, hot_budget=2000)
+    hot = plan_operator_set(opset, budget=1000, bridges="none", hot={small}, hot_budget=2000, cost="analytic")
     assert hot.plan.parent["BMM[2,32,32,16]"] == "root"
-    assert hot.plan.total_cost == pytest.approx(2000 + hot.plan.edge_costs[
+    assert hot.candidates("root", "BMM[2,32,32,16]") == 2000
+    assert hot.plan.total_cost == pytest.approx(hot.time_model.backend_seconds(2000) + hot.plan.edge_costs[
         (hot.plan.parent["BMM[2,32,32,32]"], "BMM[2,32,32,32]")])
 
 
@@ -146,7 +155,7 @@ def test_subtrees_are_balanced_over_devices():
     from eto.pipeline import balance_subtrees
     from eto.plan import plan_operator_set
 
-    plan = plan_operator_set(load_opset("resnet50"), budget=1000, bridges="none").plan
+    plan = plan_operator_set(load_opset("resnet50"), budget=1000, bridges="none", cost="analytic").plan
     trees = plan.subtrees()
     assert sorted(n for t in trees for n in t) == sorted(plan.order)
     for t in trees:
@@ -166,7 +175,7 @@ def test_replan_after_a_multi_sketch_kind_is_tuned():
     from eto.opsets import load_opset
     from eto.plan import plan_operator_set
 
-    planned = plan_operator_set(load_opset("mobilenetv2"), budget=1000, bridges="none")
+    planned = plan_operator_set(load_opset("mobilenetv2"), budget=1000, bridges="none", cost="analytic")
     (first,) = planned.plan.replan_after
     assert planned.operators[first].sketch_count() == 2
     again = planned.replan([first])
@@ -185,7 +194,7 @@ def test_plans_cost_the_strategy_that_tuning_runs(tmp_path):
     from eto.cli import build_parser
     from eto.plan import plan_operator_set
     from tuner.estimate import estimate_trials
-    from tuner.reuse import reuse_tune
+    from tuner.reuse import DEFAULT_TOP_K, reuse_tune
     from tuner.space import DEFAULT_STRATEGY
 
     defaults = {f.__name__: inspect.signature(f).parameters["strategy"].default
@@ -194,12 +203,16 @@ def test_plans_cost_the_strategy_that_tuning_runs(tmp_path):
     defaults["eto tune"] = parser.parse_args(["tune"]).strategy
     defaults["eto plan"] = parser.parse_args(["plan"]).strategy
     assert set(defaults.values()) == {DEFAULT_STRATEGY}, defaults
+    top_k = {f.__name__: inspect.signature(f).parameters["top_k"].default for f in (reuse_tune, eto.pipeline.tune)}
+    top_k["eto tune"] = parser.parse_args(["tune"]).top_k
+    top_k["eto plan"] = parser.parse_args(["plan"]).top_k
+    assert set(top_k.values()) == {DEFAULT_TOP_K}, top_k
 
     class Planned(Exception):
         pass
 
     def plan_and_stop(*args, **kwargs):
-        raise Planned(kwargs.get("strategy"))
+        raise Planned(kwargs.get("strategy"), kwargs.get("top_k"))
 
     from eto.database import Database
     from eto.opsets import load_opset
@@ -207,5 +220,6 @@ def test_plans_cost_the_strategy_that_tuning_runs(tmp_path):
     for strategy in ("per-b", "global"):
         with pytest.MonkeyPatch.context() as mp, pytest.raises(Planned) as planned:
             mp.setattr(eto.pipeline, "plan_operator_set", plan_and_stop)
-            eto.pipeline.tune(load_opset("bert_base"), "cpu", Database(tmp_path / strategy), strategy=strategy)
-        assert planned.value.args == (strategy,)
+            eto.pipeline.tune(load_opset("bert_base"), "cpu", Database(tmp_path / strategy), strategy=strategy,
+                              top_k=3)
+        assert planned.value.args == (strategy, 3)

@@ -236,7 +236,7 @@ def tune_backend(
     num_trials_per_iter: int = 64,
     scheduler: Scheduler = "gradient",
     seed: int | None = None,
-    top_k: int = 5,
+    top_k: int | None = None,
     prior: "MSDatabase | None" = None,
     warm_start: "Sequence[Sequence[tuple[Schedule, float]]] | None" = None,
     cost_model: "ms.CostModel | None" = None,
@@ -254,13 +254,13 @@ def tune_backend(
     seconds, e.g. the reuse tuner's candidates): they join the search's database, seeding its
     population, and train the cost model before the first batch, so the search continues from them
     instead of starting cold. ``cost_model``: the search's (default: a fresh XGBoost model).
-    ``on_result`` is called once per task as soon as it finishes. ``strategy``: MetaSchedule's
-    evolutionary search by default (what benchmarks compare against); see :func:`light_search`.
+    Results keep every program that ran, best first (``top_k``: the best few), as MetaSchedule's
+    JSON database does: a later reuse's ranker learns from all. ``on_result`` gets each result as
+    soon as it exists. ``strategy``: MetaSchedule's evolutionary search by default (what benchmarks
+    compare against); see :func:`light_search`.
     """
-    if not tasks:
-        raise ValueError("no tasks to tune")
-    if trials_per_task < 1:
-        raise ValueError(f"trials_per_task must be positive, got {trials_per_task}")
+    if not tasks or trials_per_task < 1:
+        raise ValueError("no tasks to tune" if not tasks else f"trials_per_task must be positive, got {trials_per_task}")
     import tvm.s_tir.tensor_intrin  # noqa: F401  (~25 s once per process: keep it off the clock)
 
     threads = num_threads or int(os.environ.get("TVM_NUM_THREADS", "0") or 0) or measurer.config.num_threads or 1
@@ -280,7 +280,7 @@ def tune_backend(
         p = progress[i]
         p.reported = True
         wl = database.commit_workload(contexts[i].mod)
-        records = [r for r in database.get_top_k(wl, top_k) if median_secs(r.run_secs) < math.inf]
+        records = [r for r in database.get_top_k(wl, top_k or 1 << 30) if median_secs(r.run_secs) < math.inf]
         res = BackendResult(p.name, tuple(records), p.trials, p.failed, p.seconds, tuple(p.trajectory),
                             tuple(p.errors))
         results[i] = res

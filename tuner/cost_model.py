@@ -1,17 +1,25 @@
-"""Cost models that rank candidates before anything is measured (paper section 5.1).
+"""Cost models that rank candidates before anything is measured (paper section 5.1, and beyond).
 
 Algorithm 1 picks one BShape per block count and one TShape per thread count without measuring:
 GetBShape takes the BShape with the fewest cache-line requests (:func:`bshape_cost`), GetTShape
 the TShape with the lowest thread-level cost (:func:`tshape_cost`). Both are analytic: they read
 only the loop nest's access pattern (:class:`tuner.features.LoopNest`) and the tile factors.
+:class:`LearnedRanker` goes beyond the paper: a model learned from measured programs ranks whole
+candidates, so the reuse tuner measures a ranked few per round instead of all of them.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from .features import LoopNest, TileConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tvm.ir import IRModule
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+    from tvm.target import Target
+
 
 def bshape_cost(nest: LoopNest, bshape: Sequence[int], B: int, line_bytes: int) -> int:
     """BShape cost: cache-line requests of all blocks loading what they need from global memory."""
@@ -50,3 +58,106 @@ def tshape_cost(nest: LoopNest, cfg: TileConfig, *, warp: int = 32, lanes: int =
     if vol / lanes > 12:
         cost *= 1 + (vol / lanes - 12) / 12
     return cost
+
+
+class LearnedRanker:
+    """Ranks α's candidates before any is built: MetaSchedule's XGBoost model on per-store features.
+
+    Beyond the paper (section 5.1 ranks B and T shapes analytically, then measures every survivor):
+    the model learns from every program the database has measured on the target — β's whole
+    backend run, other operators of the kind, earlier reuses — and from each candidate measured
+    during this run, so the reuse tuner measures only the most promising few of each round. Scores
+    are throughput relative to the best program of the same workload (MetaSchedule's grouping), so
+    programs of other shapes train it without being compared to α's in seconds.
+
+    ``min_samples``: below this many training programs the model is not trusted (``rank`` returns
+    None and the tuner measures every candidate, as Algorithm 1 does).
+    """
+
+    MIN_SAMPLES = 32
+
+    def __init__(self, target: "Target", *, min_samples: int = MIN_SAMPLES) -> None:
+        self.target = target
+        self.min_samples = min_samples
+        self._model = None
+        self._contexts: dict[Any, Any] = {}
+        self._seen: set[Any] = set()  # (workload hash, trace text) already trained on
+
+    @property
+    def samples(self) -> int:
+        return self._model.data_size if self._model is not None else 0
+
+    @property
+    def trained(self) -> bool:
+        return self._model is not None and self._model.booster is not None and self.samples >= self.min_samples
+
+    def _ensure_model(self):
+        if self._model is None:
+            from tvm.s_tir.meta_schedule.cost_model.xgb_model import XGBConfig, XGBModel
+
+            # one XGBoost thread: on 2 cores busy with builds, two threads train 4-5x slower; the
+            # short patience (10 rounds) keeps a retrain near a second on a few hundred programs
+            self._model = XGBModel(num_warmup_samples=self.min_samples, config=XGBConfig(nthread=1),
+                                   early_stopping_rounds=10, verbose_eval=0, adaptive_training=True)
+        return self._model
+
+    def _context(self, mod: "IRModule"):
+        from tvm.s_tir import meta_schedule as ms
+        from tvm.s_tir.meta_schedule.utils import shash2hex
+
+        key = shash2hex(mod)
+        if key not in self._contexts:
+            self._contexts[key] = ms.TuneContext(mod=mod, target=self.target, num_threads=1)
+        return self._contexts[key]
+
+    def observe(self, mod: "IRModule", schedules: Sequence[Any], seconds: Sequence[float]) -> None:
+        """Train on measured programs of one workload (postprocessed schedules, seconds; inf: failed)."""
+        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+        from tvm.s_tir.meta_schedule.runner import RunnerResult
+        from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+
+        pairs = [(s, t) for s, t in zip(schedules, seconds) if s is not None]
+        if not pairs:
+            return
+        args = ArgInfo.from_prim_func(mod["main"])
+        self._ensure_model().update(
+            self._context(mod), [MeasureCandidate(s, args) for s, _ in pairs],
+            [RunnerResult([float(t)] if math.isfinite(t) else None, None if math.isfinite(t) else "failed")
+             for _, t in pairs])
+
+    def observe_records(self, records: Iterable["TuningRecord"]) -> int:
+        """Train on database records (each replayed on its workload once); returns how many were new."""
+        from tvm.s_tir import Schedule
+        from tvm.s_tir.meta_schedule.utils import shash2hex
+
+        from .trajectory import median_secs
+
+        groups: dict[Any, tuple[Any, list, list]] = {}
+        for rec in records:
+            mod = rec.workload.mod
+            key = (shash2hex(mod), str(rec.trace))
+            if key in self._seen:
+                continue
+            self._seen.add(key)
+            try:
+                sch = Schedule(mod)
+                rec.trace.apply_to_schedule(sch, remove_postproc=False)
+            except Exception:  # a record of another TVM version or a damaged trace: not worth failing for
+                continue
+            g = groups.setdefault(key[0], (mod, [], []))
+            g[1].append(sch)
+            g[2].append(median_secs(rec.run_secs))
+        for mod, schedules, seconds in groups.values():
+            self.observe(mod, schedules, seconds)
+        return sum(len(g[1]) for g in groups.values())
+
+    def rank(self, mod: "IRModule", schedules: Sequence[Any]) -> list[int] | None:
+        """Indices of ``schedules``, most promising first; None while the model is not trusted."""
+        if not self.trained or not schedules:
+            return None
+        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+        from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+
+        args = ArgInfo.from_prim_func(mod["main"])
+        scores = self._model.predict(self._context(mod), [MeasureCandidate(s, args) for s in schedules])
+        return sorted(range(len(schedules)), key=lambda i: (-float(scores[i]), i))

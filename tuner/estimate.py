@@ -32,9 +32,30 @@ class TrialEstimate:
     """The mean over sampled β configurations, and the spread the sample showed."""
 
     mean: float
-    low: int
-    high: int
+    low: float
+    high: float
     samples: int
+
+
+#: The chance that a ranked batch beats the best so far enough to earn its round another batch
+#: (:func:`tuner.reuse.ranked_batches`); a plan refines it from what its database recorded.
+CONTINUE_RATE = 0.3
+
+
+def ranked_count(n: int, top_k: int | None, *, open_round: bool, continue_rate: float = CONTINUE_RATE) -> float:
+    """Expected candidates the ranked policy measures of a round of ``n`` (all of them if ``top_k`` is None).
+
+    The first batch is always measured; an open round (T, which starts from no incumbent) always
+    earns its second; every later batch is measured with probability ``continue_rate`` per step.
+    """
+    if top_k is None or n <= top_k:
+        return float(n)
+    total, left, p = float(top_k), n - top_k, 1.0 if open_round else continue_rate
+    while left > 0:
+        total += p * min(top_k, left)
+        left -= top_k
+        p *= continue_rate
+    return total
 
 
 def fetched_inputs(kind: Kind, nest: LoopNest) -> int:
@@ -58,27 +79,33 @@ def random_config(kind: Kind, nest: LoopNest, rng: random.Random, *, max_threads
 
 
 def count_trials(space: ReuseSpace, *, unroll_values: Sequence[int], fetch_lanes: Sequence[int],
-                 n_fetch: int, beta_unroll: int | None = None, strategy: Strategy = DEFAULT_STRATEGY) -> int:
+                 n_fetch: int, beta_unroll: int | None = None, strategy: Strategy = DEFAULT_STRATEGY,
+                 top_k: int | None = None, continue_rate: float = CONTINUE_RATE) -> float:
     """Candidates Algorithm 1 would measure for one β configuration (``space.beta_cfg``).
 
     Round T is enumerated exactly; the later rounds run once per B (``"global"``: once) from the
-    median candidate, standing in for the (unknown until measured) winner of round T.
+    median candidate, standing in for the (unknown until measured) winner of round T. With
+    ``top_k`` (a trained ranker) each round counts :func:`ranked_count` of its candidates.
     """
     slots = space.t_slots()
     if not slots:
         return 3  # the reuse tuner's fallback measures at most three configurations
+
+    def later(n: int) -> float:
+        return ranked_count(n, top_k, open_round=strategy == "per-b", continue_rate=continue_rate)
+
     by_b: dict[tuple[int, ...] | None, list] = {}
     for slot in slots:  # a BShape stands for its B (one BShape per B)
         by_b.setdefault(slot[0] if strategy == "per-b" else None, []).append(slot)
-    total = len(slots)
+    total = ranked_count(len(slots), top_k, open_round=True, continue_rate=continue_rate)
     current = len(unroll_values) - 1 if beta_unroll is None else beta_unroll
     one = fetch_lanes.index(1) if 1 in fetch_lanes else None
     for group in by_b.values():
         bs, t = group[len(group) // 2]
         rep = space.tshape(t, bs, space.lshape(bs))
-        total += len(space.m_round(rep))
-        total += len(space.unroll_round(rep, unroll_values, current))
-        total += sum(len(space.vector_round(fetch_lanes, one, k)) for k in range(n_fetch))
+        total += later(len(space.m_round(rep)))
+        total += later(len(space.unroll_round(rep, unroll_values, current)))
+        total += sum(later(len(space.vector_round(fetch_lanes, one, k))) for k in range(n_fetch))
     return total
 
 
@@ -86,11 +113,13 @@ def estimate_trials(kind: Kind, alpha: LoopNest, beta: LoopNest, *, samples: int
                     unroll_values: Sequence[int] | None = None, fetch_lanes: Sequence[int] = FETCH_LANES,
                     n_fetch: int | None = None, max_threads: int = GPU_MAX_THREADS,
                     max_shared_bytes: int = 48 * 1024, vector_lanes: int = 8,
-                    strategy: Strategy = DEFAULT_STRATEGY, ranges: RangeName | None = None) -> TrialEstimate:
+                    strategy: Strategy = DEFAULT_STRATEGY, ranges: RangeName | None = None,
+                    top_k: int | None = None, continue_rate: float = CONTINUE_RATE) -> TrialEstimate:
     """Mean number of candidates Algorithm 1 measures for (α, β) over ``samples`` random β programs.
 
     ``n_fetch`` is the number of cooperatively fetched inputs (GPU; default: all of α's inputs),
-    zero on CPU where MetaSchedule's tiling has no cooperative fetch.
+    zero on CPU where MetaSchedule's tiling has no cooperative fetch. ``top_k``: the reuse tuner
+    measures a ranked few per round (a trained ranker); None: every candidate (the paper's count).
     """
     rng = random.Random(seed)
     unroll_values = tuple(unroll_values or UNROLL_VALUES[kind])
@@ -102,11 +131,12 @@ def estimate_trials(kind: Kind, alpha: LoopNest, beta: LoopNest, *, samples: int
         space = ReuseSpace(kind, alpha, beta, cfg, max_threads=max_threads, max_shared_bytes=max_shared_bytes,
                            vector_lanes=vector_lanes, ranges=ranges or default_ranges(kind))
         counts.append(count_trials(space, unroll_values=unroll_values, fetch_lanes=fetch_lanes, n_fetch=n_fetch,
-                                   beta_unroll=rng.randrange(len(unroll_values)), strategy=strategy))
+                                   beta_unroll=rng.randrange(len(unroll_values)), strategy=strategy,
+                                   top_k=top_k, continue_rate=continue_rate))
     return TrialEstimate(statistics.fmean(counts), min(counts), max(counts), samples)
 
 
-def trials_for_config(kind: Kind, alpha: LoopNest, beta: LoopNest, beta_cfg: TileConfig, **kw) -> int:
+def trials_for_config(kind: Kind, alpha: LoopNest, beta: LoopNest, beta_cfg: TileConfig, **kw) -> float:
     """The enumeration's count for a *known* β program (what :func:`estimate_trials` averages)."""
     space = ReuseSpace(kind, alpha, beta, beta_cfg, ranges=kw.pop("ranges", None) or default_ranges(kind),
                        **{k: kw.pop(k) for k in ("max_threads", "max_shared_bytes", "vector_lanes") if k in kw})

@@ -15,8 +15,10 @@ A candidate that fails to build, crashes its worker or exceeds its timeout yield
 from __future__ import annotations
 
 import functools
+import math
 import os
 import shutil
+import statistics
 import tempfile
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Sequence
@@ -235,6 +237,18 @@ class Measurer:
                 results[i] = MeasureResult(tuple(float(s) for s in r.run_secs))
             _remove_artifact(str(inp.artifact_path))
         return results  # type: ignore[return-value]
+
+    def remeasure(self, mods: Sequence["IRModule"], target: "Target", *, rounds: int = 3) -> list[float]:
+        """Median seconds of each module over ``rounds`` interleaved measurements (inf if one failed).
+
+        Latencies recorded by different runs drift with the machine's state; comparing two programs
+        means timing them side by side, alternating, as here.
+        """
+        times: list[list[float]] = [[] for _ in mods]
+        for _ in range(rounds):
+            for i, r in enumerate(self.measure(list(mods), target)):
+                times[i].append(r.median)
+        return [statistics.median(t) if all(math.isfinite(x) for x in t) else math.inf for t in times]
 
     def close(self) -> None:
         if isinstance(self.builder, PersistentBuilder):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from .features import Kind, TileConfig
 from .space import DEFAULT_STRATEGY, GPU_MAX_THREADS, RangeName, ReuseSpace, Strategy, default_ranges
@@ -33,7 +33,32 @@ if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
     from tvm.tirx import PrimFunc
 
+    from .cost_model import LearnedRanker
     from .measure import Measurer
+
+#: Candidates measured at a time when a learned ranker orders a round (see :func:`ranked_batches`).
+DEFAULT_TOP_K = 4
+#: A batch must beat the best so far by this fraction to earn the round another batch: smaller
+#: gains are within the run-to-run noise of a measurement on this machine.
+MIN_GAIN = 0.02
+
+
+def ranked_batches(ranked: Sequence[Any], k: int, incumbent: float, min_gain: float) -> Iterator[list[Any]]:
+    """Batches of ``k`` of ``ranked`` (best-ranked first) while the last batch improved.
+
+    Each yielded batch must have its ``latency`` set by the caller before the next is asked for;
+    the round ends after the first batch whose best is not below ``incumbent x (1 - min_gain)``.
+    Round T starts from ``incumbent = inf``, so it always measures a second batch when it has one.
+    """
+    if k < 1:
+        raise ValueError(f"top_k must be positive, got {k}")
+    for i in range(0, len(ranked), k):
+        batch = list(ranked[i:i + k])
+        yield batch
+        best = min((c.latency for c in batch), default=math.inf)
+        if not best < incumbent * (1 - min_gain):
+            return
+        incumbent = best
 
 
 def _index_of(values: Sequence[Any], want: int) -> int | None:
@@ -59,6 +84,9 @@ class ReuseResult:
     measured: tuple[tuple[Any, float], ...] = ()
     #: the best program's B/T/M features (:meth:`TileConfig.features`), None without multi-level tiling
     features: dict | None = None
+    #: every candidate that ran as a TuningRecord, best first (``record`` is the first): the database
+    #: keeps them all, so later reuses' rankers learn from them
+    records: tuple = ()
 
 
 @dataclass
@@ -190,44 +218,23 @@ class ReuseTuner:
             out.append((f"vector[{k}]", fetch_round))
         return out
 
-    def tune(self, measure: Callable[[list[Any]], list[float]], *,
-             strategy: Strategy = DEFAULT_STRATEGY) -> ReuseResult:
+    def tune(self, measure: Callable[[list[Any]], list[float]], *, strategy: Strategy = DEFAULT_STRATEGY,
+             ranker: "LearnedRanker | None" = None, top_k: int | None = DEFAULT_TOP_K,
+             min_gain: float = MIN_GAIN) -> ReuseResult:
         """Run Algorithm 1; ``measure(schedules)`` returns seconds per schedule (inf if it failed).
 
         ``"per-b"`` keeps the paper's structure: after round T every B value keeps its own best
         candidate through rounds M, unroll and vector; the best over all B is returned.
         ``"global"`` runs rounds M, unroll and vector once, from the best candidate of round T:
         fewer measurements (d_B + d_M + ... instead of d_B x (d_T + d_M + ...)) for a small risk.
+
+        With a trained ``ranker`` each round's candidates are ranked before any is built and
+        measured ``top_k`` at a time, best-ranked first; the round stops at the first batch that
+        does not beat the best so far by ``min_gain`` (see :func:`ranked_batches`). Without one
+        (or ``top_k=None``) every candidate is measured, as in the paper.
         """
-        start = time.perf_counter()
-        trials = invalid = failed = 0
-        best_s = math.inf
-        trajectory: list[TrajectoryPoint] = []
-        rounds: dict[str, int] = {}
-        seen: list[_Cand] = []
-
-        def run(cands: list[_Cand], name: str) -> list[_Cand]:
-            nonlocal trials, invalid, failed, best_s
-            ok = []
-            for c in cands:
-                c.sch = self.schedule(c)
-                if c.sch is None:
-                    invalid += 1
-                else:
-                    ok.append(c)
-            if not ok:
-                return []
-            lat = measure([c.sch for c in ok])
-            for c, l in zip(ok, lat):
-                c.latency = l
-                trials += 1
-                failed += math.isinf(l)
-                best_s = min(best_s, l)
-                trajectory.append(TrajectoryPoint(time.perf_counter() - start, trials, best_s))
-            rounds[name] = rounds.get(name, 0) + len(ok)
-            seen.extend(c for c in ok if math.isfinite(c.latency))
-            return ok
-
+        session = _Session(self, measure, ranker, top_k, min_gain)
+        run = session.run
         if not self.has_mlt:  # section 5.2: β's decisions transferred, then sub-sketch rounds
             measured = run([self._cand(None)], "transfer")
         else:
@@ -241,14 +248,12 @@ class ReuseTuner:
             if key not in groups or c.latency < groups[key].latency:
                 groups[key] = c
         for name, make in (self.rounds() if self.has_mlt else []):
-            batch, owner = [], []
+            batch = []
             for key, best in groups.items():
-                if math.isinf(best.latency):
-                    continue
-                new = make(best)
-                batch += new
-                owner += [key] * len(new)
-            measured = run(batch, name)
+                if math.isfinite(best.latency):
+                    batch += make(best)
+            measured = run(batch, name, min((g.latency for g in groups.values()), default=math.inf)
+                           if strategy != "per-b" else math.inf)
             for c in measured:
                 key = c.cfg.B if strategy == "per-b" and c.cfg is not None else 0
                 if c.latency < groups[key].latency:
@@ -258,16 +263,10 @@ class ReuseTuner:
             if best is None or math.isinf(best.latency):
                 break
             cands = [best.but(extra={**best.extra, slot.inst: v}) for v in slot.alternatives(best.extra[slot.inst])]
-            for c in run(cands, name):
+            for c in run(cands, name, best.latency):
                 if c.latency < best.latency:
                     best = c
-        found = best is not None and math.isfinite(best.latency)
-        seen.sort(key=lambda c: c.latency)
-        return ReuseResult(
-            self._record(best) if found else None, best.latency if found else math.inf,
-            best.cfg if found else None, trials, invalid, failed, time.perf_counter() - start, tuple(trajectory),
-            rounds, tuple((c.sch, c.latency) for c in seen),
-            features=best.cfg.features(self.alpha) if found and best.cfg is not None else None)
+        return session.result(best)
 
     def _fallback(self) -> list[TileConfig]:
         """β's BShape clipped to α's extents, with the nearest admissible thread count."""
@@ -290,21 +289,89 @@ class ReuseTuner:
                             ArgInfo.from_prim_func(self.alpha_mod["main"]))
 
 
+class _Session:
+    """One run of Algorithm 1: builds and measures rounds, keeps the counts, the trajectory and all that ran."""
+
+    def __init__(self, tuner: ReuseTuner, measure: Callable[[list[Any]], list[float]],
+                 ranker: "LearnedRanker | None", top_k: int | None, min_gain: float) -> None:
+        self.tuner, self.measure, self.ranker, self.top_k, self.min_gain = tuner, measure, ranker, top_k, min_gain
+        # ranked only if the ranker is trusted at the start; it learns from every batch either way
+        self.ranked = ranker is not None and top_k is not None and ranker.trained
+        self.start = time.perf_counter()
+        self.trials = self.invalid = self.failed = 0
+        self.best_s = math.inf
+        self.trajectory: list[TrajectoryPoint] = []
+        self.rounds: dict[str, int] = {}
+        self.seen: list[_Cand] = []
+
+    def run(self, cands: list[_Cand], name: str, incumbent: float = math.inf) -> list[_Cand]:
+        """Build ``cands`` (GetS; rejected ones are counted, not measured), then measure them: all of
+        them, or with a trained ranker the best-ranked ``top_k`` at a time (:func:`ranked_batches`)."""
+        ok = []
+        for c in cands:
+            c.sch = self.tuner.schedule(c)
+            if c.sch is None:
+                self.invalid += 1
+            else:
+                ok.append(c)
+        if not ok:
+            return []
+        if not self.ranked:
+            self._measure(ok, name)
+            return ok
+        order = self.ranker.rank(self.tuner.alpha_mod, [c.sch for c in ok]) or list(range(len(ok)))
+        done: list[_Cand] = []
+        for batch in ranked_batches([ok[i] for i in order], self.top_k, incumbent, self.min_gain):  # type: ignore[arg-type]
+            self._measure(batch, name)
+            done += batch
+        return done
+
+    def _measure(self, batch: list[_Cand], name: str) -> None:
+        for c, l in zip(batch, self.measure([c.sch for c in batch])):
+            c.latency = l
+            self.trials += 1
+            self.failed += math.isinf(l)
+            self.best_s = min(self.best_s, l)
+            self.trajectory.append(TrajectoryPoint(time.perf_counter() - self.start, self.trials, self.best_s))
+        self.rounds[name] = self.rounds.get(name, 0) + len(batch)
+        self.seen.extend(c for c in batch if math.isfinite(c.latency))
+        if self.ranker is not None:
+            self.ranker.observe(self.tuner.alpha_mod, [c.sch for c in batch], [c.latency for c in batch])
+
+    def result(self, best: _Cand | None) -> ReuseResult:
+        found = best is not None and math.isfinite(best.latency)
+        self.seen.sort(key=lambda c: c.latency)
+        records = tuple(self.tuner._record(c) for c in self.seen)
+        return ReuseResult(
+            records[0] if found else None, best.latency if found else math.inf,  # type: ignore[union-attr]
+            best.cfg if found else None, self.trials, self.invalid, self.failed,  # type: ignore[union-attr]
+            time.perf_counter() - self.start, tuple(self.trajectory), self.rounds,
+            tuple((c.sch, c.latency) for c in self.seen),
+            features=best.cfg.features(self.tuner.alpha) if found and best.cfg is not None else None,  # type: ignore[union-attr]
+            records=records)
+
+
 def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target", measurer: "Measurer", *,
                vector_lanes: int = 8, strategy: Strategy = DEFAULT_STRATEGY,
-               ranges: RangeName | None = None) -> ReuseResult:
+               ranges: RangeName | None = None, ranker: "LearnedRanker | None" = None,
+               history: Sequence["TuningRecord"] = (), top_k: int | None = DEFAULT_TOP_K) -> ReuseResult:
     """Derive α's program (``func``) from β's best program (``source_record``) by Algorithm 1.
 
     Every candidate is built and timed by ``measurer``; the result's record carries the median of
-    the measured repeats as its run time. Its seconds and trajectory count from before α's design
-    space is generated, as a MetaSchedule run's do.
+    the measured repeats as its run time. ``ranker`` (shared across a run, so it keeps learning)
+    is first trained on ``history`` (measured records, e.g. β's whole backend run); then each
+    round measures its ``top_k`` best-ranked candidates at a time (:meth:`ReuseTuner.tune`). Its
+    seconds and trajectory count from before α's design space is generated, as a MetaSchedule
+    run's do, and include training the ranker.
     """
     start = time.perf_counter()
     tuner = ReuseTuner(func, source_record, target, vector_lanes=vector_lanes, ranges=ranges)
-    setup = time.perf_counter() - start  # α's design space and β's sketch: on the clock, as in MetaSchedule's
+    if ranker is not None and history:
+        ranker.observe_records(history)
+    setup = time.perf_counter() - start  # design space, β's sketch, ranker training: on the clock
 
     def measure(schedules: list) -> list[float]:
         return [r.median for r in measurer.measure([s.mod for s in schedules], target)]
 
-    res = tuner.tune(measure, strategy=strategy)
+    res = tuner.tune(measure, strategy=strategy, ranker=ranker, top_k=top_k)
     return replace(res, seconds=setup + res.seconds, trajectory=tuple(p.after(setup, 0) for p in res.trajectory))

@@ -17,10 +17,23 @@ from .errors import EXIT_OK, CLIError
 
 
 def add_strategy_option(p: argparse.ArgumentParser, *, suffix: str = "") -> None:
-    """``--strategy``: one option for ``eto tune`` and ``eto plan``, so plans cost what tuning runs."""
+    """``--strategy`` and ``--top-k``: one copy for ``eto tune`` and ``eto plan``, so plans cost what tuning runs."""
+    from tuner.reuse import DEFAULT_TOP_K
+
     p.add_argument("--strategy", default=DEFAULT_STRATEGY, choices=list(get_args(Strategy)),
                    help="reuse tuner: rounds after T once (global) or per block count as in the paper (per-b); "
                         "plans estimate the same" + suffix)
+    p.add_argument("--top-k", type=int, default=DEFAULT_TOP_K, metavar="K",
+                   help=f"reuse tuner: measure each round's K best-ranked candidates at a time, ranked by a model "
+                        f"learned from the database (default {DEFAULT_TOP_K}; 0: measure every candidate, as in "
+                        f"the paper); plans estimate the same" + suffix)
+
+
+def top_k_of(args: argparse.Namespace) -> int | None:
+    """``--top-k`` as the API takes it (None: measure everything)."""
+    if args.top_k < 0:
+        raise CLIError(f"--top-k must be >= 0, got {args.top_k}")
+    return args.top_k or None
 
 
 def _solve_graph(args: argparse.Namespace) -> int:
@@ -64,17 +77,25 @@ def _plan(args: argparse.Namespace) -> int:
         db = Database(args.db, readonly=True)
     result = plan_operator_set(opset, budget=args.budget, bridges=args.bridges, solver=args.solver,
                                database=db, target=target, time_limit=args.time_limit, cost=args.cost,
-                               strategy=args.strategy)
+                               strategy=args.strategy, top_k=top_k_of(args))
     if args.json:
         print(json.dumps(result.to_json(), indent=1))
     else:
         plan = result.plan
         print(f"{opset.name}: {len(opset)} operators, bridges {args.bridges}: {len(plan.bridges)} bridge operators, "
               f"{plan.candidate_pairs} candidate reuse pairs")
-        print(plan.format_tree())
-        print(f"estimated cost {plan.total_cost:,.0f} trials vs {plan.baseline_cost:,.0f} tuning everything "
-              f"with the backend ({plan.total_cost / plan.baseline_cost:.1%})")
+        print(plan.format_tree(unit="s"))
+        print(f"estimated {plan.total_cost:,.0f} s ({result.total_candidates:,.0f} candidates) vs "
+              f"{plan.baseline_cost:,.0f} s tuning everything with the backend "
+              f"({plan.total_cost / plan.baseline_cost:.1%}); costs in seconds by {_time_model_text(result)}")
     return EXIT_OK
+
+
+def _time_model_text(result) -> str:
+    tm = result.time_model
+    b, r = tm.backend, tm.reuse
+    src = "defaults" if not (b.samples or r.samples) else f"{b.samples} backend and {r.samples} reuse results"
+    return f"{b.per:.2f} s/backend trial, {r.fixed:.1f} s + {r.per:.2f} s/reuse candidate ({src})"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

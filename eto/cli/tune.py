@@ -16,7 +16,7 @@ from ..operators import Operator
 from ..opsets import OperatorSet, load_opset
 from ..report import format_table
 from .errors import EXIT_FAILED, EXIT_OK, CLIError
-from .plan import add_strategy_option
+from .plan import add_strategy_option, top_k_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from tuner.measure import Measurer
@@ -95,7 +95,7 @@ def _tune(args: argparse.Namespace) -> int:
             report = tune(opset, target, db, trials=args.trials, measurer=measurers, plan_budget=args.plan_budget,
                           num_trials_per_iter=args.trials_per_iter,
                           seed=args.seed, search=search, bridges=args.bridges, cost=args.cost,
-                          strategy=args.strategy, on_batch=on_batch, hot_share=args.hot_share,
+                          strategy=args.strategy, top_k=top_k_of(args), on_batch=on_batch, hot_share=args.hot_share,
                           hot_factor=args.hot_factor, evolve_trials=args.evolve,
                           log=None if args.quiet else (lambda m: print(f"eto: {m}", file=sys.stderr, flush=True)))
         finally:
@@ -128,16 +128,21 @@ def _rpc_measurers(args: argparse.Namespace) -> "list[Measurer] | None":
 
 def _report_table(report: "TuneReport") -> str:
     """One row per operator, then the weighted latency, candidates measured, wall time and failures."""
-    rows = [(r.op, r.frequency, r.status, r.method, r.source or "-", r.candidates, round(r.seconds, 1),
+    def est(v: float | None, digits: int) -> object:
+        return "-" if v is None else round(v, digits)
+
+    rows = [(r.op, r.frequency, r.status, r.method, r.source or "-", r.candidates, est(r.estimated_candidates, 0),
+             round(r.seconds, 1), est(r.estimated_seconds, 1),
              "-" if r.latency_s is None else round(r.latency_s * 1e6, 2),
              "-" if r.gflops is None else round(r.gflops, 1)) for r in report.rows]
-    lines = [format_table(("operator", "freq", "status", "method", "source", "trials", "seconds", "latency_us",
-                           "GFLOP/s"), rows, align="lrlllrrrr")]
+    lines = [format_table(("operator", "freq", "status", "method", "source", "trials", "est", "seconds", "est s",
+                           "latency_us", "GFLOP/s"), rows, align="lrlllrrrrrr")]
     w = report.weighted_latency_s
     tuned = sum(r.candidates for r in report.rows if r.status == "tuned")
     estimate = "" if report.estimated_candidates is None else f" (plan estimated {report.estimated_candidates:.0f})"
+    est_s = "" if report.estimated_seconds is None else f" (plan estimated {report.estimated_seconds:.0f} s)"
     lines.append(f"weighted latency sum: {'-' if w is None else f'{w * 1e3:.4f} ms'}; candidates measured "
-                 f"{tuned}{estimate}; wall time {report.seconds:.1f} s; failed: {len(report.failed)}")
+                 f"{tuned}{estimate}; wall time {report.seconds:.1f} s{est_s}; failed: {len(report.failed)}")
     for r in report.failed:
         lines.append(f"  failed: {r.op}: {r.error}")
     return "\n".join(lines)

@@ -1,0 +1,101 @@
+"""The benchmark scripts' bookkeeping (experiments/set_bench.py, reuse_pairs.py, _bench.py), without tuning.
+
+These are the parts a wrong ratio would come from: the "same" threshold's change of scale, the
+spread over seeds, and which cached runs a repeated command may reuse.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
+
+import _bench  # noqa: E402
+import reuse_pairs  # noqa: E402
+import set_bench  # noqa: E402
+
+
+def test_same_uses_remeasured_latency_moved_to_the_recorded_scale():
+    traj = [(1.0, 10.0), (2.0, 8.0), (3.0, 6.0), (4.0, 5.0)]  # recorded set trajectory, final 5.0
+    # MetaSchedule's final set re-measures at 10 (2x its record); eto's at 12 -> 6 on the recorded scale
+    best, same, threshold = set_bench.ms_best_and_same(traj, ms_remeasured=10.0, eto_remeasured=12.0)
+    assert (best, threshold, same) == (4.0, 6.0, 3.0)
+    # eto better than anything MetaSchedule recorded: never reached
+    assert set_bench.ms_best_and_same(traj, 10.0, 9.0)[1] is None
+    assert set_bench.ms_best_and_same([], 1.0, 1.0) == (None, None, None)
+    assert set_bench.ms_best_and_same(traj, math.inf, 1.0) == (4.0, None, None)
+
+
+def test_spread_skips_missing_values():
+    assert set_bench.spread([2.0, None, 1.0, 3.0, math.inf]) == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}
+    assert set_bench.spread([None])["median"] is None
+
+
+def test_scale_defaults_and_explicit_options():
+    ci = set_bench.parse_args(["--scale", "ci"])
+    assert (ci.opset, ci.pick, ci.trials, ci.seed_list, ci.control_trials) == ("quickstart", [3, 4], 8, [0, 1], 8)
+    own = set_bench.parse_args(["--scale", "ci", "--opset", "bert_base", "--limit", "2", "--seed-list", "5", "7",
+                                "--control-trials", "4"])
+    assert (own.pick, own.limit, own.plan_budget, own.seed_list, own.control_trials) == (None, 2, None, [5, 7], 4)
+    assert set_bench.subset_tag(own) == "_first2" and set_bench.subset_tag(ci) == "_pick3-4"
+    assert set_bench.parse_args([]).control_trials == 32  # min(N=64, 32)
+
+
+def test_estimator_rows_take_the_reuse_tuners_share(monkeypatch):
+    class FakeDb:
+        def results(self):
+            return [{"target": "t", "method": "backend", "op_key": "a", "candidates": 64, "seconds": 9.0},
+                    {"target": "t", "method": "reuse+evolve", "op_key": "b", "source": "a", "candidates": 50,
+                     "seconds": 12.0, "estimate": 20.0, "estimated_seconds": 4.0,
+                     "evolve": {"candidates": 32, "seconds": 8.0}}]
+
+    import eto.target
+
+    monkeypatch.setattr(eto.target, "target_key", lambda t: t)
+    rows = set_bench.reuse_rows(FakeDb(), "t")
+    assert rows == [{"op": "b", "source": "a", "estimate": 20.0, "candidates": 18, "actual_over_estimate": 0.9,
+                     "seconds": 4.0, "estimated_seconds": 4.0, "actual_over_estimated_seconds": 1.0}]
+    assert set_bench.estimator_summary(rows)["mean_actual_over_estimate"] == 0.9
+
+
+def test_reuse_pairs_summary_keeps_old_keys_and_adds_new_ones():
+    rows = [{"strategy": "global", "type": "C2D", "candidates": 20, "estimate": 25.0, "seconds": 10.0,
+             "throughput": 1.1, "speedup": 2.0, "speedup_vs_total": 3.0, "backend_time_to_best_s": 20.0,
+             "estimated_seconds": 8.0},
+            {"strategy": "global", "type": "C2D", "error": "boom", "candidates": 0, "estimate": None, "seconds": 0.0}]
+    s = reuse_pairs.summarize(rows)
+    assert {"pairs", "errors", "median_throughput", "median_speedup", "median_candidates",
+            "estimate_over_actual_mean", "estimate_within_0.67_1.5"} <= set(s)
+    assert (s["pairs"], s["errors"], s["median_candidates"], s["median_speedup_vs_total"]) == (2, 1, 20, 3.0)
+    assert s["actual_over_estimated_seconds_mean"] == 1.25 and s["actual_over_estimate_mean"] == 0.8
+    assert reuse_pairs.parse_args([]).strategies == ["global"]
+
+
+def test_runs_are_fresh_unless_resumed_with_the_same_settings(tmp_path, monkeypatch):
+    base = str(tmp_path / "work")
+    first, info = _bench.open_run(base, None, {"scale": "ci", "trials": (16,)})
+    assert info["run_id"].startswith("run-") and len(info["sessions"]) == 1
+    ids = iter(["run-20000101-000000"])
+    monkeypatch.setattr(_bench, "new_run_id", lambda: next(ids))
+    second, _ = _bench.open_run(base, None, {"scale": "ci", "trials": (16,)})
+    assert second != first  # a new run never sees the first one's stages
+    again, info = _bench.open_run(base, os.path.basename(first), {"scale": "ci", "trials": [16]})
+    assert again == first and len(info["sessions"]) == 2
+    with open(os.path.join(first, "run.json")) as f:
+        assert len(json.load(f)["sessions"]) == 2
+    with pytest.raises(SystemExit, match="other settings"):
+        _bench.open_run(base, os.path.basename(first), {"scale": "small", "trials": [16]})
+    with pytest.raises(SystemExit, match="no run to resume"):
+        _bench.open_run(str(tmp_path / "empty"), "latest", {})
+
+
+def test_a_work_folder_is_bound_to_its_settings(tmp_path):
+    _bench.bind_settings(str(tmp_path), {"trials": 8, "operators": [("a", 1)]})
+    _bench.bind_settings(str(tmp_path), {"trials": 8, "operators": [["a", 1]]})
+    with pytest.raises(SystemExit, match="other settings"):
+        _bench.bind_settings(str(tmp_path), {"trials": 16, "operators": [["a", 1]]})

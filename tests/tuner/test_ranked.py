@@ -1,0 +1,122 @@
+"""Ranked reuse (beyond the paper): the learned ranker, the top-k batches and what the estimator counts."""
+
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from eto.operators import Operator
+from eto.target import cpu_target
+from tuner.estimate import ranked_count, trials_for_config
+from tuner.reuse import ranked_batches
+
+tvm = pytest.importorskip("tvm")
+
+
+def cands(n):
+    return [SimpleNamespace(i=i, latency=math.inf) for i in range(n)]
+
+
+def run_batches(items, k, incumbent, latency_of, min_gain=0.02):
+    measured = []
+    for batch in ranked_batches(items, k, incumbent, min_gain):
+        for c in batch:
+            c.latency = latency_of(c.i)
+        measured.append([c.i for c in batch])
+    return measured
+
+
+def test_ranked_batches_stop_at_the_first_batch_that_does_not_improve():
+    # an open round (no incumbent) always earns a second batch; the third needs the second to improve
+    assert run_batches(cands(10), 3, math.inf, lambda i: 10.0 - i) == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+    assert run_batches(cands(10), 3, math.inf, lambda i: 1.0 + i) == [[0, 1, 2], [3, 4, 5]]
+    # a later round stops after its first batch unless it beats the incumbent by min_gain
+    assert run_batches(cands(10), 4, 1.0, lambda i: 0.99) == [[0, 1, 2, 3]]
+    assert run_batches(cands(10), 4, 1.0, lambda i: 0.5 if i < 4 else 1.0) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    with pytest.raises(ValueError, match="top_k"):
+        run_batches(cands(3), 0, 1.0, lambda i: 1.0)
+
+
+def test_ranked_count_is_the_expected_number_the_batches_measure():
+    assert ranked_count(7, None, open_round=True) == 7  # no ranker: every candidate
+    assert ranked_count(3, 4, open_round=False) == 3
+    assert ranked_count(10, 4, open_round=False, continue_rate=0.0) == 4
+    assert ranked_count(10, 4, open_round=True, continue_rate=0.0) == 8
+    assert ranked_count(10, 4, open_round=True, continue_rate=1.0) == 10
+    assert ranked_count(10, 4, open_round=False, continue_rate=0.5) == pytest.approx(4 + 0.5 * 4 + 0.25 * 2)
+
+
+def test_ranked_tuner_measures_the_top_k_and_the_estimator_counts_it():
+    """With a ranker that puts round T's median candidate first, and nothing after round T's first
+    batch improving, the tuner measures 2k of round T and k of each later round: what the
+    estimator counts with ``top_k=k`` and a zero continue rate."""
+    from tests.tuner.test_reuse_tuner import sampled_record
+    from tuner.reuse import ReuseTuner
+
+    target = cpu_target()
+    beta = Operator.create("C2D", N=1, CI=64, H=14, W=14, CO=64, KH=3, KW=3, padding=1)
+    alpha = Operator.create("C2D", N=1, CI=32, H=14, W=14, CO=32, KH=3, KW=3, padding=1)
+    tuner = ReuseTuner(alpha.prim_func(), sampled_record(beta, target), target, ranges="cpu")
+    t_round = tuner.space.t_round()
+    k = 3
+    assert len(t_round) > 2 * k
+
+    class MedianFirst:
+        trained = True
+        observed = 0
+
+        def rank(self, mod, schedules):
+            first = len(t_round) // 2 if len(schedules) == len(t_round) else 0
+            return [first] + [i for i in range(len(schedules)) if i != first]
+
+        def observe(self, mod, schedules, seconds):
+            MedianFirst.observed += len(schedules)
+
+    batches = []
+
+    def dry_measure(schedules):
+        batches.append(len(schedules))
+        return [1.0 if len(batches) == 1 else 2.0 for _ in schedules]
+
+    res = tuner.tune(dry_measure, strategy="global", ranker=MedianFirst(), top_k=k)
+    assert res.invalid == 0 and max(batches) <= k and MedianFirst.observed == res.candidates
+    assert res.rounds["T"] == 2 * k and all(n <= k for name, n in res.rounds.items() if name != "T")
+    assert res.config == t_round[len(t_round) // 2] and len(res.records) == res.candidates
+    estimated = trials_for_config("cpu", tuner.alpha, tuner.beta, tuner.beta_cfg, strategy="global",
+                                  unroll_values=tuner.unroll_values, beta_unroll=tuner.beta_unroll, ranges="cpu",
+                                  top_k=k, continue_rate=0.0)
+    assert estimated == res.candidates
+
+
+@pytest.mark.slow
+def test_learned_ranker_learns_measured_programs():
+    """Trained on a dozen measured programs of an operator, the ranker puts one of the three fastest
+    first; untrained, it declines to rank (the tuner then measures everything)."""
+    from tvm.ir import IRModule
+    from tvm.s_tir import meta_schedule as ms
+
+    from tuner.cost_model import LearnedRanker
+    from tuner.measure import MeasureConfig, Measurer
+
+    target = cpu_target()
+    op = Operator.create("BMM", B=2, M=64, N=64, K=64)
+    mod = IRModule({"main": op.prim_func()})
+    schedules = []
+    for seed in range(1, 40):  # the design space's tile sizes are sampled anew for each seed
+        ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                             search_strategy="replay-trace", task_name="rank", num_threads=1, rand_state=seed)
+        sch = ctx.generate_design_space()[0]
+        sch.enter_postproc()
+        if all(p.apply(sch) for p in ctx.space_generator.postprocs):
+            schedules.append(sch)
+        if len(schedules) == 12:
+            break
+    ranker = LearnedRanker(target, min_samples=8)
+    assert ranker.rank(mod, schedules[:12]) is None
+    with Measurer.local(MeasureConfig(number=1, repeat=3, min_repeat_ms=5)) as m:
+        secs = [r.median for r in m.measure([s.mod for s in schedules[:12]], target)]
+    ranker.observe(mod, schedules[:12], secs)
+    assert ranker.trained and ranker.samples == 12
+    order = ranker.rank(mod, schedules[:12])
+    assert sorted(order) == list(range(12))
+    assert order[0] in sorted(range(12), key=secs.__getitem__)[:3]
