@@ -11,6 +11,7 @@ candidates, so the reuse tuner measures a ranked few per round instead of all of
 from __future__ import annotations
 
 import math
+import threading
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from .features import LoopNest, TileConfig
@@ -80,6 +81,7 @@ class LearnedRanker:
         self.target = target
         self.min_samples = min_samples
         self._model = None
+        self._lock = threading.RLock()  # scale-out tunes subtrees in threads that share one ranker
         self._contexts: dict[Any, Any] = {}
         self._seen: set[Any] = set()  # (workload hash, trace text) already trained on
 
@@ -120,10 +122,11 @@ class LearnedRanker:
         if not pairs:
             return
         args = ArgInfo.from_prim_func(mod["main"])
-        self._ensure_model().update(
-            self._context(mod), [MeasureCandidate(s, args) for s, _ in pairs],
-            [RunnerResult([float(t)] if math.isfinite(t) else None, None if math.isfinite(t) else "failed")
-             for _, t in pairs])
+        with self._lock:
+            self._ensure_model().update(
+                self._context(mod), [MeasureCandidate(s, args) for s, _ in pairs],
+                [RunnerResult([float(t)] if math.isfinite(t) else None, None if math.isfinite(t) else "failed")
+                 for _, t in pairs])
 
     def observe_records(self, records: Iterable["TuningRecord"]) -> int:
         """Train on database records (each replayed on its workload once); returns how many were new."""
@@ -136,9 +139,10 @@ class LearnedRanker:
         for rec in records:
             mod = rec.workload.mod
             key = (shash2hex(mod), str(rec.trace))
-            if key in self._seen:
-                continue
-            self._seen.add(key)
+            with self._lock:
+                if key in self._seen:
+                    continue
+                self._seen.add(key)
             try:
                 sch = Schedule(mod)
                 rec.trace.apply_to_schedule(sch, remove_postproc=False)
@@ -159,5 +163,6 @@ class LearnedRanker:
         from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 
         args = ArgInfo.from_prim_func(mod["main"])
-        scores = self._model.predict(self._context(mod), [MeasureCandidate(s, args) for s in schedules])
+        with self._lock:
+            scores = self._model.predict(self._context(mod), [MeasureCandidate(s, args) for s in schedules])
         return sorted(range(len(schedules)), key=lambda i: (-float(scores[i]), i))
