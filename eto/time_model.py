@@ -36,12 +36,13 @@ class Line:
         return self.fixed + self.per * candidates
 
 
-#: Before a target has results: backend ~0.7 s per trial (build, run, and the search's share) and a
-#: reuse ~1 s of set-up (design space, ranker training) plus ~0.36 s per candidate (2-core CPU; the
-#: measurements behind issue 14). On a GPU the run is faster but the host-side search the same.
+#: Before a target has results. CPU: fitted on this project's 2-core machines
+#: (experiments/reuse_pairs.py --scale small --trials 128: MetaSchedule 0.97 s per trial over 16
+#: operators; 24 ranked reuses 4.0 s of set-up -- design space, ranker training on β's 128
+#: programs -- plus 0.45 s per candidate). CUDA: the host-side search dominates; not yet fitted.
 DEFAULTS: Mapping[str, tuple[Line, Line]] = {
-    "cpu": (Line(0.0, 0.7), Line(1.0, 0.36)),
-    "cuda": (Line(0.0, 0.6), Line(1.0, 0.3)),
+    "cpu": (Line(0.0, 0.97), Line(4.0, 0.45)),
+    "cuda": (Line(0.0, 0.8), Line(4.0, 0.4)),
 }
 #: Results needed before a fitted line replaces the default (fewer: the default's slope is kept
 #: and only the ratio of the recorded seconds to it is learned).
