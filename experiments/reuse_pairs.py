@@ -206,13 +206,7 @@ def remeasure(records: list, target, measurer, rounds: int) -> list[float]:
     """Median seconds of each record's program, measured ``rounds`` times interleaved."""
     from tuner.apply import scheduled_module
 
-    mods = [scheduled_module(r) for r in records]
-    samples: list[list[float]] = [[] for _ in mods]
-    for _ in range(rounds):
-        for i, res in enumerate(measurer.measure(mods, target)):
-            if res.ok:
-                samples[i] += list(res.run_secs)
-    return [statistics.median(s) if s else math.inf for s in samples]
+    return measurer.remeasure([scheduled_module(r) for r in records], target, rounds=rounds)
 
 
 # -- feature ranges -------------------------------------------------------------------------------

@@ -136,9 +136,14 @@ class LearnedRanker:
         from .trajectory import median_secs
 
         groups: dict[Any, tuple[Any, list, list]] = {}
+        hashes: list[tuple[Any, str]] = []  # (workload, hash): one run's records share a workload
         for rec in records:
             mod = rec.workload.mod
-            key = (shash2hex(mod), str(rec.trace))
+            h = next((h for w, h in hashes if w.same_as(rec.workload)), None)
+            if h is None:
+                h = shash2hex(mod)
+                hashes.append((rec.workload, h))
+            key = (h, str(rec.trace))
             with self._lock:
                 if key in self._seen:
                     continue
