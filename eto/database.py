@@ -5,7 +5,9 @@ A database is a directory that TVM reads as it is::
     database_workload.json        MetaSchedule: one workload per line  [shash, module]
     database_tuning_record.json   MetaSchedule: one record per line    [workload_line, record]
     eto_meta.json                 eto: one line per tuning result (operator, target, method,
-                                  reused source, candidates, seconds, and the record lines it owns)
+                                  reused source, candidates, seconds, and the record lines it owns),
+                                  and one ``"kind": "progress"`` line per measured batch of a run
+                                  still in flight (its records are durable before the run ends)
     corrupt_lines.txt             lines eto could not read, kept verbatim with file and line
 
 so ``ms.database.JSONDatabase(work_dir=path)`` and Relax's ``MetaScheduleApplyDatabase`` work on it.
@@ -89,6 +91,16 @@ class Problem:
         return f"{self.file}:{self.line}: {self.reason}"
 
 
+@dataclass(frozen=True)
+class Progress:
+    """An interrupted run's durable batches: trials, seconds and programs so far (best not sorted)."""
+
+    trials: int = 0
+    seconds: float = 0.0
+    programs: tuple[ProgramRecord, ...] = ()
+    trajectory: tuple = ()  # [seconds, trial, best latency] points, the run's own clock
+
+
 class DatabaseError(ValueError):
     """A database that cannot be used at all (not a directory, unreadable)."""
 
@@ -109,7 +121,7 @@ class Database:
         # one lock per object: concurrent subtrees (pipeline scale-out) share a Database; the file
         # lock orders processes, this one keeps readers off a half-built index
         self._mutex = threading.RLock()
-        self._load()
+        self.reload()
 
     # -- loading --------------------------------------------------------------------------
     def _file(self, name: str) -> str:
@@ -137,7 +149,8 @@ class Database:
             self.problems.append(Problem(name, len(raw) + 1, "incomplete last line (interrupted write)"))
         return lines
 
-    def _load(self) -> None:
+    def reload(self) -> None:
+        """Read the files again: other processes may have committed (see :mod:`eto.claims`)."""
         with self._mutex:
             self._load_unlocked()
 
@@ -169,6 +182,7 @@ class Database:
             self._records.append(obj)
         self._programs: list[ProgramRecord] = []
         self._results: list[dict] = []
+        self._progress: list[dict] = []
         owned: set[int] = set()
         for i, text in enumerate(self._read_lines(META)):
             obj = _parse(text)
@@ -179,6 +193,10 @@ class Database:
             except (ValueError, KeyError, TypeError) as exc:
                 if text is not None:
                     self.problems.append(Problem(META, i + 1, f"unreadable metadata ({exc})"))
+                continue
+            if obj.get("kind") == "progress":  # a batch of a run in flight: durable, not yet a result
+                self._progress.append(obj)
+                owned.update(p.line for p in progs)
                 continue
             self._results.append(obj)
             for p in progs:
@@ -215,6 +233,31 @@ class Database:
         """The raw metadata of each tuning result, in commit order (failed ones included)."""
         with self._mutex:
             return list(self._results)
+
+    def progress(self, op: Operator, target: "str | Target", method: str = "backend") -> "Progress":
+        """What an interrupted run of ``op`` measured before it stopped (empty once a result exists).
+
+        A rerun continues from it: the trials count against the budget and the records seed the search.
+        """
+        tk, key = target_key(target), op.key
+        with self._mutex:
+            if any(r.get("op_key") == key and r.get("target") == tk for r in self._results):
+                return Progress()
+            batches = [m for m in self._progress
+                       if m.get("op_key") == key and m.get("target") == tk and m.get("method") == method]
+            return Progress(sum(int(m.get("trials", 0)) for m in batches),
+                            sum(float(m.get("seconds", 0.0)) for m in batches),
+                            tuple(p for m in batches for p in self._programs_of(m)),
+                            tuple(pt for m in batches for pt in m.get("trajectory", ())))
+
+    def checkpoint(self, op: Operator, target: "str | Target", records: Sequence["TuningRecord"], *,
+                   method: Method, trials: int, seconds: float, trajectory: Sequence = ()) -> None:
+        """Make one measured batch of a run in flight durable (see :meth:`progress`).
+
+        The result committed when the run ends owns the same record lines (nothing is stored twice).
+        """
+        self._store(op, target, records, {"kind": "progress", "method": method, "trials": int(trials),
+                                          "seconds": float(seconds), "trajectory": list(trajectory)})
 
     def best(self, op: Operator, target: "str | Target") -> ProgramRecord | None:
         """The fastest stored program of ``op`` on ``target`` (None if never tuned there)."""
@@ -270,7 +313,7 @@ class Database:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             self._repair_partial_lines()
-            self._load()  # another process may have appended
+            self.reload()  # another process may have appended
             self._line_counts = {name: _count_lines(self._file(name)) for name in (WORKLOADS, RECORDS, META, CORRUPT)}
             yield
         finally:
@@ -322,24 +365,26 @@ class Database:
             counts[name] = n + len(lines)
         return n
 
-    def commit(
-        self,
-        op: Operator,
-        target: "str | Target",
-        records: Sequence["TuningRecord"],
-        *,
-        method: Method,
-        source: Operator | str | None = None,
-        candidates: int,
-        seconds: float,
-        features: Sequence[dict | None] | None = None,
-        error: str | None = None,
-        extra: dict | None = None,
-    ) -> list[ProgramRecord]:
+    def commit(self, op: Operator, target: "str | Target", records: Sequence["TuningRecord"], *, method: Method,
+               source: Operator | str | None = None, candidates: int, seconds: float,
+               features: Sequence[dict | None] | None = None, error: str | None = None,
+               extra: dict | None = None) -> list[ProgramRecord]:
         """Store a tuning result: its programs (best first) and how they were found.
 
         Records without a measured time are skipped; a result with no usable record is still
         committed (with ``error``), so that a resumed run knows the operator was attempted.
+        """
+        entries = self._store(op, target, records, {
+            "method": method, "source": source.key if isinstance(source, Operator) else source,
+            "candidates": int(candidates), "seconds": float(seconds)}, features=features, error=error, extra=extra)
+        return [p for p in self._programs if p.line in {e["line"] for e in entries}]
+
+    def _store(self, op: Operator, target: "str | Target", records: Sequence["TuningRecord"], fields: dict, *,
+               features: Sequence[dict | None] | None = None, error: str | None = None,
+               extra: dict | None = None) -> list[dict]:
+        """Append the usable records (best first) and one metadata line owning them; return its entries.
+
+        A record a progress line of the same operator already stored is referred to, not written again.
         """
         from tvm.s_tir.meta_schedule.database import Workload
 
@@ -351,6 +396,7 @@ class Database:
                 usable.append((latency, rec, features[i] if features else None))
         usable.sort(key=lambda t: t[0])
         with self._locked():
+            stored = self._progress_lines(op.key, tk)
             lines, entries = [], []
             known: list[tuple[Any, int]] = []  # (workload, line): records of one run share a workload
             for latency, rec, feat in usable:
@@ -364,28 +410,27 @@ class Database:
                         self._workloads.extend([None] * (idx + 1 - len(self._workloads)))
                         self._workloads[idx] = wl_json
                     known.append((rec.workload, idx))
-                lines.append(_dumps([idx, rec.as_json()]))
-                entries.append({"latency_s": latency, "features": feat})
+                text = _dumps([idx, rec.as_json()])
+                if text in stored:
+                    entries.append({"latency_s": latency, "features": feat, "line": stored[text]})
+                else:
+                    lines.append(text)
+                    entries.append({"latency_s": latency, "features": feat, "line": None})
             first = self._append_lines(RECORDS, lines) if lines else 0
-            for i, e in enumerate(entries):
-                e["line"] = first + i
-            meta = {
-                "v": 1,
-                "op": op.to_dict(),
-                "op_key": op.key,
-                "target": tk,
-                "method": method,
-                "source": source.key if isinstance(source, Operator) else source,
-                "candidates": int(candidates),
-                "seconds": float(seconds),
-                "records": entries,
-                "error": error if not entries else None,
-                "time": time.time(),
-                **(extra or {}),
-            }
+            for e in (e for e in entries if e["line"] is None):
+                e["line"] = first
+                first += 1
+            meta = {"v": 1, "op": op.to_dict(), "op_key": op.key, "target": tk, **fields, "records": entries,
+                    "error": error if not entries else None, "time": time.time(), "pid": os.getpid(), **(extra or {})}
             self._append(META, _dumps(meta))
-            self._load()
-        return [p for p in self._programs if p.line in {e["line"] for e in entries}]
+            self.reload()
+        return entries
+
+    def _progress_lines(self, op_key: str, tk: str) -> dict[str, int]:
+        """Record text -> line of every record the operator's progress lines own."""
+        return {_dumps(self._records[int(r["line"])]): int(r["line"])
+                for m in self._progress if m.get("op_key") == op_key and m.get("target") == tk
+                for r in m.get("records", ())}
 
     # -- merging --------------------------------------------------------------------------
     def merge_from(self, other: "Database") -> dict[str, int]:
@@ -421,7 +466,7 @@ class Database:
             for p in other.problems:
                 self._append(CORRUPT, f"{os.path.join(other.path, p.file)}:{p.line}: {p.reason}: "
                              + _raw_line(other._file(p.file), p.line))
-            self._load()
+            self.reload()
         return copied
 
 
@@ -449,10 +494,7 @@ def _dumps(obj: Any) -> str:
 def _raw_line(path: str, lineno: int) -> str:
     try:
         with open(path, "rb") as f:
-            for i, line in enumerate(f, 1):
-                if i == lineno:
-                    return line.decode("utf-8", "replace").rstrip("\n")
+            return next((ln.decode("utf-8", "replace").rstrip("\n") for i, ln in enumerate(f, 1) if i == lineno), "")
     except OSError:
-        pass
-    return ""
+        return ""
 

@@ -40,7 +40,7 @@ from .operators import Operator
 from .opsets import OperatorEntry, OperatorSet
 from .plan import BridgeOption, CostModel, OperatorPlan, hot_operators, plan_operator_set
 from .target import target_key
-from .tuning import OperatorReport, TuneReport, report_row, tune_with_backend
+from .tuning import OperatorReport, TuneReport, gated, report_row, tune_with_backend
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
@@ -145,8 +145,7 @@ def tune(
                log or (lambda _msg: None),
                dict(num_trials_per_iter=num_trials_per_iter, seed=seed, on_batch=on_batch, strategy=search),
                ranker=LearnedRanker(target) if top_k is not None else None, top_k=top_k)
-    tk = target_key(target)
-    attempted_before = {r["op_key"] for r in database.results() if r.get("target") == tk}
+    wall_start = time.time()
     planned = plan_operator_set(opset, budget=budget, bridges=bridges, solver=solver, database=database,
                                 target=target, cost=cost, hot=hot, hot_budget=round(budget * hot_factor),
                                 strategy=strategy, top_k=top_k)
@@ -160,7 +159,7 @@ def tune(
     finally:
         if own:
             measurers[0].close()
-    return _report(opset, planned, run, attempted_before,
+    return _report(opset, planned, run, wall_start,
                    (estimated[0] + planned.plan.total_cost, estimated[1] + planned.total_candidates),
                    time.perf_counter() - start)
 
@@ -218,11 +217,14 @@ def _tune_plan(planned: OperatorPlan, run: _Run, measurers: Sequence["Measurer"]
             f.result()
 
 
-def _report(opset: OperatorSet, planned: OperatorPlan, run: _Run, attempted_before: set[str],
+def _report(opset: OperatorSet, planned: OperatorPlan, run: _Run, since: float,
             estimated: tuple[float, float], seconds: float) -> TuneReport:
     """One row per operator of the set, then one per bridge the plan used (frequency 0)."""
     def status(op: Operator) -> str:
-        return "cached" if op.key in attempted_before else "tuned"
+        return "tuned" if op.key in here else "cached"
+    pid, tk = os.getpid(), target_key(run.target)
+    here = {r["op_key"] for r in run.database.results()  # results this process committed in this run
+            if r.get("pid") == pid and r.get("time", 0) >= since and r.get("target") == tk}
 
     rows = [report_row(e, run.database, run.target, status(e.op)) for e in opset]
     in_set = {e.op for e in opset}
@@ -252,7 +254,16 @@ def balance_subtrees(plan: Plan, workers: int) -> list[list[str]]:
 
 
 def _reuse_one(alpha: Operator, beta: Operator, run: _Run, measurer: "Measurer", *, estimate: dict) -> None:
-    """Tune α from β's best program; fall back to the backend when there is nothing to reuse."""
+    """Tune α from β's best program (unless another process on the database did, see
+    :mod:`eto.claims`); fall back to the backend when there is nothing to reuse."""
+    from .claims import claim
+
+    with claim(run.database, alpha, run.target):
+        if not run.database.attempted(alpha, run.target):
+            _reuse_claimed(alpha, beta, run, measurer, estimate=estimate)
+
+
+def _reuse_claimed(alpha: Operator, beta: Operator, run: _Run, measurer: "Measurer", *, estimate: dict) -> None:
     from tuner.reuse import reuse_tune
 
     source = run.database.best(beta, run.target)
@@ -296,9 +307,12 @@ def _commit_reuse(alpha: Operator, beta: Operator, res: "ReuseResult", run: _Run
                             "best_s": found, "improved": found < reuse_s, "remeasured": bool(new)}}
         run.say(f"evolve: {alpha.name}: {ev.candidates} more candidates, {ev.seconds:.1f} s; re-measured "
                 f"side by side: reuse {reuse_s * 1e6:.1f} us, evolve's best {found * 1e6:.1f} us")
-    run.database.commit(alpha, run.target, records, method="reuse+evolve" if run.evolve_trials else "reuse",
-                        source=beta, candidates=candidates, seconds=seconds, features=feats,
-                        extra={**estimate, "rounds": res.rounds, **extra, "trajectory": trajectory})
+    kept, checked, wrong = gated(alpha, records, run.target)  # the gate re-sorts: features follow the records
+    at = {id(r): i for i, r in enumerate(records)}
+    feats = [feats[at[id(r)]] for r in kept]
+    run.database.commit(alpha, run.target, kept, method="reuse+evolve" if run.evolve_trials else "reuse",
+                        source=beta, candidates=candidates, seconds=seconds, features=feats, error=wrong,
+                        extra={**estimate, "rounds": res.rounds, **extra, **checked, "trajectory": trajectory})
     run.say(f"reuse: {alpha.name} <- {beta.name}: {res.candidates} candidates (estimated "
             f"{estimate['estimate'] or 0:.0f}), {res.seconds:.1f} s (estimated {estimate['estimated_seconds']:.1f} s), "
             f"{res.latency_s * 1e6:.1f} us")

@@ -241,11 +241,17 @@ def _nodes(opset: OperatorSet, tuned: set[Operator]) -> tuple[dict[str, Operator
     return names, nodes
 
 
+def gflops(n: LoopNestOp) -> float:
+    """GFLOPs of a loop nest: one multiply-add per iteration (as :attr:`Operator.flops`)."""
+    return 2 * math.prod(n.space) * math.prod(n.reduction) / 1e9
+
+
 def _seconds(candidates: Callable[[LoopNestOp, LoopNestOp], float], tm: TimeModel, hot_names: set[str],
              budget: float, hot_budget: float):
     """Edge and root costs in seconds, recording each edge's candidates as the selector asks.
 
     A reuse never costs more than tuning α with the backend; hot operators are never derived by reuse.
+    Both grow with α's size (its loop nest's FLOPs), as the time model says.
     """
     from selector import ROOT
 
@@ -256,11 +262,12 @@ def _seconds(candidates: Callable[[LoopNestOp, LoopNestOp], float], tm: TimeMode
             return math.inf
         c = tm.reuse_candidates(float(candidates(alpha, beta)))
         estimates[(beta.name, alpha.name)] = c
-        return min(tm.backend_seconds(budget), tm.reuse_seconds(c))
+        g = gflops(alpha)
+        return min(tm.backend_seconds(budget, g), tm.reuse_seconds(c, g))
 
     def root(op: LoopNestOp) -> float:
         trials = hot_budget if op.name in hot_names else budget
         estimates[(ROOT, op.name)] = trials
-        return tm.backend_seconds(trials)
+        return tm.backend_seconds(trials, gflops(op))
 
     return edge, root, estimates

@@ -4,10 +4,16 @@ It also learns how far the trial estimator's counts were off (``TimeModel.count_
 
 The reuse pair selector minimises expected tuning *time*, not candidates: a backend trial (one
 MetaSchedule candidate, with its share of the evolutionary search and cost-model updates) and a
-reuse candidate (replay β's sketch with new tiles, build, run) do not cost the same. Each
-tuning result in the database records its candidates and wall seconds, so the per-target model is
-a pair of least-squares lines, seconds = fixed + per x candidates, one per method, fitted on
-that target's results. Until a target has results, defaults measured on this project's machines
+reuse candidate (replay β's sketch with new tiles, build, run) do not cost the same, and neither
+costs the same on every operator: each candidate is run ``repeat`` x ``number`` times, so a
+candidate of a 0.6 GFLOP matmul takes seconds where one of a 0.03 GFLOP matmul takes under one.
+A plan that charged every backend trial alike would root its tree at a large operator as readily as
+at a small one. Each tuning result in the database records its operator, candidates and wall
+seconds, so the per-target model is, per method, a least-squares fit of
+
+    seconds = fixed + candidates x (per + per_gflop x GFLOPs of the operator),
+
+on that target's results. Until a target has results, defaults measured on this project's machines
 stand in (``DEFAULTS``, by target kind).
 
 Fitting is O(r) over the r results of the target.
@@ -15,6 +21,7 @@ Fitting is O(r) over the r results of the target.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping
 
@@ -26,27 +33,39 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @dataclass(frozen=True)
 class Line:
-    """seconds = fixed + per x candidates, and how many results it was fitted on (0: a default)."""
+    """seconds = fixed + candidates x (per + per_gflop x GFLOPs), and how many results it was fitted on
+    (0: a default)."""
 
     fixed: float
     per: float
+    per_gflop: float = 0.0
     samples: int = 0
 
-    def __call__(self, candidates: float) -> float:
-        return self.fixed + self.per * candidates
+    def __call__(self, candidates: float, gflops: float = 0.0) -> float:
+        return self.fixed + candidates * self.per_candidate(gflops)
+
+    def per_candidate(self, gflops: float = 0.0) -> float:
+        return self.per + self.per_gflop * gflops
 
 
-#: Before a target has results. CPU: fitted on this project's 2-core machines
-#: (experiments/reuse_pairs.py --scale small --trials 128: MetaSchedule 0.97 s per trial over 16
-#: operators; 24 ranked reuses 4.0 s of set-up -- design space, ranker training on β's 128
-#: programs -- plus 0.45 s per candidate). CUDA: the host-side search dominates; not yet fitted.
+#: Before a target has results. CPU: fitted (:func:`fit_line`) on this project's 2-core machines,
+#: on the results of experiments/set_bench.py --opset bert_base --trials 100 --seeds 3 (28 MetaSchedule
+#: runs on 0.03-0.6 GFLOP matmuls: 0.68 s per trial plus 1.8 s per trial and GFLOP; the reuses there
+#: grew by 0.4 s per candidate and GFLOP) and
+#: experiments/reuse_pairs.py --scale small --trials 128 (24 ranked reuses: 4.0 s of set-up --
+#: design space, ranker training on β's programs -- plus about 0.45 s per candidate, growing
+#: more slowly with size than a backend trial because ranked candidates are the good ones).
+#: CUDA: the host-side search dominates; not yet fitted.
 DEFAULTS: Mapping[str, tuple[Line, Line]] = {
-    "cpu": (Line(0.0, 0.97), Line(4.0, 0.45)),
+    "cpu": (Line(0.0, 0.68, 1.8), Line(4.0, 0.45, 0.4)),
     "cuda": (Line(0.0, 0.8), Line(4.0, 0.4)),
 }
-#: Results needed before a fitted line replaces the default (fewer: the default's slope is kept
+#: Results needed before a fitted line replaces the default (fewer: the default's shape is kept
 #: and only the ratio of the recorded seconds to it is learned).
 MIN_FIT = 5
+#: Largest / smallest operator GFLOPs among the results before the growth with size is fitted
+#: rather than taken from the default.
+MIN_SPREAD = 2.0
 
 
 @dataclass(frozen=True)
@@ -61,45 +80,77 @@ class TimeModel:
     reuse: Line
     count_scale: float = 1.0
 
-    def backend_seconds(self, trials: float) -> float:
-        return self.backend(trials)
+    def backend_seconds(self, trials: float, gflops: float = 0.0) -> float:
+        return self.backend(trials, gflops)
 
     def reuse_candidates(self, estimated: float) -> float:
         return estimated * self.count_scale
 
-    def reuse_seconds(self, candidates: float) -> float:
-        return self.reuse(candidates)
+    def reuse_seconds(self, candidates: float, gflops: float = 0.0) -> float:
+        return self.reuse(candidates, gflops)
 
     def to_json(self) -> dict:
         return {"backend": vars(self.backend), "reuse": vars(self.reuse), "count_scale": self.count_scale}
 
 
-def fit_line(points: Iterable[tuple[float, float]], default: Line, *, with_intercept: bool) -> Line:
-    """Least squares through (candidates, seconds), falling back towards ``default`` on little data.
+Point = tuple[float, float, float]  # (candidates, GFLOPs of the operator, seconds)
 
-    Without an intercept (backend runs, whose set-up is amortised over many trials) the slope is
-    total seconds over total candidates. With one, the intercept is clamped to >= 0 and a
-    degenerate fit (all runs the same size) keeps the default's intercept.
+
+def fit_line(points: Iterable[Point], default: Line, *, with_intercept: bool) -> Line:
+    """Least squares through (candidates, GFLOPs, seconds), falling back towards ``default``.
+
+    With at least ``MIN_FIT`` results over operators whose sizes differ by ``MIN_SPREAD`` x, all
+    coefficients are fitted (a negative one, from noise, falls back). Otherwise the default's
+    growth with size is kept (candidates are weighted by 1 + per_gflop/per x GFLOPs) and the rest is
+    a line in that weighted count: without an intercept (backend runs, whose set-up is amortised
+    over many trials) total seconds over the weighted total; with one, fitted on ``MIN_FIT``
+    results that differ in size, else the default's intercept kept and only the rate learned.
     """
-    pts = [(float(c), float(s)) for c, s in points if c > 0 and s > 0]
-    n = len(pts)
-    if n == 0:
+    pts = [(float(c), max(float(g), 0.0), float(s)) for c, g, s in points if c > 0 and s > 0]
+    if not pts:
         return default
-    sx = sum(c for c, _ in pts)
+    n = len(pts)
+    gs = [g for _, g, _ in pts]
+    if n >= MIN_FIT and min(gs) > 0 and max(gs) >= MIN_SPREAD * min(gs):
+        full = _least_squares(pts, with_intercept)
+        if full is not None:
+            return full
+    k = default.per_gflop / default.per if default.per else 0.0
+    fixed, per = _line([(c * (1 + k * g), s) for c, g, s in pts], default.fixed, default.per, with_intercept)
+    return Line(fixed, per, per * k, n)
+
+
+def _least_squares(pts: list[Point], with_intercept: bool) -> Line | None:
+    import numpy as np
+
+    cols = [[c, c * g] for c, g, _ in pts]
+    if with_intercept:
+        cols = [[1.0, *row] for row in cols]
+    coef, _, rank, _ = np.linalg.lstsq(np.array(cols), np.array([s for _, _, s in pts]), rcond=None)
+    if rank < len(cols[0]) or any(x < -1e-9 or not math.isfinite(x) for x in coef):
+        return None
+    fixed, per, per_gflop = (max(float(x), 0.0) for x in (coef if with_intercept else (0.0, *coef)))
+    if per == 0:
+        return None
+    return Line(float(fixed), float(per), float(per_gflop), len(pts))
+
+
+def _line(pts: list[tuple[float, float]], fixed0: float, per0: float, with_intercept: bool) -> tuple[float, float]:
+    """(fixed, per) of seconds = fixed + per x work through (work, seconds)."""
+    n = len(pts)
+    sx = sum(x for x, _ in pts)
     sy = sum(s for _, s in pts)
-    if not with_intercept or n < MIN_FIT:
-        if with_intercept:  # keep the default's set-up time, learn the rest
-            return Line(default.fixed, max(sy - n * default.fixed, 0.0) / sx or default.per, n)
-        return Line(0.0, sy / sx, n)
+    if not with_intercept:
+        return 0.0, sy / sx
     mx, my = sx / n, sy / n
-    var = sum((c - mx) ** 2 for c, _ in pts)
-    if var == 0:
-        return Line(default.fixed, max(my - default.fixed, 0.0) / mx or default.per, n)
-    per = sum((c - mx) * (s - my) for c, s in pts) / var
+    var = sum((x - mx) ** 2 for x, _ in pts)
+    if n < MIN_FIT or var == 0:  # keep the default's set-up time, learn the rest
+        return fixed0, max(sy - n * fixed0, 0.0) / sx or per0
+    per = sum((x - mx) * (s - my) for x, s in pts) / var
     fixed = my - per * mx
     if fixed < 0 or per <= 0:  # noise made the line absurd: a line through the origin instead
-        return Line(0.0, sy / sx, n)
-    return Line(fixed, per, n)
+        return 0.0, sy / sx
+    return fixed, per
 
 
 def learn_time_model(database: "Database | None", target: "str | Target", kind: str) -> TimeModel:
@@ -111,11 +162,22 @@ def learn_time_model(database: "Database | None", target: "str | Target", kind: 
         return TimeModel(d_backend, d_reuse)
     tk = target_key(target)
     rows = [r for r in database.results() if r.get("target") == tk and r.get("records")]
-    backend = [(r["candidates"], r["seconds"]) for r in rows if r.get("method") == "backend"]
-    reuse = [(r["candidates"], r["seconds"]) for r in rows if r.get("method") == "reuse"]
+    backend = [p for r in rows if r.get("method") == "backend" and (p := _point(r))]
+    reuse = [p for r in rows if r.get("method") == "reuse" and (p := _point(r))]
     # the estimator's own count: a stored estimate was already scaled by the plan's count_scale
     planned = [(r["candidates"], r["estimate"] / r.get("count_scale", 1.0))
                for r in rows if r.get("method") == "reuse" and r.get("estimate")]
     scale = sum(a for a, _ in planned) / sum(e for _, e in planned) if planned else 1.0
     return TimeModel(fit_line(backend, d_backend, with_intercept=False),
                      fit_line(reuse, d_reuse, with_intercept=True), min(2.0, max(0.5, scale)))
+
+
+def _point(result: dict) -> Point | None:
+    """(candidates, GFLOPs, seconds) of one stored result; None if its operator cannot be read back."""
+    from .operators import Operator
+
+    try:
+        gflops = Operator.from_dict(result["op"]).flops / 1e9
+    except (KeyError, TypeError, ValueError):
+        return None
+    return result.get("candidates") or 0, gflops, result.get("seconds") or 0

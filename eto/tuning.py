@@ -7,11 +7,15 @@ most the operators that were in flight.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Literal, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Literal, Mapping, Sequence
+
+from tuner.trajectory import median_secs
 
 from .database import Database
 from .target import target_key
@@ -19,6 +23,7 @@ from .operators import Operator
 from .opsets import OperatorEntry, OperatorSet
 
 if TYPE_CHECKING:  # pragma: no cover
+    from tvm.s_tir.meta_schedule.database import TuningRecord
     from tvm.target import Target
 
     from tuner.measure import Measurer
@@ -114,10 +119,12 @@ def tune_with_backend(
     """Tune every operator not yet in ``database`` with MetaSchedule (task scheduler, ``trials`` each).
 
     Every measured program is stored; ``extra`` adds per operator metadata (e.g. the plan's estimate).
+    An operator another process is tuning on the same database (:mod:`eto.claims`) is waited for
+    after the rest, and tuned here only if that process stopped without a result.
     """
-    from tuner.backend import BackendTask, tune_backend
     from tuner.measure import MeasureConfig, Measurer
 
+    from .claims import claim
     from .target import num_threads
 
     if not isinstance(opset, OperatorSet):
@@ -125,26 +132,89 @@ def tune_with_backend(
     os.environ.setdefault("TVM_NUM_THREADS", str(num_threads()))
     start = time.perf_counter()
     todo = [e for e in opset if not database.attempted(e.op, target)]
-    by_name = {e.op.name: e for e in todo}
+    tuned_now: set[Operator] = set()
     if todo:
         own = measurer is None
         measurer = measurer or Measurer.local(MeasureConfig())
+        kw = dict(measurer=measurer, num_trials_per_iter=num_trials_per_iter, seed=seed, work_dir=work_dir,
+                  on_batch=on_batch, strategy=strategy, verbose=verbose)
         try:
-            tasks = [BackendTask(e.op.name, e.op.prim_func(), float(e.frequency)) for e in todo]
-
-            def commit(res) -> None:
-                e = by_name[res.name]
-                database.commit(e.op, target, res.records, method="backend", candidates=res.candidates,
-                                seconds=res.seconds, error="; ".join(res.errors) or None,
-                                extra={**(extra or {}).get(e.op, {}),
-                                       "trajectory": [p.to_json() for p in res.trajectory]})
-
-            tune_backend(tasks, target, trials_per_task=trials, measurer=measurer,
-                         num_trials_per_iter=num_trials_per_iter, seed=seed, work_dir=work_dir,
-                         on_result=commit, on_batch=on_batch, strategy=strategy, verbose=verbose)
+            with ExitStack() as held:
+                mine = [e for e in todo if held.enter_context(claim(database, e.op, target, wait=False))
+                        and not database.attempted(e.op, target)]
+                if mine:
+                    _resumable_backend(mine, target, database, trials, extra or {}, kw)
+                tuned_now.update(e.op for e in mine)
+            for e in todo:  # claimed by another writer: wait for it
+                if e.op not in tuned_now:
+                    with claim(database, e.op, target):
+                        if not database.attempted(e.op, target):
+                            _resumable_backend([e], target, database, trials, extra or {}, kw)
+                            tuned_now.add(e.op)
         finally:
             if own:
                 measurer.close()
-    tuned_now = {e.op for e in todo}
     rows = tuple(report_row(e, database, target, "tuned" if e.op in tuned_now else "cached") for e in opset)
     return TuneReport(str(target), rows, time.perf_counter() - start)
+
+
+def _resumable_backend(todo: list[OperatorEntry], target: "Target", database: Database, trials: int,
+                       extra: "Mapping[Operator, dict]", kw: dict) -> None:
+    """The backend over ``todo``, every measured batch made durable and an interrupted run continued.
+
+    Each batch is checkpointed as it is measured; an operator with checkpointed batches gets only
+    the rest of its budget, and its earlier programs seed the search and train its cost model. Tasks
+    with the same remaining budget share one task scheduler.
+    """
+    from tuner.backend import BackendTask, tune_backend
+
+    by_name = {e.op.name: e for e in todo}
+    before = {e.op.name: database.progress(e.op, target) for e in todo}
+    best: dict[str, float] = {}
+    done = {n: (p.trials, p.seconds) for n, p in before.items()}
+
+    def checkpoint(name: str, records: list, n: int, seconds: float) -> None:
+        t, s = done[name]
+        done[name] = (t + n, s + seconds)
+        best[name] = min([best.get(name, min((p.latency_s for p in before[name].programs), default=math.inf))]
+                         + [median_secs(r.run_secs) for r in records])
+        database.checkpoint(by_name[name].op, target, records, method="backend", trials=n, seconds=seconds,
+                            trajectory=[[done[name][1], done[name][0], best[name]]])
+
+    def commit(res) -> None:
+        e, prior = by_name[res.name], before[res.name]
+        prior_best = min((q.latency_s for q in prior.programs), default=math.inf)
+        shifted = [p.after(prior.seconds, prior.trials, prior_best).to_json() for p in res.trajectory]
+        records, checked, wrong = gated(e.op, res.records, target)
+        database.commit(e.op, target, records, method="backend", candidates=prior.trials + res.candidates,
+                        seconds=prior.seconds + res.seconds, error=wrong or "; ".join(res.errors) or None,
+                        extra={**extra.get(e.op, {}), "trajectory": [*prior.trajectory, *shifted], **checked,
+                               **({"resumed_after": prior.trials} if prior.trials else {})})
+
+    groups: dict[int, list[OperatorEntry]] = {}
+    for e in todo:
+        groups.setdefault(max(trials - before[e.op.name].trials, 0), []).append(e)
+    for left, group in sorted(groups.items(), reverse=True):
+        if left == 0:  # killed after its last batch, before its result: the batches are the result
+            for e in group:
+                p = before[e.op.name]
+                records, checked, wrong = gated(e.op, [q.tuning_record for q in p.programs], target)
+                database.commit(e.op, target, records, method="backend", candidates=p.trials, seconds=p.seconds,
+                                error=wrong, extra={**extra.get(e.op, {}), "trajectory": list(p.trajectory),
+                                                    "resumed_after": p.trials, **checked})
+            continue
+        tasks = [BackendTask(e.op.name, e.op.prim_func(), float(e.frequency)) for e in group]
+        warm = [[q.tuning_record for q in before[e.op.name].programs] for e in group]
+        tune_backend(tasks, target, trials_per_task=left, warm_start=warm, on_result=commit,
+                     on_measured=checkpoint, **kw)
+
+
+def gated(op: Operator, records: "Sequence[TuningRecord]", target: "Target") -> tuple[list, dict, str | None]:
+    """:func:`eto.verify.gate` on a result's records: (records to store, metadata, error if none is right)."""
+    from .verify import gate
+
+    kept, checked = gate(op, records, target)
+    wrong = None
+    if not kept and checked.get("rejected"):
+        wrong = f"no program matched the reference ({len(checked['rejected'])} checked): {checked['rejected'][0]['error']}"
+    return kept, checked, wrong

@@ -61,3 +61,101 @@ def test_killed_tuning_resumes_without_retuning(tmp_path, method):
     from tvm.s_tir import meta_schedule as ms
 
     assert len(ms.database.JSONDatabase(work_dir=str(db_dir)).get_all_tuning_records()) == len(after.programs())
+
+
+def test_killed_backend_continues_where_it_stopped(tmp_path):
+    """SIGKILL half-way through one operator's backend run: its measured batches survive, and the
+    rerun measures only the rest of the budget, seeded with them (issue: nothing lost on a crash)."""
+    op = Operator.create("DENSE", M=32, N=32, K=32)
+    set_file = tmp_path / "set.json"
+    OperatorSet.from_layers("one", [op]).save(set_file)
+    db_dir = tmp_path / "db"
+    budget, batch = 16, 4
+    cmd = [sys.executable, "-m", "eto", "tune", "--opset", str(set_file), "--trials", str(budget),
+           "--trials-per-iter", str(batch), "--search", "light", "--db", str(db_dir), "--quiet", "--seed", "0",
+           "--method", "ansor"]
+    env = {**os.environ, "TVM_NUM_THREADS": "2"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    meta = db_dir / META
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if meta.exists() and meta.read_text().count('"kind":"progress"') >= 2:
+            break
+        time.sleep(0.1)
+    assert proc.poll() is None, "tuning finished before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed = Database(db_dir)
+    target = parse_target("cpu")
+    progress = killed.progress(op, target)
+    assert not killed.results() and batch * 2 <= progress.trials < budget
+    kept = {p.line for p in progress.programs}
+    assert kept and killed.orphans == []
+
+    rerun = subprocess.run(cmd + ["--json"], env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    after = Database(db_dir)
+    (result,) = after.results()
+    assert result["resumed_after"] == progress.trials
+    assert budget <= result["candidates"] <= budget + batch  # within one batch of the budget
+    assert result["seconds"] >= progress.seconds
+    assert kept <= {p.line for p in after.programs(op=op)}  # the killed run's programs are the result's
+    assert after.best(op, target).latency_s <= min(p.latency_s for p in progress.programs)
+    assert after.progress(op, target).trials == 0  # a result exists: nothing left to continue
+    from tvm.s_tir import meta_schedule as ms
+
+    # every record line is a program of the result: nothing was written twice
+    assert len(ms.database.JSONDatabase(work_dir=str(db_dir)).get_all_tuning_records()) == len(after.programs())
+
+
+def test_two_writers_on_one_database_tune_each_operator_once(tmp_path):
+    """Two `eto tune` processes started together on one database: every operator is tuned by exactly
+    one of them, both finish, and the files stay readable by eto and by MetaSchedule."""
+    ops = [Operator.create("DENSE", M=m, N=32, K=32) for m in (8, 16, 24, 40)]
+    set_file = tmp_path / "set.json"
+    OperatorSet.from_layers("four", ops).save(set_file)
+    db_dir = tmp_path / "db"
+    cmd = [sys.executable, "-m", "eto", "tune", "--opset", str(set_file), "--trials", "8",
+           "--trials-per-iter", "4", "--search", "light", "--db", str(db_dir), "--quiet", "--seed", "0",
+           "--bridges", "none", "--plan-budget", "1000", "--json"]
+    env = {**os.environ, "TVM_NUM_THREADS": "1"}
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=900) for p in procs]
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-2000:]
+    db = Database(db_dir)
+    assert db.problems == [] and db.orphans == []
+    keys = [r["op_key"] for r in db.results()]
+    assert sorted(keys) == sorted(op.key for op in ops)  # each operator exactly once
+    statuses = [{r["key"]: r["status"] for r in json.loads(out)["operators"]} for out, _ in outs]
+    for op in ops:  # the report of each process: tuned by one, cached (found done) by the other
+        assert sorted(s[op.key] for s in statuses) == ["cached", "tuned"]
+    from tvm.s_tir import meta_schedule as ms
+
+    assert len(ms.database.JSONDatabase(work_dir=str(db_dir)).get_all_tuning_records()) == len(db.programs())
+
+
+def test_a_claim_dies_with_its_process(tmp_path):
+    from eto.claims import claim
+
+    db = Database(tmp_path / "db")
+    op = Operator.create("DENSE", M=8, N=32, K=32)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from eto.claims import claim; from eto.database import Database; "
+        "from eto.operators import Operator; "
+        f"c = claim(Database({str(db.path)!r}), Operator.create('DENSE', M=8, N=32, K=32), 'llvm'); "
+        "c.__enter__(); print('held', flush=True); time.sleep(600)")], stdout=subprocess.PIPE, text=True,
+        start_new_session=True)
+    assert holder.stdout.readline().strip() == "held"
+    with claim(db, op, "llvm", wait=False) as got:
+        assert got is False
+    with claim(db, Operator.create("DENSE", M=16, N=32, K=32), "llvm", wait=False) as other:
+        assert other is True  # another operator is free meanwhile
+    os.killpg(holder.pid, signal.SIGKILL)
+    holder.wait()
+    with claim(db, op, "llvm", wait=False) as got:
+        assert got is True
+        with claim(db, op, "llvm", wait=False) as again:  # the holder asking again: no self-deadlock
+            assert again is True

@@ -7,16 +7,34 @@ from eto.time_model import DEFAULTS, MIN_FIT, Line, fit_line, learn_time_model
 
 def test_fit_line_recovers_a_line_and_falls_back_on_little_data():
     default = Line(1.0, 0.5)
-    pts = [(c, 2.0 + 0.25 * c) for c in (4, 8, 12, 16, 30)]
+    pts = [(c, 0.1, 2.0 + 0.25 * c) for c in (4, 8, 12, 16, 30)]  # one size: no growth with size to fit
     line = fit_line(pts, default, with_intercept=True)
-    assert (line.fixed, line.per, line.samples) == (pytest.approx(2.0), pytest.approx(0.25), 5)
+    assert (line.fixed, line.per, line.per_gflop, line.samples) == (pytest.approx(2.0), pytest.approx(0.25), 0, 5)
     assert fit_line([], default, with_intercept=True) == default
     few = fit_line(pts[:2], default, with_intercept=True)  # keep the default set-up, learn the rate
-    assert few.fixed == 1.0 and few.per == pytest.approx((sum(s for _, s in pts[:2]) - 2.0) / 12)
-    through0 = fit_line([(100, 70.0), (200, 150.0)], default, with_intercept=False)
+    assert few.fixed == 1.0 and few.per == pytest.approx((sum(s for _, _, s in pts[:2]) - 2.0) / 12)
+    through0 = fit_line([(100, 0.1, 70.0), (200, 0.1, 150.0)], default, with_intercept=False)
     assert (through0.fixed, through0.per) == (0.0, pytest.approx(220 / 300))
-    same = fit_line([(10, 5.0)] * MIN_FIT, default, with_intercept=True)  # no spread: default intercept
+    same = fit_line([(10, 0.1, 5.0)] * MIN_FIT, default, with_intercept=True)  # no spread: default intercept
     assert same.fixed == 1.0 and same.per == pytest.approx(0.4)
+
+
+def test_fit_line_learns_how_a_candidate_grows_with_the_operator():
+    """Backend trials of a big operator cost more (each candidate runs longer): fitted once sizes differ."""
+    truth = Line(3.0, 0.4, 2.0)
+    pts = [(c, g, truth(c, g)) for c, g in ((10, 0.01), (20, 0.05), (15, 0.3), (30, 0.6), (12, 1.2))]
+    fitted = fit_line(pts, Line(4.0, 0.45, 0.4), with_intercept=True)
+    assert (fitted.fixed, fitted.per, fitted.per_gflop) == (pytest.approx(3.0), pytest.approx(0.4), pytest.approx(2.0))
+    backend = fit_line([(c, g, truth(c, g) - 3.0) for c, g, _ in pts], Line(0.0, 1.0), with_intercept=False)
+    assert (backend.fixed, backend.per, backend.per_gflop) == (0.0, pytest.approx(0.4), pytest.approx(2.0))
+    # too few results, or one size only: the default's growth with size is kept, the rate learned
+    default = Line(0.0, 0.5, 1.0)
+    few = fit_line([(100, 0.5, 100.0)], default, with_intercept=False)
+    assert few.per_gflop / few.per == pytest.approx(2.0) and few(100, 0.5) == pytest.approx(100.0)
+    # noise that makes a coefficient negative falls back to the default's shape
+    noisy = [(10, 0.01, 9.0), (10, 0.1, 8.0), (10, 0.2, 7.0), (10, 0.4, 6.0), (10, 0.8, 5.0)]
+    shaped = fit_line(noisy, default, with_intercept=False)
+    assert shaped.per_gflop >= 0 and shaped.per_gflop / shaped.per == pytest.approx(2.0)
 
 
 def test_time_model_learns_from_the_targets_results_only(tmp_path):
@@ -38,7 +56,10 @@ def test_time_model_learns_from_the_targets_results_only(tmp_path):
                   extra={"estimate": n / 1.5})
     tm = learn_time_model(db, cpu, "cpu")
     assert tm.count_scale == pytest.approx(1.5) and tm.reuse_candidates(10) == pytest.approx(15)
-    assert tm.backend_seconds(100) == pytest.approx(100 * 300 / 400)
+    gf = [op.flops / 1e9 for op in ops]
+    k = DEFAULTS["cpu"][0].per_gflop / DEFAULTS["cpu"][0].per  # two backend results: the default's shape kept
+    per = 300 / (100 * (1 + k * gf[0]) + 300 * (1 + k * gf[1]))
+    assert tm.backend_seconds(100, gf[0]) == pytest.approx(100 * per * (1 + k * gf[0]))
     assert (tm.reuse.fixed, tm.reuse.per) == (pytest.approx(3.0), pytest.approx(0.5))
     other = parse_target('{"kind": "llvm", "mcpu": "skylake", "num-cores": 2}')
     assert learn_time_model(db, other, "cpu").reuse == DEFAULTS["cpu"][1]

@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
 from tvm.ir.utils import derived_object
@@ -160,13 +161,15 @@ class _ProgressCallback(PyMeasureCallback):
     """Runs after MetaSchedule's own callbacks (so the batch is already in its database)."""
 
     def __init__(self, progress: list[_TaskProgress], start: float, clock: _BatchClock,
-                 finish: Callable[[int], None], on_batch: Callable[[str, int, int, float], None] | None):
+                 finish: Callable[[int], None], on_batch: Callable[[str, int, int, float], None] | None,
+                 on_measured: "Callable[[int, list, int, float], None] | None" = None):
         super().__init__()
         self.progress = progress
         self.start = start
         self.clock = clock
         self.finish = finish
         self.on_batch = on_batch
+        self.on_measured = on_measured
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
         p = self.progress[task_id]
@@ -175,7 +178,8 @@ class _ProgressCallback(PyMeasureCallback):
             timing = (0.0, time.perf_counter())
         p.seconds += timing[0]
         at = timing[1] - self.start
-        for b, r in zip(builder_results, runner_results):
+        measured = []
+        for c, b, r in zip(measure_candidates, builder_results, runner_results):
             p.trials += 1
             latency = median_secs(r.run_secs)
             if b.error_msg is not None or r.error_msg is not None or math.isinf(latency):
@@ -184,8 +188,11 @@ class _ProgressCallback(PyMeasureCallback):
                     p.errors.append(str(b.error_msg).strip().splitlines()[-1][:300] if b.error_msg is not None
                                     else run_error_message(r.error_msg))
                 continue
+            measured.append((c, r.run_secs))
             p.best = min(p.best, latency)
             p.trajectory.append(TrajectoryPoint(at, p.trials, p.best))
+        if self.on_measured is not None:
+            self.on_measured(task_id, measured, len(measure_candidates), timing[0])
         if not p.trajectory or p.trajectory[-1].trial != p.trials:
             p.trajectory.append(TrajectoryPoint(at, p.trials, p.best))
         if self.on_batch is not None:
@@ -238,12 +245,13 @@ def tune_backend(
     seed: int | None = None,
     top_k: int | None = None,
     prior: "MSDatabase | None" = None,
-    warm_start: "Sequence[Sequence[tuple[Schedule, float]]] | None" = None,
+    warm_start: "Sequence[Sequence[tuple[Schedule, float] | TuningRecord]] | None" = None,
     cost_model: "ms.CostModel | None" = None,
     work_dir: str | None = None,
     num_threads: int | None = None,
     on_result: Callable[[BackendResult], None] | None = None,
     on_batch: Callable[[str, int, int, float], None] | None = None,
+    on_measured: "Callable[[str, list[TuningRecord], int, float], None] | None" = None,
     strategy: "str | ms.search_strategy.SearchStrategy" = "evolutionary",
     verbose: bool = False,
 ) -> list[BackendResult]:
@@ -256,8 +264,12 @@ def tune_backend(
     instead of starting cold. ``cost_model``: the search's (default: a fresh XGBoost model).
     Results keep every program that ran, best first (``top_k``: the best few), as MetaSchedule's
     JSON database does: a later reuse's ranker learns from all. ``on_result`` gets each result as
-    soon as it exists. ``strategy``: MetaSchedule's evolutionary search by default (what benchmarks
-    compare against); see :func:`light_search`.
+    soon as it exists; ``on_measured(name, records, trials, seconds)`` gets each batch as soon as it
+    is measured (the programs that ran, and the batch's trials and seconds, failures included), so
+    a caller can make progress durable before the task ends. ``warm_start`` entries may also be
+    TuningRecords (a resumed run's own earlier batches): they are stored as they are, run times
+    kept. ``strategy``: MetaSchedule's evolutionary search by default (what benchmarks compare
+    against); see :func:`light_search`.
     """
     if not tasks or trials_per_task < 1:
         raise ValueError("no tasks to tune" if not tasks else f"trials_per_task must be positive, got {trials_per_task}")
@@ -288,25 +300,30 @@ def tune_backend(
             on_result(res)
 
     clock = _BatchClock()
-    callback = _ProgressCallback(progress, clock.last_end, clock, finish, on_batch)
+    measured = None if on_measured is None else partial(_as_records, database, contexts, target, tasks, on_measured)
+    callback = _ProgressCallback(progress, clock.last_end, clock, finish, on_batch, measured)
     ms.tune.tune_tasks(
-        tasks=contexts,
-        task_weights=[t.weight for t in tasks],
-        work_dir=work_dir,
-        max_trials_global=trials_per_task * len(tasks),
-        max_trials_per_task=trials_per_task,
+        tasks=contexts, task_weights=[t.weight for t in tasks], work_dir=work_dir,
+        max_trials_global=trials_per_task * len(tasks), max_trials_per_task=trials_per_task,
         num_trials_per_iter=min(num_trials_per_iter, trials_per_task),
-        builder=_TimedBuilder(measurer.builder, clock),
-        runner=_TimedRunner(measurer.runner, clock),
-        database=database,
-        cost_model=cost_model,
-        measure_callbacks=ms.MeasureCallback.create("default") + [callback],
-        task_scheduler=scheduler,
+        builder=_TimedBuilder(measurer.builder, clock), runner=_TimedRunner(measurer.runner, clock),
+        database=database, cost_model=cost_model,
+        measure_callbacks=ms.MeasureCallback.create("default") + [callback], task_scheduler=scheduler,
     )
     for i, r in enumerate(results):
         if r is None:  # the search space was exhausted before the budget
             finish(i)
     return results  # type: ignore[return-value]
+
+
+def _as_records(database, contexts, target, tasks, on_measured, i: int, batch: list, trials: int,
+                seconds: float) -> None:
+    """Hand a measured batch to ``on_measured`` as TuningRecords of task ``i``."""
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+
+    wl = database.commit_workload(contexts[i].mod)
+    records = [TuningRecord(c.sch.trace, wl, [float(x) for x in secs], target, c.args_info) for c, secs in batch]
+    on_measured(tasks[i].name, records, trials, seconds)
 
 
 def _contexts(tasks: Sequence[BackendTask], target: "Target", *, strategy, seed: int | None, threads: int,
@@ -337,12 +354,24 @@ def _warm_start(contexts, tasks, warm_start, database, cost_model, target) -> No
     from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 
     for ctx, task, programs in zip(contexts, tasks, warm_start):
-        programs = [(sch, s) for sch, s in programs if math.isfinite(s)]
+        programs = [_as_program(p, ctx.mod) for p in programs]
+        programs = [(sch, secs) for sch, secs in programs if math.isfinite(median_secs(secs))]
         if not programs:
             continue
         args = ArgInfo.from_prim_func(task.func)
         wl = database.commit_workload(ctx.mod)
         for sch, secs in programs:
-            database.commit_tuning_record(TuningRecord(sch.trace, wl, [float(secs)], target, args))
+            database.commit_tuning_record(TuningRecord(sch.trace, wl, secs, target, args))
         cost_model.update(ctx, [MeasureCandidate(sch, args) for sch, _ in programs],
-                          [RunnerResult([float(s)], None) for _, s in programs])
+                          [RunnerResult(secs, None) for _, secs in programs])
+
+
+def _as_program(p, mod) -> tuple:
+    """A warm-start entry as (schedule, run seconds): a (schedule, seconds) pair or a TuningRecord."""
+    from tvm.s_tir import Schedule
+
+    if isinstance(p, tuple):
+        return p[0], [float(p[1])]
+    sch = Schedule(mod)
+    p.trace.apply_to_schedule(sch, remove_postproc=False)
+    return sch, [float(x) for x in p.run_secs]

@@ -1,0 +1,60 @@
+"""The correctness gate: a program whose output differs from numpy never becomes a stored best."""
+
+import pytest
+
+from eto.database import Database
+from eto.operators import Operator
+from eto.target import parse_target
+from eto.tuning import gated
+from tests.test_database import make_records
+
+
+def wrong_records(op, secs, target):
+    """Records of a program with ``op``'s arguments that computes something else (twice the answer)."""
+    from tvm import te
+    from tvm.ir import IRModule
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+    from tvm.s_tir.schedule import Trace
+
+    right = op.prim_func()
+    x, w = (te.placeholder(s, "float32", n) for s, n in zip(op.input_shapes, ("x", "w")))
+    k = te.reduce_axis((0, op.input_shapes[0][1]), "k")
+    ref = op.reference(*op.random_inputs(0))
+    # DENSE's layout: out[i, j] = sum_k x[i, k] * w[j, k]  (checked against numpy below)
+    out = te.compute(op.output_shape, lambda i, j: te.sum(x[i, k] * w[j, k] * 2.0, axis=k), name="out")
+    func = te.create_prim_func([x, w, out])
+    wl = Workload(IRModule({"main": func}))
+    assert ref.shape == tuple(op.output_shape) and len(right.params) == len(func.params)
+    return [TuningRecord(Trace([], {}), wl, [s], target, ArgInfo.from_prim_func(func)) for s in secs]
+
+
+def test_a_wrong_program_is_rejected_and_the_next_right_one_stored(tmp_path):
+    cpu = parse_target("cpu")
+    op = Operator.create("DENSE", M=8, N=16, K=32)
+    wrong = wrong_records(op, [1e-6], cpu)  # the fastest, and wrong
+    right = make_records(op, [[5e-6], [9e-6]], cpu)
+    kept, checked, error = gated(op, wrong + right, cpu)
+    assert error is None and checked["checked"] == "numpy"
+    assert [r["error"][:30] for r in checked["rejected"]] == ["output differs from numpy (max"]
+    assert [float(r.run_secs[0]) for r in kept] == [5e-6, 9e-6]
+
+    db = Database(tmp_path / "db")
+    db.commit(op, cpu, kept, method="backend", candidates=3, seconds=1.0, extra=checked)
+    assert db.best(op, cpu).latency_s == pytest.approx(5e-6)
+    assert db.results()[0]["rejected"][0]["latency_s"] == pytest.approx(1e-6)
+
+
+def test_a_result_whose_programs_are_all_wrong_stores_none():
+    cpu = parse_target("cpu")
+    op = Operator.create("DENSE", M=8, N=16, K=32)
+    kept, checked, error = gated(op, wrong_records(op, [1e-6, 2e-6], cpu), cpu)
+    assert kept == [] and len(checked["rejected"]) == 2
+    assert error.startswith("no program matched the reference (2 checked): output differs from numpy")
+
+
+def test_programs_for_a_device_not_here_are_stored_unchecked():
+    cuda = parse_target("cuda")
+    op = Operator.create("DENSE", M=8, N=16, K=32)
+    kept, checked, error = gated(op, make_records(op, [[2e-6], [1e-6]], cuda), cuda)
+    assert [float(r.run_secs[0]) for r in kept] == [1e-6, 2e-6] and checked == {"checked": None} and error is None
