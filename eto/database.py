@@ -5,21 +5,20 @@ A database is a directory that TVM reads as it is::
     database_workload.json        MetaSchedule: one workload per line  [shash, module]
     database_tuning_record.json   MetaSchedule: one record per line    [workload_line, record]
     eto_meta.json                 eto: one line per tuning result (operator, target, method,
-                                  reused source, candidates, seconds, and the record lines it owns),
-                                  and one ``"kind": "progress"`` line per measured batch of a run
-                                  still in flight (its records are durable before the run ends)
+                                  reused source, candidates, seconds, and the record lines it owns)
+    eto_progress.json             eto: one line per measured batch of a run in flight, records inside
+                                  (TVM never reads them: no unchecked program reaches its queries)
     corrupt_lines.txt             lines eto could not read, kept verbatim with file and line
 
 so ``ms.database.JSONDatabase(work_dir=path)`` and Relax's ``MetaScheduleApplyDatabase`` work on it.
 
-Writes are append-only: each line goes out in one ``write`` on an ``O_APPEND`` descriptor and is
-fsync'ed, records before the metadata line that references them, under an exclusive lock. A process
-killed at any point leaves complete lines plus at most one partial last line, which the next writer
-moves to ``corrupt_lines.txt`` (reported, never silently dropped). A corrupt line anywhere is
+Writes are append-only (:mod:`eto.jsonlines`: one ``write`` and one fsync per batch of lines),
+records before the metadata line that references them, under an exclusive lock. A process killed
+at any point leaves complete lines plus at most one partial last line, which the next writer moves
+to ``corrupt_lines.txt`` (reported, never silently dropped). A corrupt line anywhere is
 reported with file and line number and skipped.
 
-Reading needs no TVM: metadata and record lines are parsed as JSON; TuningRecord objects are built
-only when a caller asks for them.
+Reading needs no TVM: lines are parsed as JSON; TuningRecords are built only when asked for.
 """
 
 from __future__ import annotations
@@ -34,8 +33,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
 
+from tuner.faults import kill_point
 from tuner.trajectory import median_secs
 
+from .jsonlines import append_lines, count_lines, cut_partial_line, dumps, parse, raw_line, read_lines
 from .operators import Operator
 from .target import target_key
 
@@ -46,6 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
 WORKLOADS = "database_workload.json"
 RECORDS = "database_tuning_record.json"
 META = "eto_meta.json"
+PROGRESS = "eto_progress.json"
 CORRUPT = "corrupt_lines.txt"
 LOCK = ".lock"
 
@@ -93,12 +95,20 @@ class Problem:
 
 @dataclass(frozen=True)
 class Progress:
-    """An interrupted run's durable batches: trials, seconds and programs so far (best not sorted)."""
+    """An interrupted run's durable batches: trials, seconds and measured programs so far."""
 
     trials: int = 0
     seconds: float = 0.0
-    programs: tuple[ProgramRecord, ...] = ()
+    latencies: tuple[float, ...] = ()
     trajectory: tuple = ()  # [seconds, trial, best latency] points, the run's own clock
+    _entries: tuple = field(default=(), repr=False)  # [workload line, record JSON] per program
+    _db: "Database | None" = field(default=None, compare=False, repr=False)
+
+    def records(self) -> list["TuningRecord"]:
+        """The programs as MetaSchedule TuningRecords (imports TVM)."""
+        from tvm.s_tir.meta_schedule.database import TuningRecord
+
+        return [TuningRecord.from_json(rec, self._db.workload(wl)) for wl, rec in self._entries]  # type: ignore[union-attr]
 
 
 class DatabaseError(ValueError):
@@ -118,8 +128,7 @@ class Database:
         elif not os.path.isdir(self.path):
             raise DatabaseError(f"{self.path}: no such database")
         self.problems: list[Problem] = []
-        # one lock per object: concurrent subtrees (pipeline scale-out) share a Database; the file
-        # lock orders processes, this one keeps readers off a half-built index
+        # concurrent subtrees share a Database: this keeps readers off a half-built index
         self._mutex = threading.RLock()
         self.reload()
 
@@ -128,25 +137,8 @@ class Database:
         return os.path.join(self.path, name)
 
     def _read_lines(self, name: str) -> list[str | None]:
-        """Lines of a file; a partial (unterminated) last line is reported and returned as None."""
-        try:
-            with open(self._file(name), "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            return []
-        if not data:
-            return []
-        raw = data.split(b"\n")
-        partial = raw.pop()  # b"" when the file ends with a newline
-        lines: list[str | None] = []
-        for i, b in enumerate(raw):
-            try:
-                lines.append(b.decode("utf-8"))
-            except UnicodeDecodeError:
-                self.problems.append(Problem(name, i + 1, "not UTF-8 text"))
-                lines.append(None)
-        if partial:
-            self.problems.append(Problem(name, len(raw) + 1, "incomplete last line (interrupted write)"))
+        lines, problems = read_lines(self._file(name))
+        self.problems.extend(Problem(name, n, reason) for n, reason in problems)
         return lines
 
     def reload(self) -> None:
@@ -159,7 +151,7 @@ class Database:
         self._workloads: list[Any] = []  # parsed JSON or None
         self._workload_index: dict[str, int] = {}
         for i, text in enumerate(self._read_lines(WORKLOADS)):
-            obj = _parse(text)
+            obj = parse(text)
             if not (isinstance(obj, list) and len(obj) == 2 and isinstance(obj[0], str)):
                 if text is not None:
                     self.problems.append(Problem(WORKLOADS, i + 1, "not a [shash, module] workload"))
@@ -169,7 +161,7 @@ class Database:
             self._workloads.append(obj)
         self._records: list[Any] = []
         for i, text in enumerate(self._read_lines(RECORDS)):
-            obj = _parse(text)
+            obj = parse(text)
             ok = (isinstance(obj, list) and len(obj) == 2 and isinstance(obj[0], int)
                   and isinstance(obj[1], list) and len(obj[1]) == 4)
             if ok and not (0 <= obj[0] < len(self._workloads) and self._workloads[obj[0]] is not None):
@@ -182,30 +174,36 @@ class Database:
             self._records.append(obj)
         self._programs: list[ProgramRecord] = []
         self._results: list[dict] = []
-        self._progress: list[dict] = []
         owned: set[int] = set()
         for i, text in enumerate(self._read_lines(META)):
-            obj = _parse(text)
+            obj = parse(text)
             try:
                 if not isinstance(obj, dict):
                     raise ValueError("not a JSON object")
                 progs = self._programs_of(obj)
-            except (ValueError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError, OverflowError) as exc:
                 if text is not None:
                     self.problems.append(Problem(META, i + 1, f"unreadable metadata ({exc})"))
-                continue
-            if obj.get("kind") == "progress":  # a batch of a run in flight: durable, not yet a result
-                self._progress.append(obj)
-                owned.update(p.line for p in progs)
                 continue
             self._results.append(obj)
             for p in progs:
                 owned.add(p.line)
             self._programs.extend(progs)
         self.orphans = [i for i, r in enumerate(self._records) if r is not None and i not in owned]
+        self._progress: list[dict] = []
+        for i, text in enumerate(self._read_lines(PROGRESS)):
+            obj = parse(text)
+            if _progress_batch_ok(obj, len(self._workloads)):
+                self._progress.append(obj)
+            elif text is not None:
+                self.problems.append(Problem(PROGRESS, i + 1, "not a progress batch"))
 
     def _programs_of(self, meta: dict) -> list[ProgramRecord]:
         op = Operator.from_dict(meta["op"])
+        if not (isinstance(meta["target"], str) and isinstance(parse(meta["target"]), dict)):
+            raise ValueError(f"target {meta['target']!r} is not a target key")
+        if not isinstance(meta["method"], str) or not isinstance(meta.get("source") or "", str):
+            raise ValueError("method and source must be strings")
         out = []
         for rank, rec in enumerate(meta.get("records", [])):
             line = int(rec["line"])
@@ -234,10 +232,10 @@ class Database:
         with self._mutex:
             return list(self._results)
 
-    def progress(self, op: Operator, target: "str | Target", method: str = "backend") -> "Progress":
+    def progress(self, op: Operator, target: "str | Target", method: str = "backend") -> Progress:
         """What an interrupted run of ``op`` measured before it stopped (empty once a result exists).
 
-        A rerun continues from it: the trials count against the budget and the records seed the search.
+        A rerun continues from it: the trials count against the budget and the programs seed the search.
         """
         tk, key = target_key(target), op.key
         with self._mutex:
@@ -245,19 +243,26 @@ class Database:
                 return Progress()
             batches = [m for m in self._progress
                        if m.get("op_key") == key and m.get("target") == tk and m.get("method") == method]
+            entries = [e for m in batches for e in m.get("records", ())]
             return Progress(sum(int(m.get("trials", 0)) for m in batches),
                             sum(float(m.get("seconds", 0.0)) for m in batches),
-                            tuple(p for m in batches for p in self._programs_of(m)),
-                            tuple(pt for m in batches for pt in m.get("trajectory", ())))
+                            tuple(float(e[2]) for e in entries),
+                            tuple(pt for m in batches for pt in m.get("trajectory", ())),
+                            tuple((e[0], e[1]) for e in entries), self)
 
     def checkpoint(self, op: Operator, target: "str | Target", records: Sequence["TuningRecord"], *,
                    method: Method, trials: int, seconds: float, trajectory: Sequence = ()) -> None:
-        """Make one measured batch of a run in flight durable (see :meth:`progress`).
-
-        The result committed when the run ends owns the same record lines (nothing is stored twice).
-        """
-        self._store(op, target, records, {"kind": "progress", "method": method, "trials": int(trials),
-                                          "seconds": float(seconds), "trajectory": list(trajectory)})
+        """Make one measured batch of a run in flight durable (see :meth:`progress`): one line, one write."""
+        entries = [(rec, median_secs(rec.run_secs)) for rec in records]
+        known: list = []
+        with self._locked():
+            line = {"v": 1, "op": op.to_dict(), "op_key": op.key, "target": target_key(target), "method": method,
+                    "trials": int(trials), "seconds": float(seconds), "trajectory": list(trajectory),
+                    "records": [[self._workload_line(rec.workload, known), rec.as_json(), lat]
+                                for rec, lat in entries if lat < math.inf], "time": time.time(), "pid": os.getpid()}
+            self._append(PROGRESS, dumps(line))
+            kill_point("db.progress")
+            self._progress.append(json.loads(dumps(line)))
 
     def best(self, op: Operator, target: "str | Target") -> ProgramRecord | None:
         """The fastest stored program of ``op`` on ``target`` (None if never tuned there)."""
@@ -314,7 +319,8 @@ class Database:
             fcntl.flock(fd, fcntl.LOCK_EX)
             self._repair_partial_lines()
             self.reload()  # another process may have appended
-            self._line_counts = {name: _count_lines(self._file(name)) for name in (WORKLOADS, RECORDS, META, CORRUPT)}
+            self._line_counts = {name: count_lines(self._file(name))
+                                 for name in (WORKLOADS, RECORDS, META, CORRUPT, PROGRESS)}
             yield
         finally:
             self._line_counts = None
@@ -324,20 +330,9 @@ class Database:
 
     def _repair_partial_lines(self) -> None:
         """Move an interrupted write's partial last line to corrupt_lines.txt and cut it off."""
-        for name in (WORKLOADS, RECORDS, META):
-            path = self._file(name)
-            try:
-                with open(path, "rb") as f:
-                    data = f.read()
-            except FileNotFoundError:
-                continue
-            if data and not data.endswith(b"\n"):
-                cut = data.rfind(b"\n") + 1
-                lineno = data[:cut].count(b"\n") + 1
-                self._append(CORRUPT, f"{name}:{lineno}: " + data[cut:].decode("utf-8", "replace"))
-                with open(path, "r+b") as f:
-                    f.truncate(cut)
-                    os.fsync(f.fileno())
+        for name in (WORKLOADS, RECORDS, META, PROGRESS):
+            if (cut := cut_partial_line(self._file(name))) is not None:
+                self._append(CORRUPT, f"{name}:{cut[0]}: {cut[1]}")
 
     def _append(self, name: str, line: str) -> int:
         """Append one line with a single write; return its 0-based line number."""
@@ -346,21 +341,13 @@ class Database:
     def _append_lines(self, name: str, lines: Sequence[str]) -> int:
         """Append lines with a single write and one fsync; return the first one's 0-based number.
 
-        A process killed mid-write leaves complete lines plus at most one partial last line; lines
-        that made it are records no metadata owns yet (reported as orphans), never a wrong result.
+        A process killed mid-write leaves complete lines plus at most one partial last line: records
+        no metadata owns yet (reported as orphans), never a wrong result.
         """
         path = self._file(name)
-        data = "".join(line.replace("\n", " ") + "\n" for line in lines).encode("utf-8")
         counts = getattr(self, "_line_counts", None)
-        n = counts[name] if counts is not None and name in counts else _count_lines(path)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            written = os.write(fd, data)
-            if written != len(data):
-                raise OSError(f"{path}: short write ({written} of {len(data)} bytes)")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        n = counts[name] if counts is not None and name in counts else count_lines(path)
+        append_lines(path, lines)
         if counts is not None:
             counts[name] = n + len(lines)
         return n
@@ -374,20 +361,6 @@ class Database:
         Records without a measured time are skipped; a result with no usable record is still
         committed (with ``error``), so that a resumed run knows the operator was attempted.
         """
-        entries = self._store(op, target, records, {
-            "method": method, "source": source.key if isinstance(source, Operator) else source,
-            "candidates": int(candidates), "seconds": float(seconds)}, features=features, error=error, extra=extra)
-        return [p for p in self._programs if p.line in {e["line"] for e in entries}]
-
-    def _store(self, op: Operator, target: "str | Target", records: Sequence["TuningRecord"], fields: dict, *,
-               features: Sequence[dict | None] | None = None, error: str | None = None,
-               extra: dict | None = None) -> list[dict]:
-        """Append the usable records (best first) and one metadata line owning them; return its entries.
-
-        A record a progress line of the same operator already stored is referred to, not written again.
-        """
-        from tvm.s_tir.meta_schedule.database import Workload
-
         tk = target_key(target)
         usable = []
         for i, rec in enumerate(records):
@@ -396,41 +369,41 @@ class Database:
                 usable.append((latency, rec, features[i] if features else None))
         usable.sort(key=lambda t: t[0])
         with self._locked():
-            stored = self._progress_lines(op.key, tk)
-            lines, entries = [], []
-            known: list[tuple[Any, int]] = []  # (workload, line): records of one run share a workload
-            for latency, rec, feat in usable:
-                idx = next((i for w, i in known if w.same_as(rec.workload)), None)
-                if idx is None:
-                    wl_json = Workload(rec.workload.mod).as_json()
-                    idx = self._workload_index.get(wl_json[0])
-                    if idx is None:
-                        idx = self._append(WORKLOADS, _dumps(wl_json))
-                        self._workload_index[wl_json[0]] = idx
-                        self._workloads.extend([None] * (idx + 1 - len(self._workloads)))
-                        self._workloads[idx] = wl_json
-                    known.append((rec.workload, idx))
-                text = _dumps([idx, rec.as_json()])
-                if text in stored:
-                    entries.append({"latency_s": latency, "features": feat, "line": stored[text]})
-                else:
-                    lines.append(text)
-                    entries.append({"latency_s": latency, "features": feat, "line": None})
+            known: list = []  # records of one run share a workload
+            lines = [dumps([self._workload_line(rec.workload, known), rec.as_json()]) for _, rec, _ in usable]
             first = self._append_lines(RECORDS, lines) if lines else 0
-            for e in (e for e in entries if e["line"] is None):
-                e["line"] = first
-                first += 1
-            meta = {"v": 1, "op": op.to_dict(), "op_key": op.key, "target": tk, **fields, "records": entries,
-                    "error": error if not entries else None, "time": time.time(), "pid": os.getpid(), **(extra or {})}
-            self._append(META, _dumps(meta))
+            kill_point("db.records")
+            entries = [{"latency_s": lat, "features": feat, "line": first + i} for i, (lat, _, feat) in enumerate(usable)]
+            meta = {"v": 1, "op": op.to_dict(), "op_key": op.key, "target": tk, "method": method,
+                    "source": source.key if isinstance(source, Operator) else source, "candidates": int(candidates),
+                    "seconds": float(seconds), "records": entries, "error": error if not entries else None,
+                    "time": time.time(), "pid": os.getpid(), **(extra or {})}
+            self._append(META, dumps(meta))
+            kill_point("db.meta")
             self.reload()
-        return entries
+        return [p for p in self._programs if p.line in {e["line"] for e in entries}]
 
-    def _progress_lines(self, op_key: str, tk: str) -> dict[str, int]:
-        """Record text -> line of every record the operator's progress lines own."""
-        return {_dumps(self._records[int(r["line"])]): int(r["line"])
-                for m in self._progress if m.get("op_key") == op_key and m.get("target") == tk
-                for r in m.get("records", ())}
+    def _workload_line(self, workload: "Workload", known: list) -> int:
+        """The line of ``workload`` in database_workload.json, appended if new (hold the lock).
+
+        ``known`` caches (workload, line) pairs within one call: serialising a module is not free.
+        """
+        from tvm.s_tir.meta_schedule.database import Workload
+
+        idx = next((i for w, i in known if w.same_as(workload)), None)
+        if idx is None:
+            idx = self._workload_json_line(Workload(workload.mod).as_json())
+            known.append((workload, idx))
+        return idx
+
+    def _workload_json_line(self, wl_json: list) -> int:
+        idx = self._workload_index.get(wl_json[0])
+        if idx is None:
+            idx = self._workload_index[wl_json[0]] = self._append(WORKLOADS, dumps(wl_json))
+            kill_point("db.workload")
+            self._workloads.extend([None] * (idx + 1 - len(self._workloads)))
+            self._workloads[idx] = wl_json
+        return idx
 
     # -- merging --------------------------------------------------------------------------
     def merge_from(self, other: "Database") -> dict[str, int]:
@@ -441,23 +414,18 @@ class Database:
 
             def workload_line(src_idx: int) -> int:
                 if src_idx not in wl_map:
-                    wl = other._workloads[src_idx]
-                    idx = self._workload_index.get(wl[0])
-                    if idx is None:
-                        idx = self._append(WORKLOADS, _dumps(wl))
-                        self._workload_index[wl[0]] = idx
-                    wl_map[src_idx] = idx
+                    wl_map[src_idx] = self._workload_json_line(other._workloads[src_idx])
                 return wl_map[src_idx]
 
             def copy_record(line: int) -> int:
                 wl, rec = other._records[line]
-                return self._append(RECORDS, _dumps([workload_line(wl), rec]))
+                return self._append(RECORDS, dumps([workload_line(wl), rec]))
 
             for meta in other._results:
                 new = dict(meta)
                 new["records"] = [{**r, "line": copy_record(int(r["line"]))} for r in meta.get("records", [])]
                 new["merged_from"] = other.path
-                self._append(META, _dumps(new))
+                self._append(META, dumps(new))
                 copied["results"] += 1
                 copied["records"] += len(new["records"])
             for line in other.orphans:
@@ -465,36 +433,16 @@ class Database:
                 copied["orphans"] += 1
             for p in other.problems:
                 self._append(CORRUPT, f"{os.path.join(other.path, p.file)}:{p.line}: {p.reason}: "
-                             + _raw_line(other._file(p.file), p.line))
+                             + raw_line(other._file(p.file), p.line))
             self.reload()
         return copied
 
 
-def _parse(text: str | None) -> Any:
-    if text is None or not text.strip():
-        return None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return None
-
-
-def _count_lines(path: str) -> int:
-    try:
-        with open(path, "rb") as f:
-            return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
-    except FileNotFoundError:
-        return 0
-
-
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"))
-
-
-def _raw_line(path: str, lineno: int) -> str:
-    try:
-        with open(path, "rb") as f:
-            return next((ln.decode("utf-8", "replace").rstrip("\n") for i, ln in enumerate(f, 1) if i == lineno), "")
-    except OSError:
-        return ""
-
+def _progress_batch_ok(obj: Any, workloads: int) -> bool:
+    """Whether a progress line is a batch eto wrote: typed fields, records on known workloads."""
+    if not (isinstance(obj, dict) and all(isinstance(obj.get(k), str) for k in ("op_key", "target", "method"))
+            and isinstance(obj.get("trials"), int) and isinstance(obj.get("seconds"), (int, float))
+            and isinstance(obj.get("records", []), list) and isinstance(obj.get("trajectory", []), list)):
+        return False
+    return all(isinstance(e, list) and len(e) == 3 and isinstance(e[0], int) and 0 <= e[0] < workloads
+               and isinstance(e[2], (int, float)) for e in obj.get("records", []))

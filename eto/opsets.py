@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
-from .operators import Operator
+from .operators import MAX_PARAM, Operator
 from .zoo import BUILTIN
 
 
@@ -88,8 +88,8 @@ class OperatorSet:
                 if not isinstance(item, dict):
                     raise ValueError("entry is not an object")
                 freq = item.get("frequency", 1)
-                if not isinstance(freq, int) or isinstance(freq, bool) or freq < 1:
-                    raise ValueError(f"frequency must be a positive integer, got {freq!r}")
+                if not isinstance(freq, int) or isinstance(freq, bool) or not 1 <= freq <= MAX_PARAM:
+                    raise ValueError(f"frequency must be a positive integer up to {MAX_PARAM}, got {freq!r}")
                 entries.append(OperatorEntry(Operator.from_dict(item), freq))
             except ValueError as exc:
                 raise ValueError(f"{source}: operator #{i}: {exc}") from None
@@ -105,9 +105,11 @@ class OperatorSet:
     @classmethod
     def load(cls, path: str | os.PathLike) -> "OperatorSet":
         try:
-            with open(path) as f:
+            with open(path, encoding="utf-8") as f:
                 data = json.load(f)
-        except json.JSONDecodeError as exc:
+        except IsADirectoryError:
+            raise ValueError(f"{path}: is a directory, not an operator-set file") from None
+        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an int of too many digits
             raise ValueError(f"{path}: not valid JSON ({exc})") from None
         return cls.from_json(data, source=str(path))
 

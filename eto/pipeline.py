@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Literal, Mapping, Sequence
 
 from selector import ROOT, Plan
+from tuner.faults import kill_point
 from tuner.reuse import DEFAULT_TOP_K
 from tuner.space import DEFAULT_STRATEGY
 
@@ -146,9 +147,11 @@ def tune(
                dict(num_trials_per_iter=num_trials_per_iter, seed=seed, on_batch=on_batch, strategy=search),
                ranker=LearnedRanker(target) if top_k is not None else None, top_k=top_k)
     wall_start = time.time()
+    kill_point("plan.before")
     planned = plan_operator_set(opset, budget=budget, bridges=bridges, solver=solver, database=database,
                                 target=target, cost=cost, hot=hot, hot_budget=round(budget * hot_factor),
                                 strategy=strategy, top_k=top_k)
+    kill_point("plan.after")
     own = measurer is None
     measurers = list(measurer) if isinstance(measurer, (list, tuple)) else [measurer or Measurer.local(MeasureConfig())]
     if not measurers:
@@ -159,6 +162,7 @@ def tune(
     finally:
         if own:
             measurers[0].close()
+    kill_point("tune.end")
     return _report(opset, planned, run, wall_start,
                    (estimated[0] + planned.plan.total_cost, estimated[1] + planned.total_candidates),
                    time.perf_counter() - start)
@@ -205,6 +209,7 @@ def _tune_plan(planned: OperatorPlan, run: _Run, measurers: Sequence["Measurer"]
             parent = plan.parent[name]
             if parent != ROOT and not run.database.attempted(ops[name], run.target):
                 _reuse_one(ops[name], ops[parent], run, m, estimate=_estimate(planned, name))
+                kill_point("between.operators")
 
     if len(measurers) == 1:
         tune_names(plan.order, measurers[0])
@@ -264,21 +269,32 @@ def _reuse_one(alpha: Operator, beta: Operator, run: _Run, measurer: "Measurer",
 
 
 def _reuse_claimed(alpha: Operator, beta: Operator, run: _Run, measurer: "Measurer", *, estimate: dict) -> None:
-    from tuner.reuse import reuse_tune
+    """The reuse search, each measured batch checkpointed; an interrupted one's batches are not re-measured."""
+    from tuner.reuse import reuse_tune, trace_key
 
     source = run.database.best(beta, run.target)
+    prior = run.database.progress(alpha, run.target, "reuse")
+    known = {trace_key(r.trace): s for r, s in zip(prior.records(), prior.latencies)}
+
+    def checkpoint(records: list, measured: int, seconds: float) -> None:
+        run.database.checkpoint(alpha, run.target, records, method="reuse", trials=measured, seconds=seconds)
+        kill_point("reuse.checkpointed")
+
     if source is None:
         reason = f"{beta.name} has no program to reuse"
     else:
+        kill_point("reuse.start")
         try:
             res = reuse_tune(alpha.prim_func(), source.tuning_record, run.target, measurer, strategy=run.strategy,
                              ranker=run.ranker, history=run.history(alpha.type) if run.ranker else (),
-                             top_k=run.top_k)
+                             top_k=run.top_k, known=known, on_measured=checkpoint)
         except ValueError as exc:  # e.g. reuse condition 1 fails on this target
             reason = str(exc)
         else:
             if res.record is not None:
-                _commit_reuse(alpha, beta, res, run, measurer, estimate=estimate)
+                _commit_reuse(alpha, beta, res, run, measurer, estimate={
+                    **estimate, **({"resumed_after": len(known), "interrupted_seconds": prior.seconds}
+                                   if known else {})})
                 return
             reason = f"no candidate derived from {beta.name} built and ran ({res.failed} failed)"
     run.say(f"backend fallback for {alpha.name}: {reason}")
@@ -308,6 +324,7 @@ def _commit_reuse(alpha: Operator, beta: Operator, res: "ReuseResult", run: _Run
         run.say(f"evolve: {alpha.name}: {ev.candidates} more candidates, {ev.seconds:.1f} s; re-measured "
                 f"side by side: reuse {reuse_s * 1e6:.1f} us, evolve's best {found * 1e6:.1f} us")
     kept, checked, wrong = gated(alpha, records, run.target)  # the gate re-sorts: features follow the records
+    kill_point("reuse.result")
     at = {id(r): i for i, r in enumerate(records)}
     feats = [feats[at[id(r)]] for r in kept]
     run.database.commit(alpha, run.target, kept, method="reuse+evolve" if run.evolve_trials else "reuse",

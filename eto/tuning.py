@@ -15,6 +15,7 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Literal, Mapping, Sequence
 
+from tuner.faults import kill_point
 from tuner.trajectory import median_secs
 
 from .database import Database
@@ -151,6 +152,7 @@ def tune_with_backend(
                         if not database.attempted(e.op, target):
                             _resumable_backend([e], target, database, trials, extra or {}, kw)
                             tuned_now.add(e.op)
+                    kill_point("between.operators")
         finally:
             if own:
                 measurer.close()
@@ -176,16 +178,18 @@ def _resumable_backend(todo: list[OperatorEntry], target: "Target", database: Da
     def checkpoint(name: str, records: list, n: int, seconds: float) -> None:
         t, s = done[name]
         done[name] = (t + n, s + seconds)
-        best[name] = min([best.get(name, min((p.latency_s for p in before[name].programs), default=math.inf))]
+        best[name] = min([best.get(name, min(before[name].latencies, default=math.inf))]
                          + [median_secs(r.run_secs) for r in records])
         database.checkpoint(by_name[name].op, target, records, method="backend", trials=n, seconds=seconds,
                             trajectory=[[done[name][1], done[name][0], best[name]]])
+        kill_point("backend.checkpointed")
 
     def commit(res) -> None:
         e, prior = by_name[res.name], before[res.name]
-        prior_best = min((q.latency_s for q in prior.programs), default=math.inf)
+        prior_best = min(prior.latencies, default=math.inf)
         shifted = [p.after(prior.seconds, prior.trials, prior_best).to_json() for p in res.trajectory]
         records, checked, wrong = gated(e.op, res.records, target)
+        kill_point("backend.result")
         database.commit(e.op, target, records, method="backend", candidates=prior.trials + res.candidates,
                         seconds=prior.seconds + res.seconds, error=wrong or "; ".join(res.errors) or None,
                         extra={**extra.get(e.op, {}), "trajectory": [*prior.trajectory, *shifted], **checked,
@@ -198,13 +202,13 @@ def _resumable_backend(todo: list[OperatorEntry], target: "Target", database: Da
         if left == 0:  # killed after its last batch, before its result: the batches are the result
             for e in group:
                 p = before[e.op.name]
-                records, checked, wrong = gated(e.op, [q.tuning_record for q in p.programs], target)
+                records, checked, wrong = gated(e.op, p.records(), target)
                 database.commit(e.op, target, records, method="backend", candidates=p.trials, seconds=p.seconds,
                                 error=wrong, extra={**extra.get(e.op, {}), "trajectory": list(p.trajectory),
                                                     "resumed_after": p.trials, **checked})
             continue
         tasks = [BackendTask(e.op.name, e.op.prim_func(), float(e.frequency)) for e in group]
-        warm = [[q.tuning_record for q in before[e.op.name].programs] for e in group]
+        warm = [before[e.op.name].records() for e in group]
         tune_backend(tasks, target, trials_per_task=left, warm_start=warm, on_result=commit,
                      on_measured=checkpoint, **kw)
 

@@ -57,12 +57,14 @@ def load_graph(source: Union[str, os.PathLike, Mapping[str, Any]]) -> SteinerIns
     else:
         where = str(source)
         try:
-            text = Path(source).read_text()
+            text = Path(source).read_text(encoding="utf-8")
         except OSError as exc:
             raise GraphFormatError(f"{where}: cannot read: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise GraphFormatError(f"{where}: not valid JSON: not UTF-8 text") from None
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:  # JSONDecodeError, or an int of too many digits
             raise GraphFormatError(f"{where}: not valid JSON: {exc}") from None
     if not isinstance(data, Mapping):
         raise GraphFormatError(f"{where}: expected a JSON object, got {type(data).__name__}")
@@ -74,8 +76,11 @@ def load_graph(source: Union[str, os.PathLike, Mapping[str, Any]]) -> SteinerIns
     arcs = data["arcs"]
     if not isinstance(arcs, list):
         raise GraphFormatError(f"{where}: 'arcs' must be a list of [u, v, cost]")
+    nodes = data.get("nodes", []) or []
+    if not isinstance(nodes, list):
+        raise GraphFormatError(f"{where}: 'nodes' must be a list of node ids")
     G = nx.DiGraph()
-    for node in data.get("nodes", []) or []:
+    for node in nodes:
         G.add_node(_node(node, f"{where}: 'nodes'"))
     for i, arc in enumerate(arcs):
         at = f"{where}: arcs[{i}]"
@@ -84,7 +89,10 @@ def load_graph(source: Union[str, os.PathLike, Mapping[str, Any]]) -> SteinerIns
         u, v, cost = _node(arc[0], at), _node(arc[1], at), arc[2]
         if isinstance(cost, bool) or not isinstance(cost, (int, float)):
             raise GraphFormatError(f"{at}: cost must be a number, got {cost!r}")
-        cost = float(cost)
+        try:
+            cost = float(cost)
+        except OverflowError:  # an int too large for a float
+            cost = math.inf if cost > 0 else -math.inf
         if math.isnan(cost):
             raise GraphFormatError(f"{at}: cost of {u!r} -> {v!r} is NaN")
         if cost < 0:

@@ -143,3 +143,29 @@ def test_db_show_and_merge_commands(tmp_path, target, capsys):
     assert f"{RECORDS}:2" in err
     assert main(["db", "merge", str(tmp_path / "m"), str(tmp_path / "a")]) == 0
     assert main(["db", "show", str(tmp_path / "nope")]) == 2
+
+
+def test_progress_batches_are_durable_and_invisible_to_metaschedule(tmp_path, target):
+    """A run in flight checkpoints each batch; a rerun reads them back; TVM never sees them."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from eto.database import PROGRESS
+
+    op = Operator.create("DENSE", M=4, N=8, K=16)
+    db = Database(tmp_path / "db")
+    db.checkpoint(op, target, make_records(op, [[3e-6], [1e10]], target), method="backend", trials=2, seconds=1.5,
+                  trajectory=[[1.5, 2, 3e-6]])
+    db.checkpoint(op, target, make_records(op, [[2e-6]], target), method="backend", trials=4, seconds=2.0)
+    with open(tmp_path / "db" / PROGRESS, "a") as f:
+        f.write('{"v":1,"op_key":')  # a write cut off by a kill
+    again = Database(tmp_path / "db")
+    p = again.progress(op, target)
+    assert (p.trials, p.seconds, sorted(p.latencies)) == (6, 3.5, [2e-6, 3e-6])  # the failed run is not kept
+    assert sorted(float(r.run_secs[0]) for r in p.records()) == [2e-6, 3e-6]
+    assert p.trajectory == ([1.5, 2, 3e-6],)
+    assert again.progress(op, target, "reuse").trials == 0
+    assert [str(x) for x in again.problems] == [f"{PROGRESS}:3: incomplete last line (interrupted write)"]
+    assert len(again) == 0 and ms.database.JSONDatabase(work_dir=str(tmp_path / "db")).get_all_tuning_records() == []
+    again.commit(op, target, p.records(), method="backend", candidates=6, seconds=3.5)
+    assert again.progress(op, target).trials == 0  # a result exists: nothing to continue
+    assert len(ms.database.JSONDatabase(work_dir=str(tmp_path / "db")).get_all_tuning_records()) == 2

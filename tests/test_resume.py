@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from eto.database import META, Database
+from eto.database import META, PROGRESS, Database
 from eto.operators import Operator
 from eto.opsets import OperatorSet
 from eto.target import parse_target
@@ -77,10 +77,10 @@ def test_killed_backend_continues_where_it_stopped(tmp_path):
     env = {**os.environ, "TVM_NUM_THREADS": "2"}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
-    meta = db_dir / META
+    batches = db_dir / PROGRESS
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
-        if meta.exists() and meta.read_text().count('"kind":"progress"') >= 2:
+        if batches.exists() and batches.read_text().count("\n") >= 2:
             break
         time.sleep(0.1)
     assert proc.poll() is None, "tuning finished before it could be killed"
@@ -90,8 +90,7 @@ def test_killed_backend_continues_where_it_stopped(tmp_path):
     target = parse_target("cpu")
     progress = killed.progress(op, target)
     assert not killed.results() and batch * 2 <= progress.trials < budget
-    kept = {p.line for p in progress.programs}
-    assert kept and killed.orphans == []
+    assert progress.latencies and len(killed.programs()) == 0  # durable, but not yet a stored program
 
     rerun = subprocess.run(cmd + ["--json"], env=env, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
@@ -100,12 +99,14 @@ def test_killed_backend_continues_where_it_stopped(tmp_path):
     assert result["resumed_after"] == progress.trials
     assert budget <= result["candidates"] <= budget + batch  # within one batch of the budget
     assert result["seconds"] >= progress.seconds
-    assert kept <= {p.line for p in after.programs(op=op)}  # the killed run's programs are the result's
-    assert after.best(op, target).latency_s <= min(p.latency_s for p in progress.programs)
+    # the killed run's programs seeded the search: they are among the result's
+    stored = {round(p.latency_s, 12) for p in after.programs(op=op)}
+    assert {round(x, 12) for x in progress.latencies} <= stored
+    assert after.best(op, target).latency_s <= min(progress.latencies)
     assert after.progress(op, target).trials == 0  # a result exists: nothing left to continue
     from tvm.s_tir import meta_schedule as ms
 
-    # every record line is a program of the result: nothing was written twice
+    # MetaSchedule sees exactly the stored (checked) programs
     assert len(ms.database.JSONDatabase(work_dir=str(db_dir)).get_all_tuning_records()) == len(after.programs())
 
 
@@ -159,3 +160,52 @@ def test_a_claim_dies_with_its_process(tmp_path):
         assert got is True
         with claim(db, op, "llvm", wait=False) as again:  # the holder asking again: no self-deadlock
             assert again is True
+
+
+class _DryMeasurer:
+    """Times a module by a hash of its text (the same in every run), counting what it measures."""
+
+    def __init__(self):
+        self.measured = 0
+
+    def measure(self, mods, target):
+        import zlib
+
+        from tuner.measure import MeasureResult
+
+        self.measured += len(mods)
+        return [MeasureResult((1e-6 * (1 + zlib.crc32(m.script().encode()) % 1000),)) for m in mods]
+
+
+def test_an_interrupted_reuse_search_is_not_measured_again(tmp_path):
+    """A reuse search checkpoints each batch; a rerun given them measures only what they lack and
+    ends where an uninterrupted run ends."""
+    from eto.target import cpu_target
+    from tests.tuner.test_reuse_tuner import sampled_record
+    from tuner.reuse import reuse_tune, trace_key
+
+    target = cpu_target()
+    alpha, beta = Operator.create("BMM", B=2, M=64, N=32, K=64), Operator.create("BMM", B=4, M=64, N=64, K=64)
+    source = sampled_record(beta, target)
+    db = Database(tmp_path / "db")
+    batches: list = []
+
+    def checkpoint(records, measured, seconds):
+        batches.append(measured)
+        db.checkpoint(alpha, target, records, method="reuse", trials=measured, seconds=seconds)
+
+    whole = _DryMeasurer()
+    full = reuse_tune(alpha.prim_func(), source, target, whole, strategy="global", ranges="paper",
+                      on_measured=checkpoint)
+    assert len(batches) >= 2 and sum(batches) == whole.measured == full.candidates
+    # the kill: only the first batches made it to the database
+    kept = batches[: len(batches) // 2]
+    lines = (tmp_path / "db" / PROGRESS).read_text().splitlines(keepends=True)
+    (tmp_path / "db" / PROGRESS).write_text("".join(lines[: len(kept)]))
+    prior = Database(tmp_path / "db").progress(alpha, target, "reuse")
+    assert prior.trials == sum(kept)
+    known = {trace_key(r.trace): s for r, s in zip(prior.records(), prior.latencies)}
+    rest = _DryMeasurer()
+    again = reuse_tune(alpha.prim_func(), source, target, rest, strategy="global", ranges="paper", known=known)
+    assert rest.measured == full.candidates - len(known)  # nothing measured twice
+    assert again.candidates == full.candidates and again.latency_s == full.latency_s

@@ -28,6 +28,7 @@ from tvm.s_tir.meta_schedule.builder import PyBuilder
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture
 
+from .faults import kill_point
 from .measure import Measurer, run_error_message
 from .trajectory import TrajectoryPoint, median_secs, time_to_reach, trials_to_reach
 
@@ -127,7 +128,9 @@ class _TimedBuilder(PyBuilder):
     def build(self, build_inputs):
         if build_inputs:
             self.clock.built(build_inputs[0].mod)
-        return self.inner.build(build_inputs)
+        results = self.inner.build(build_inputs)
+        kill_point("backend.built")
+        return results
 
 
 @derived_object
@@ -140,6 +143,7 @@ class _TimedRunner(PyRunner):
         futures = self.inner.run(runner_inputs)
         results = [f.result() for f in futures]  # measurements are synchronous: no build overlaps a run
         self.clock.ran()
+        kill_point("backend.ran")
         return [_Done(r) for r in results]
 
 
@@ -191,6 +195,7 @@ class _ProgressCallback(PyMeasureCallback):
             measured.append((c, r.run_secs))
             p.best = min(p.best, latency)
             p.trajectory.append(TrajectoryPoint(at, p.trials, p.best))
+        kill_point("backend.measured")
         if self.on_measured is not None:
             self.on_measured(task_id, measured, len(measure_candidates), timing[0])
         if not p.trajectory or p.trajectory[-1].trial != p.trials:

@@ -21,8 +21,9 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
+from .faults import kill_point
 from .features import Kind, TileConfig
 from .space import DEFAULT_STRATEGY, GPU_MAX_THREADS, RangeName, ReuseSpace, Strategy, default_ranges
 from .tiling import achievable_products, largest_divisor_at_most
@@ -281,12 +282,15 @@ class ReuseTuner:
                 out.append(cfg)
         return out
 
-    def _record(self, cand: _Cand):
+    def record_of(self, sch, seconds: float):
+        """A measured candidate as a TuningRecord of α (its median run time)."""
         from tvm.s_tir.meta_schedule.arg_info import ArgInfo
         from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
-        return TuningRecord(cand.sch.trace, Workload(self.alpha_mod), [cand.latency], self.target,
-                            ArgInfo.from_prim_func(self.alpha_mod["main"]))
+        if not hasattr(self, "_workload"):  # one workload object: a database serialises it once
+            self._workload = Workload(self.alpha_mod), ArgInfo.from_prim_func(self.alpha_mod["main"])
+        wl, args = self._workload
+        return TuningRecord(sch.trace, wl, [float(seconds)], self.target, args)
 
 
 class _Session:
@@ -341,7 +345,7 @@ class _Session:
     def result(self, best: _Cand | None) -> ReuseResult:
         found = best is not None and math.isfinite(best.latency)
         self.seen.sort(key=lambda c: c.latency)
-        records = tuple(self.tuner._record(c) for c in self.seen)
+        records = tuple(self.tuner.record_of(c.sch, c.latency) for c in self.seen)
         return ReuseResult(
             records[0] if found else None, best.latency if found else math.inf,  # type: ignore[union-attr]
             best.cfg if found else None, self.trials, self.invalid, self.failed,  # type: ignore[union-attr]
@@ -354,7 +358,9 @@ class _Session:
 def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target", measurer: "Measurer", *,
                vector_lanes: int = 8, strategy: Strategy = DEFAULT_STRATEGY,
                ranges: RangeName | None = None, ranker: "LearnedRanker | None" = None,
-               history: Sequence["TuningRecord"] = (), top_k: int | None = DEFAULT_TOP_K) -> ReuseResult:
+               history: Sequence["TuningRecord"] = (), top_k: int | None = DEFAULT_TOP_K,
+               known: "Mapping[str, float] | None" = None,
+               on_measured: "Callable[[list[TuningRecord], int, float], None] | None" = None) -> ReuseResult:
     """Derive α's program (``func``) from β's best program (``source_record``) by Algorithm 1.
 
     Every candidate is built and timed by ``measurer``; the result's record carries the median of
@@ -363,15 +369,36 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
     round measures its ``top_k`` best-ranked candidates at a time (:meth:`ReuseTuner.tune`). Its
     seconds and trajectory count from before α's design space is generated, as a MetaSchedule
     run's do, and include training the ranker.
+
+    Durability: ``on_measured(records, measured, seconds)`` gets each batch's programs that ran as
+    soon as they are timed; ``known`` (:func:`trace_key` -> seconds, e.g. an interrupted run's
+    batches) are candidates timed before: the search takes their times instead of measuring them
+    again, so a rerun continues where the interrupted run stopped.
     """
     start = time.perf_counter()
     tuner = ReuseTuner(func, source_record, target, vector_lanes=vector_lanes, ranges=ranges)
     if ranker is not None and history:
         ranker.observe_records(history)
     setup = time.perf_counter() - start  # design space, β's sketch, ranker training: on the clock
+    known = known or {}
 
     def measure(schedules: list) -> list[float]:
-        return [r.median for r in measurer.measure([s.mod for s in schedules], target)]
+        t0 = time.perf_counter()
+        keys = [trace_key(s.trace) for s in schedules] if known else [None] * len(schedules)
+        todo = [i for i, k in enumerate(keys) if k not in known]
+        out = [known.get(k, math.inf) for k in keys]  # type: ignore[arg-type]
+        for i, r in zip(todo, measurer.measure([schedules[i].mod for i in todo], target) if todo else ()):
+            out[i] = r.median
+        kill_point("reuse.measured")
+        if on_measured is not None and todo:
+            on_measured([tuner.record_of(schedules[i], out[i]) for i in todo if math.isfinite(out[i])], len(todo),
+                        time.perf_counter() - t0)
+        return out
 
     res = tuner.tune(measure, strategy=strategy, ranker=ranker, top_k=top_k)
     return replace(res, seconds=setup + res.seconds, trajectory=tuple(p.after(setup, 0) for p in res.trajectory))
+
+
+def trace_key(trace) -> str:
+    """A candidate's identity across runs: its trace's text (instructions and decisions)."""
+    return str(trace)

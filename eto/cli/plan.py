@@ -46,7 +46,10 @@ def _solve_graph(args: argparse.Namespace) -> int:
         raise CLIError(str(exc)) from None
     except OSError as exc:
         raise CLIError(f"{args.graph}: {exc.strerror}") from None
-    sol = solve(inst.graph, inst.root, inst.terminals, solver=args.solver, time_limit=args.time_limit)
+    try:
+        sol = solve(inst.graph, inst.root, inst.terminals, solver=args.solver, time_limit=args.time_limit)
+    except ValueError as exc:  # e.g. a terminal the root cannot reach
+        raise CLIError(f"{args.graph}: {exc}") from None
     out = {"total_cost": sol.cost, "edges": [[u, v] for u, v in sol.edges], "solver": sol.solver,
            "optimal": sol.optimal, "lower_bound": sol.lower_bound, "seconds": sol.seconds}
     if args.json:
@@ -87,7 +90,7 @@ def _plan(args: argparse.Namespace) -> int:
         print(plan.format_tree(unit="s"))
         print(f"estimated {plan.total_cost:,.0f} s ({result.total_candidates:,.0f} candidates) vs "
               f"{plan.baseline_cost:,.0f} s tuning everything with the backend "
-              f"({plan.total_cost / plan.baseline_cost:.1%}); costs in seconds by {_time_model_text(result)}")
+              f"({plan.total_cost / (plan.baseline_cost or 1):.1%}); costs in seconds by {_time_model_text(result)}")
     return EXIT_OK
 
 

@@ -10,6 +10,7 @@ only when a model is read, so importing this module stays cheap.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import warnings
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
@@ -166,6 +167,9 @@ def exported_program_to_relax(ep: Any, *, name: str = "model", decompose: bool =
 
 def _load_pt2(path: str):
     torch = _require_torch()
+    export_log = logging.getLogger("torch.export")  # logs a traceback of its own before it raises
+    level = export_log.level
+    export_log.setLevel(logging.CRITICAL)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -175,6 +179,8 @@ def _load_pt2(path: str):
             f"{path}: a zip archive but not a readable torch.export .pt2 program ({type(exc).__name__}: "
             f"{_first_line(exc)}); a module saved with torch.save must be loaded in Python and passed to "
             "eto.models.extract_from_torch with example inputs") from None
+    finally:
+        export_log.setLevel(level)
 
 
 # -- files --------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 
 from .base import (
     DEFAULT_PARALLEL_LIMIT,
+    MAX_PARAM,
     Operator,
     OperatorType,
     Param,
@@ -19,6 +20,7 @@ from .winograd import transform_weight
 
 __all__ = [
     "DEFAULT_PARALLEL_LIMIT",
+    "MAX_PARAM",
     "Operator",
     "OperatorType",
     "Param",

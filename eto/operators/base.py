@@ -30,6 +30,9 @@ WINDOW_DEFAULTS = {"stride": 1, "padding": 0, "dilation": 1}
 #: loops cannot fill the machine; this is the GPU bound (max threads per block), the paper's target.
 DEFAULT_PARALLEL_LIMIT = 1024
 
+#: The largest parameter value (TVM's default index type is int32); larger ones also overflow float FLOP counts.
+MAX_PARAM = 2**31 - 1
+
 
 @dataclass(frozen=True)
 class Param:
@@ -86,6 +89,9 @@ class OperatorType(ABC):
             if any(v < lowest for v in values):
                 bound = "non-negative" if lowest == 0 else "positive"
                 raise ValueError(f"{self.name}: parameter {param.name} must be {bound}, got {p[param.name]}")
+            if any(v > MAX_PARAM for v in values):
+                raise ValueError(f"{self.name}: parameter {param.name} must be at most {MAX_PARAM}, "
+                                 f"got {p[param.name]}")
 
     # -- loop nest ------------------------------------------------------------------------
     @abstractmethod
@@ -239,15 +245,23 @@ class Operator:
             name, eq, value = item.partition("=")
             if not eq or not re.fullmatch(r"-?\d+(x-?\d+)*", value.strip()):
                 raise ValueError(f"cannot read operator {text!r}: bad parameter {item!r} (want name=int or name=AxB)")
-            parts = [int(v) for v in value.strip().split("x")]
+            if name.strip() in params:
+                raise ValueError(f"cannot read operator {text!r}: parameter {name.strip()} given twice")
+            try:
+                parts = [int(v) for v in value.strip().split("x")]
+            except ValueError:  # more digits than int() reads
+                raise ValueError(f"cannot read operator {text!r}: parameter {name.strip()} is too large") from None
             params[name.strip()] = parts[0] if len(parts) == 1 else tuple(parts)
         return cls.create(m.group(1), **params)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Operator":
-        if "type" not in d:
-            raise ValueError(f"operator entry has no 'type': {dict(d)!r}")
-        return cls.create(d["type"], **dict(d.get("params", {})))
+        if not isinstance(d, Mapping) or not isinstance(d.get("type"), str):
+            raise ValueError(f"operator entry has no 'type' string: {d!r}")
+        params = d.get("params", {})
+        if not isinstance(params, Mapping):
+            raise ValueError(f"{d['type']}: 'params' must be an object of name: value, got {params!r}")
+        return cls.create(d["type"], **params)
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.type, "params": {k: list(v) if isinstance(v, tuple) else v for k, v in self.params}}
