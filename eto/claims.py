@@ -51,7 +51,10 @@ def claim(database: "Database", op: "Operator", target: "str | Target", *, wait:
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            held = True
         except BlockingIOError:
+            held = False
+        if not held:
             yield False
             return
         database.reload()

@@ -104,11 +104,17 @@ class Progress:
     _entries: tuple = field(default=(), repr=False)  # [workload line, record JSON] per program
     _db: "Database | None" = field(default=None, compare=False, repr=False)
 
-    def records(self) -> list["TuningRecord"]:
-        """The programs as MetaSchedule TuningRecords (imports TVM)."""
+    def programs(self) -> list[tuple["TuningRecord", float]]:
+        """The programs as (MetaSchedule TuningRecord, seconds); one TVM cannot read is skipped."""
         from tvm.s_tir.meta_schedule.database import TuningRecord
 
-        return [TuningRecord.from_json(rec, self._db.workload(wl)) for wl, rec in self._entries]  # type: ignore[union-attr]
+        out = []
+        for (wl, rec), secs in zip(self._entries, self.latencies):
+            try:
+                out.append((TuningRecord.from_json(rec, self._db.workload(wl)), secs))  # type: ignore[union-attr]
+            except Exception:  # noqa: BLE001 -- a damaged line costs its program, not the run
+                continue
+        return out
 
 
 class DatabaseError(ValueError):
@@ -136,10 +142,12 @@ class Database:
     def _file(self, name: str) -> str:
         return os.path.join(self.path, name)
 
-    def _read_lines(self, name: str) -> list[str | None]:
-        lines, problems = read_lines(self._file(name))
-        self.problems.extend(Problem(name, n, reason) for n, reason in problems)
-        return lines
+    def _lines_into(self, problems: list[Problem]):
+        def read(name: str) -> list[str | None]:
+            lines, found = read_lines(self._file(name))
+            problems.extend(Problem(name, n, reason) for n, reason in found)
+            return lines
+        return read
 
     def reload(self) -> None:
         """Read the files again: other processes may have committed (see :mod:`eto.claims`)."""
@@ -147,58 +155,61 @@ class Database:
             self._load_unlocked()
 
     def _load_unlocked(self) -> None:
-        self.problems = []
-        self._workloads: list[Any] = []  # parsed JSON or None
-        self._workload_index: dict[str, int] = {}
-        for i, text in enumerate(self._read_lines(WORKLOADS)):
+        """Parse the four files into new lists, then publish them: a reader in another thread sees
+        the old state or the new one, never a half-built list (the files only grow)."""
+        problems: list[Problem] = []
+        read = self._lines_into(problems)
+        workloads: list[Any] = []  # parsed JSON or None
+        index: dict[str, int] = {}
+        for i, text in enumerate(read(WORKLOADS)):
             obj = parse(text)
             if not (isinstance(obj, list) and len(obj) == 2 and isinstance(obj[0], str)):
                 if text is not None:
-                    self.problems.append(Problem(WORKLOADS, i + 1, "not a [shash, module] workload"))
+                    problems.append(Problem(WORKLOADS, i + 1, "not a [shash, module] workload"))
                 obj = None
             else:
-                self._workload_index.setdefault(obj[0], i)
-            self._workloads.append(obj)
-        self._records: list[Any] = []
-        for i, text in enumerate(self._read_lines(RECORDS)):
+                index.setdefault(obj[0], i)
+            workloads.append(obj)
+        records: list[Any] = []
+        for i, text in enumerate(read(RECORDS)):
             obj = parse(text)
             ok = (isinstance(obj, list) and len(obj) == 2 and isinstance(obj[0], int)
                   and isinstance(obj[1], list) and len(obj[1]) == 4)
-            if ok and not (0 <= obj[0] < len(self._workloads) and self._workloads[obj[0]] is not None):
-                self.problems.append(Problem(RECORDS, i + 1, f"refers to missing workload line {obj[0] + 1}"))
+            if ok and not (0 <= obj[0] < len(workloads) and workloads[obj[0]] is not None):
+                problems.append(Problem(RECORDS, i + 1, f"refers to missing workload line {obj[0] + 1}"))
                 obj = None
             elif not ok:
                 if text is not None:
-                    self.problems.append(Problem(RECORDS, i + 1, "not a [workload, record] tuning record"))
+                    problems.append(Problem(RECORDS, i + 1, "not a [workload, record] tuning record"))
                 obj = None
-            self._records.append(obj)
-        self._programs: list[ProgramRecord] = []
-        self._results: list[dict] = []
-        owned: set[int] = set()
-        for i, text in enumerate(self._read_lines(META)):
+            records.append(obj)
+        programs: list[ProgramRecord] = []
+        results: list[dict] = []
+        for i, text in enumerate(read(META)):
             obj = parse(text)
             try:
                 if not isinstance(obj, dict):
                     raise ValueError("not a JSON object")
-                progs = self._programs_of(obj)
+                progs = self._programs_of(obj, records)
             except (ValueError, KeyError, TypeError, OverflowError) as exc:
                 if text is not None:
-                    self.problems.append(Problem(META, i + 1, f"unreadable metadata ({exc})"))
+                    problems.append(Problem(META, i + 1, f"unreadable metadata ({exc})"))
                 continue
-            self._results.append(obj)
-            for p in progs:
-                owned.add(p.line)
-            self._programs.extend(progs)
-        self.orphans = [i for i, r in enumerate(self._records) if r is not None and i not in owned]
-        self._progress: list[dict] = []
-        for i, text in enumerate(self._read_lines(PROGRESS)):
+            results.append(obj)
+            programs.extend(progs)
+        progress = []
+        for i, text in enumerate(read(PROGRESS)):
             obj = parse(text)
-            if _progress_batch_ok(obj, len(self._workloads)):
-                self._progress.append(obj)
+            if _progress_batch_ok(obj, len(workloads)):
+                progress.append(obj)
             elif text is not None:
-                self.problems.append(Problem(PROGRESS, i + 1, "not a progress batch"))
+                problems.append(Problem(PROGRESS, i + 1, "not a progress batch"))
+        owned = {p.line for p in programs}
+        self._workloads, self._workload_index, self._records = workloads, index, records
+        self._programs, self._results, self._progress, self.problems = programs, results, progress, problems
+        self.orphans = [i for i, r in enumerate(records) if r is not None and i not in owned]
 
-    def _programs_of(self, meta: dict) -> list[ProgramRecord]:
+    def _programs_of(self, meta: dict, records: list) -> list[ProgramRecord]:
         op = Operator.from_dict(meta["op"])
         if not (isinstance(meta["target"], str) and isinstance(parse(meta["target"]), dict)):
             raise ValueError(f"target {meta['target']!r} is not a target key")
@@ -207,7 +218,7 @@ class Database:
         out = []
         for rank, rec in enumerate(meta.get("records", [])):
             line = int(rec["line"])
-            if not (0 <= line < len(self._records)) or self._records[line] is None:
+            if not (0 <= line < len(records)) or records[line] is None:
                 raise ValueError(f"record line {line + 1} is missing or corrupt")
             out.append(ProgramRecord(
                 op=op, target=meta["target"], latency_s=float(rec["latency_s"]), method=meta["method"],

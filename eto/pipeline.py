@@ -41,7 +41,7 @@ from .operators import Operator
 from .opsets import OperatorEntry, OperatorSet
 from .plan import BridgeOption, CostModel, OperatorPlan, hot_operators, plan_operator_set
 from .target import target_key
-from .tuning import OperatorReport, TuneReport, gated, report_row, tune_with_backend
+from .tuning import OperatorReport, TuneReport, checkable_here, gated, report_row, tune_with_backend
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
@@ -274,7 +274,7 @@ def _reuse_claimed(alpha: Operator, beta: Operator, run: _Run, measurer: "Measur
 
     source = run.database.best(beta, run.target)
     prior = run.database.progress(alpha, run.target, "reuse")
-    known = {trace_key(r.trace): s for r, s in zip(prior.records(), prior.latencies)}
+    known = {trace_key(r.trace): s for r, s in prior.programs()}
 
     def checkpoint(records: list, measured: int, seconds: float) -> None:
         run.database.checkpoint(alpha, run.target, records, method="reuse", trials=measured, seconds=seconds)
@@ -306,7 +306,8 @@ def _commit_reuse(alpha: Operator, beta: Operator, res: "ReuseResult", run: _Run
                   estimate: dict) -> None:
     """Store a reuse result, every measured candidate with it (and, with ``evolve_trials``, evolve's)."""
     records, feats = list(res.records), [res.features] + [None] * (len(res.records) - 1)
-    candidates, seconds, extra = res.candidates, res.seconds, {}
+    # a resumed search counts the candidates measured before the kill, and their seconds
+    candidates, seconds, extra = res.candidates, res.seconds + estimate.get("interrupted_seconds", 0.0), {}
     trajectory = [p.to_json() for p in res.trajectory]
     if run.evolve_trials:
         ev = _evolve(alpha, res, run, measurer)
@@ -323,7 +324,8 @@ def _commit_reuse(alpha: Operator, beta: Operator, res: "ReuseResult", run: _Run
                             "best_s": found, "improved": found < reuse_s, "remeasured": bool(new)}}
         run.say(f"evolve: {alpha.name}: {ev.candidates} more candidates, {ev.seconds:.1f} s; re-measured "
                 f"side by side: reuse {reuse_s * 1e6:.1f} us, evolve's best {found * 1e6:.1f} us")
-    kept, checked, wrong = gated(alpha, records, run.target)  # the gate re-sorts: features follow the records
+    # the gate re-sorts: features follow the records
+    kept, checked, wrong = gated(alpha, records, run.target, checkable_here(measurer, run.target))
     kill_point("reuse.result")
     at = {id(r): i for i, r in enumerate(records)}
     feats = [feats[at[id(r)]] for r in kept]

@@ -165,9 +165,11 @@ def learn_time_model(database: "Database | None", target: "str | Target", kind: 
     backend = [p for r in rows if r.get("method") == "backend" and (p := _point(r))]
     reuse = [p for r in rows if r.get("method") == "reuse" and (p := _point(r))]
     # the estimator's own count: a stored estimate was already scaled by the plan's count_scale
-    planned = [(r["candidates"], r["estimate"] / r.get("count_scale", 1.0))
-               for r in rows if r.get("method") == "reuse" and r.get("estimate")]
-    scale = sum(a for a, _ in planned) / sum(e for _, e in planned) if planned else 1.0
+    planned = [(p[0], r["estimate"] / r.get("count_scale", 1.0)) for r in rows
+               if r.get("method") == "reuse" and _number(r.get("estimate")) and _number(r.get("count_scale", 1.0))
+               and (p := _point(r))]
+    total = sum(e for _, e in planned)
+    scale = sum(a for a, _ in planned) / total if planned and total > 0 else 1.0
     return TimeModel(fit_line(backend, d_backend, with_intercept=False),
                      fit_line(reuse, d_reuse, with_intercept=True), min(2.0, max(0.5, scale)))
 
@@ -177,7 +179,11 @@ def _point(result: dict) -> Point | None:
     from .operators import Operator
 
     try:
-        gflops = Operator.from_dict(result["op"]).flops / 1e9
-    except (KeyError, TypeError, ValueError):
+        return (float(result.get("candidates") or 0), Operator.from_dict(result["op"]).flops / 1e9,
+                float(result.get("seconds") or 0))
+    except (KeyError, TypeError, ValueError, OverflowError):
         return None
-    return result.get("candidates") or 0, gflops, result.get("seconds") or 0
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0

@@ -1,8 +1,9 @@
 """Tuning operator sets into a database, resumably.
 
-Every operator's result is committed the moment its tuning finishes; a rerun of the same command
-skips operators the database already has a result for on that target, so a killed run loses at
-most the operators that were in flight.
+Every operator's result is committed the moment its tuning finishes and every measured batch as
+soon as it is measured; a rerun of the same command skips operators the database already has a
+result for on that target and continues the others, so a killed run loses at most the batch in
+flight.
 """
 
 from __future__ import annotations
@@ -119,7 +120,8 @@ def tune_with_backend(
 ) -> TuneReport:
     """Tune every operator not yet in ``database`` with MetaSchedule (task scheduler, ``trials`` each).
 
-    Every measured program is stored; ``extra`` adds per operator metadata (e.g. the plan's estimate).
+    Every measured program that passes the correctness gate is stored; ``extra`` adds per operator
+    metadata (e.g. the plan's estimate).
     An operator another process is tuning on the same database (:mod:`eto.claims`) is waited for
     after the rest, and tuned here only if that process stopped without a result.
     """
@@ -171,6 +173,7 @@ def _resumable_backend(todo: list[OperatorEntry], target: "Target", database: Da
     from tuner.backend import BackendTask, tune_backend
 
     by_name = {e.op.name: e for e in todo}
+    local = checkable_here(kw["measurer"], target)
     before = {e.op.name: database.progress(e.op, target) for e in todo}
     best: dict[str, float] = {}
     done = {n: (p.trials, p.seconds) for n, p in before.items()}
@@ -188,7 +191,7 @@ def _resumable_backend(todo: list[OperatorEntry], target: "Target", database: Da
         e, prior = by_name[res.name], before[res.name]
         prior_best = min(prior.latencies, default=math.inf)
         shifted = [p.after(prior.seconds, prior.trials, prior_best).to_json() for p in res.trajectory]
-        records, checked, wrong = gated(e.op, res.records, target)
+        records, checked, wrong = gated(e.op, res.records, target, local)
         kill_point("backend.result")
         database.commit(e.op, target, records, method="backend", candidates=prior.trials + res.candidates,
                         seconds=prior.seconds + res.seconds, error=wrong or "; ".join(res.errors) or None,
@@ -202,22 +205,28 @@ def _resumable_backend(todo: list[OperatorEntry], target: "Target", database: Da
         if left == 0:  # killed after its last batch, before its result: the batches are the result
             for e in group:
                 p = before[e.op.name]
-                records, checked, wrong = gated(e.op, p.records(), target)
+                records, checked, wrong = gated(e.op, [r for r, _ in p.programs()], target, local)
                 database.commit(e.op, target, records, method="backend", candidates=p.trials, seconds=p.seconds,
                                 error=wrong, extra={**extra.get(e.op, {}), "trajectory": list(p.trajectory),
                                                     "resumed_after": p.trials, **checked})
             continue
         tasks = [BackendTask(e.op.name, e.op.prim_func(), float(e.frequency)) for e in group]
-        warm = [before[e.op.name].records() for e in group]
+        warm = [[r for r, _ in before[e.op.name].programs()] for e in group]
         tune_backend(tasks, target, trials_per_task=left, warm_start=warm, on_result=commit,
                      on_measured=checkpoint, **kw)
 
 
-def gated(op: Operator, records: "Sequence[TuningRecord]", target: "Target") -> tuple[list, dict, str | None]:
+def checkable_here(measurer: "Measurer", target: "Target") -> bool:
+    """Whether programs measured by ``measurer`` for ``target`` can be run on this machine."""
+    return measurer.kind == "local" and not str(target.attrs.get("mtriple", "") or "")
+
+
+def gated(op: Operator, records: "Sequence[TuningRecord]", target: "Target",
+          local: bool = True) -> tuple[list, dict, str | None]:
     """:func:`eto.verify.gate` on a result's records: (records to store, metadata, error if none is right)."""
     from .verify import gate
 
-    kept, checked = gate(op, records, target)
+    kept, checked = gate(op, records, target, local=local)
     wrong = None
     if not kept and checked.get("rejected"):
         wrong = f"no program matched the reference ({len(checked['rejected'])} checked): {checked['rejected'][0]['error']}"

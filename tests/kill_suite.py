@@ -5,7 +5,8 @@ Run by tests/test_faults.py, or by hand for the README's figures::
     python -m tests.kill_suite OUT_DIR [--json]
 
 TVM is imported once; each run is a forked child in its own process group (its build and run
-workers die with it), so a case costs a small tuning run, not a fresh interpreter. After each kill
+workers die with it) that runs the pipeline (`eto tune`'s job, :func:`eto.pipeline.tune`) with a
+fast measurement setting, so a case costs a few seconds, not a fresh interpreter. After each kill
 the database must load in eto; the rerun must exit 0 without redoing finished work; afterwards
 the database must load in eto and in MetaSchedule's ``JSONDatabase``, every result committed
 before the kill must still be there, every operator must have exactly one result, and no root
@@ -21,7 +22,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-TRIALS, BATCH = 8, 4
+TRIALS, BATCH = 4, 2
 #: (ETO_KILL_AT, where) -- every point of tuner.faults.POINTS, some at a later visit
 CASES = [
     "plan.before", "plan.after", "backend.built", "backend.ran", "backend.measured", "backend.checkpointed",
@@ -31,14 +32,22 @@ CASES = [
 ]
 
 
-def argv(db: Path, set_file: Path) -> list[str]:
-    return ["tune", "--opset", str(set_file), "--trials", str(TRIALS), "--trials-per-iter", str(BATCH),
-            "--search", "light", "--db", str(db), "--quiet", "--seed", "0", "--bridges", "none",
-            "--plan-budget", "1000"]
+def tune(db: Path, set_file: Path) -> None:
+    """The job every case kills and reruns: a root by the backend, the other operator by reuse."""
+    from eto.database import Database
+    from eto.opsets import OperatorSet
+    from eto.pipeline import tune as pipeline_tune
+    from tuner.backend import light_search
+    from tuner.measure import MeasureConfig, Measurer
+
+    with Measurer.local(MeasureConfig(number=1, repeat=2, min_repeat_ms=1, builder_workers=1)) as m:
+        pipeline_tune(OperatorSet.load(set_file), "cpu", Database(db), trials=TRIALS, plan_budget=1000,
+                      bridges="none", cost="analytic", num_trials_per_iter=BATCH, seed=0, search=light_search(),
+                      measurer=m)
 
 
-def _child(args: list[str], kill_at: str | None) -> int:
-    """Run ``eto`` in a forked child; returns the wait status."""
+def _child(db: Path, set_file: Path, kill_at: str | None) -> int:
+    """Run :func:`tune` in a forked child; returns the wait status."""
     pid = os.fork()
     if pid == 0:  # pragma: no cover (child)
         try:
@@ -50,11 +59,8 @@ def _child(args: list[str], kill_at: str | None) -> int:
             fd = os.open(os.devnull, os.O_WRONLY)
             os.dup2(fd, 1)
             os.dup2(fd, 2)
-            from eto.cli import main
-
-            code = main(args)
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 1
+            tune(db, set_file)
+            code = 0
         except BaseException:
             code = 70
         os._exit(code)
@@ -71,10 +77,9 @@ def _snapshot(db_dir: Path) -> dict:
 
     db = Database(db_dir, readonly=True) if db_dir.exists() else None
     if db is None:
-        return {"results": {}, "problems": [], "progress": {}}
+        return {"results": {}, "problems": [], "batches": 0}
     return {"results": {r["op_key"]: sorted(round(e["latency_s"], 12) for e in r["records"]) for r in db.results()},
-            "problems": [str(p) for p in db.problems],
-            "progress": {(m["op_key"], m["method"]): m for m in db._progress}}
+            "problems": [str(p) for p in db.problems], "batches": len(db._progress)}
 
 
 def run_case(root: Path, set_file: Path, ops: list, kill_at: str) -> dict:
@@ -86,7 +91,7 @@ def run_case(root: Path, set_file: Path, ops: list, kill_at: str) -> dict:
 
     db_dir = root / kill_at.replace(":", "_")
     failures: list[str] = []
-    status = _child(argv(db_dir, set_file), kill_at)
+    status = _child(db_dir, set_file, kill_at)
     killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
     if not killed:
         failures.append(f"not killed at {kill_at} (status {status})")
@@ -94,7 +99,7 @@ def run_case(root: Path, set_file: Path, ops: list, kill_at: str) -> dict:
         before = _snapshot(db_dir)
     except Exception as exc:  # noqa: BLE001
         failures.append(f"database unreadable after the kill: {exc!r}")
-        before = {"results": {}, "problems": [], "progress": {}}
+        before = {"results": {}, "problems": [], "batches": 0}
     bad = [p for p in before["problems"] if "incomplete last line" not in p]
     if bad:
         failures.append(f"problems after the kill: {bad}")
@@ -105,7 +110,7 @@ def run_case(root: Path, set_file: Path, ops: list, kill_at: str) -> dict:
         if db_k is not None:
             durable[op.key] = (db_k.progress(op, target).trials, db_k.progress(op, target, "reuse").trials,
                                len(db_k.progress(op, target, "reuse").latencies))
-    status = _child(argv(db_dir, set_file), None)
+    status = _child(db_dir, set_file, None)
     if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
         failures.append(f"rerun failed (status {status})")
     after = Database(db_dir)
@@ -132,7 +137,7 @@ def run_case(root: Path, set_file: Path, ops: list, kill_at: str) -> dict:
     if ms_records != len(after.programs()) + len(after.orphans):
         failures.append(f"MetaSchedule reads {ms_records} records, eto {len(after.programs())} + orphans")
     return {"kill_at": kill_at, "killed": killed, "committed_before": len(before["results"]),
-            "durable_batches": sum(len(v) for v in before["progress"]), "records_lost": lost,
+            "durable_batches": before["batches"], "records_lost": lost,
             "trials_redone_max": redone, "failures": failures}
 
 

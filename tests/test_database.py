@@ -161,11 +161,11 @@ def test_progress_batches_are_durable_and_invisible_to_metaschedule(tmp_path, ta
     again = Database(tmp_path / "db")
     p = again.progress(op, target)
     assert (p.trials, p.seconds, sorted(p.latencies)) == (6, 3.5, [2e-6, 3e-6])  # the failed run is not kept
-    assert sorted(float(r.run_secs[0]) for r in p.records()) == [2e-6, 3e-6]
+    assert sorted((float(r.run_secs[0]), s) for r, s in p.programs()) == [(2e-6, 2e-6), (3e-6, 3e-6)]
     assert p.trajectory == ([1.5, 2, 3e-6],)
     assert again.progress(op, target, "reuse").trials == 0
     assert [str(x) for x in again.problems] == [f"{PROGRESS}:3: incomplete last line (interrupted write)"]
     assert len(again) == 0 and ms.database.JSONDatabase(work_dir=str(tmp_path / "db")).get_all_tuning_records() == []
-    again.commit(op, target, p.records(), method="backend", candidates=6, seconds=3.5)
+    again.commit(op, target, [r for r, _ in p.programs()], method="backend", candidates=6, seconds=3.5)
     assert again.progress(op, target).trials == 0  # a result exists: nothing to continue
     assert len(ms.database.JSONDatabase(work_dir=str(tmp_path / "db")).get_all_tuning_records()) == 2

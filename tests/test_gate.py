@@ -58,3 +58,22 @@ def test_programs_for_a_device_not_here_are_stored_unchecked():
     op = Operator.create("DENSE", M=8, N=16, K=32)
     kept, checked, error = gated(op, make_records(op, [[2e-6], [1e-6]], cuda), cuda)
     assert [float(r.run_secs[0]) for r in kept] == [1e-6, 2e-6] and checked == {"checked": None} and error is None
+
+
+def test_a_program_faster_by_mean_is_checked_too():
+    """MetaSchedule picks by mean run time, eto by median: the best by either must have passed."""
+    cpu = parse_target("cpu")
+    op = Operator.create("DENSE", M=8, N=16, K=32)
+    (checked,) = make_records(op, [[1e-6, 1e-6, 9e-6]], cpu)  # median 1e-6, mean 3.7e-6
+    wrong = wrong_records(op, [2e-6], cpu)  # slower by median, faster by mean: MetaSchedule's pick
+    kept, meta, error = gated(op, [wrong[0], checked], cpu)
+    assert error is None and [float(r.run_secs[0]) for r in kept] == [1e-6]
+    assert meta["rejected"][0]["latency_s"] == pytest.approx(2e-6)
+
+
+def test_programs_measured_elsewhere_are_stored_unchecked():
+    """An RPC device's programs cannot run here: stored with checked None, never rejected for it."""
+    cpu = parse_target("cpu")
+    op = Operator.create("DENSE", M=8, N=16, K=32)
+    kept, checked, error = gated(op, wrong_records(op, [1e-6], cpu), cpu, local=False)
+    assert len(kept) == 1 and checked == {"checked": None} and error is None

@@ -204,7 +204,7 @@ def test_an_interrupted_reuse_search_is_not_measured_again(tmp_path):
     (tmp_path / "db" / PROGRESS).write_text("".join(lines[: len(kept)]))
     prior = Database(tmp_path / "db").progress(alpha, target, "reuse")
     assert prior.trials == sum(kept)
-    known = {trace_key(r.trace): s for r, s in zip(prior.records(), prior.latencies)}
+    known = {trace_key(r.trace): s for r, s in prior.programs()}
     rest = _DryMeasurer()
     again = reuse_tune(alpha.prim_func(), source, target, rest, strategy="global", ranges="paper", known=known)
     assert rest.measured == full.candidates - len(known)  # nothing measured twice
