@@ -139,7 +139,7 @@ def estimator_cost_fn(operator_of: Callable[[LoopNestOp], "Operator | None"], ta
     """
     from tvm.ir import IRModule
 
-    from tuner.estimate import estimate_trials
+    from tuner.estimate import estimate_many, estimate_trials
     from tuner.features import loop_nest_of, major_block
 
     kind = target_kind
@@ -156,14 +156,25 @@ def estimator_cost_fn(operator_of: Callable[[LoopNestOp], "Operator | None"], ta
                 nests[key] = loop_nest_of(mod, major_block(mod))
         return nests[key]
 
+    options = dict(samples=samples, strategy=strategy, top_k=top_k)
+    known: dict[tuple[object, object], float] = {}
+
+    def prefetch(pairs: list[tuple[LoopNestOp, LoopNestOp]]) -> None:
+        todo = list(dict.fromkeys((a, b) for a, b in ((nest(x), nest(y)) for x, y in pairs)
+                                  if a is not None and b is not None and (a, b) not in known))
+        for key, est in zip(todo, estimate_many(kind, todo, **options)):
+            known[key] = est.mean
+
     def cost(alpha: LoopNestOp, beta: LoopNestOp) -> float:
         a, b = nest(alpha), nest(beta)
         if a is None or b is None:
             return float(budget)
-        return float(min(budget, estimate_trials(kind, a, b, samples=samples,  # type: ignore[arg-type]
-                                                 strategy=strategy, top_k=top_k).mean))
+        if (a, b) not in known:
+            known[(a, b)] = estimate_trials(kind, a, b, **options).mean  # type: ignore[arg-type]
+        return float(min(budget, known[(a, b)]))
 
     cost.__name__ = f"estimated_trials_{kind}"
+    cost.prefetch = prefetch  # type: ignore[attr-defined]
     return cost
 
 
@@ -269,5 +280,9 @@ def _seconds(candidates: Callable[[LoopNestOp, LoopNestOp], float], tm: TimeMode
         trials = hot_budget if op.name in hot_names else budget
         estimates[(ROOT, op.name)] = trials
         return tm.backend_seconds(trials, gflops(op))
+
+    if hasattr(candidates, "prefetch"):  # the estimator works in a batch (see selector.CostFn)
+        edge.prefetch = lambda pairs: candidates.prefetch(  # type: ignore[attr-defined]
+            [(a, b) for a, b in pairs if a.name not in hot_names])
 
     return edge, root, estimates

@@ -27,7 +27,10 @@ __all__ = ["ROOT", "CostFn", "BackendCost", "build_oc_graph", "check_cost"]
 ROOT = "root"
 
 #: ``cost_fn(alpha, beta)``: estimated trials to tune ``alpha`` reusing ``beta``'s best program.
-#: Must be ≥ 0 and not NaN; ``math.inf`` vetoes the pair (the edge is left out).
+#: Must be ≥ 0 and not NaN; ``math.inf`` vetoes the pair (the edge is left out). A cost function
+#: may also have a ``prefetch(pairs)`` method: :func:`build_oc_graph` calls it once with every
+#: candidate pair ``(alpha, beta)`` before asking edge by edge, so an expensive estimator can
+#: work in a batch (in parallel, say).
 CostFn = Callable[[LoopNestOp, LoopNestOp], float]
 #: Backend tuning cost: one number for every operator, or a function of the operator.
 BackendCost = Union[float, Callable[[LoopNestOp], float]]
@@ -90,9 +93,12 @@ def build_oc_graph(
             cost = check_cost(raw, f"{ROOT} -> {op.name}")
         G.add_edge(ROOT, op.name, weight=cost, kind="backend")
 
+    pairs = [(everything[a], everything[b]) for a, b in reuse_pair_indices(everything).tolist()]
+    prefetch = getattr(cost_fn, "prefetch", None)
+    if prefetch is not None and pairs:
+        prefetch(pairs)
     n_pairs = 0
-    for a, b in reuse_pair_indices(everything).tolist():
-        alpha, beta = everything[a], everything[b]
+    for alpha, beta in pairs:
         cost = check_cost(cost_fn(alpha, beta), f"{beta.name} -> {alpha.name}", allow_inf=True)
         if math.isinf(cost):
             continue

@@ -6,13 +6,18 @@ the count Algorithm 1's enumeration gives is close to what it actually measures.
 the *same* enumeration as :class:`tuner.space.ReuseSpace` (rounds T, M, unroll and vector per B)
 on a small random sample of β tile configurations, without building or measuring anything.
 
-Cost: O(samples x (d_B x (d_T + d_M))) enumerations of divisor products, milliseconds per pair.
+Cost: O(samples x (d_B x (d_T + d_M))) enumerations of divisor products, about a millisecond per
+pair and sample; :func:`estimate_many` spreads a plan's pairs over the machine's cores.
 """
 
 from __future__ import annotations
 
+import os
+import pickle
 import random
 import statistics
+import subprocess
+import sys
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -87,26 +92,35 @@ def count_trials(space: ReuseSpace, *, unroll_values: Sequence[int], fetch_lanes
     median candidate, standing in for the (unknown until measured) winner of round T. With
     ``top_k`` (a trained ranker) each round counts :func:`ranked_count` of its candidates.
     """
-    slots = space.t_slots()
-    if not slots:
+    groups = space.t_groups()  # a BShape stands for its B (one BShape per B)
+    n_slots = sum(len(threads) for _, threads in groups)
+    if not n_slots:
         return 3  # the reuse tuner's fallback measures at most three configurations
 
     def later(n: int) -> float:
         return ranked_count(n, top_k, open_round=strategy == "per-b", continue_rate=continue_rate)
 
-    by_b: dict[tuple[int, ...] | None, list] = {}
-    for slot in slots:  # a BShape stands for its B (one BShape per B)
-        by_b.setdefault(slot[0] if strategy == "per-b" else None, []).append(slot)
-    total = ranked_count(len(slots), top_k, open_round=True, continue_rate=continue_rate)
+    total = ranked_count(n_slots, top_k, open_round=True, continue_rate=continue_rate)
     current = len(unroll_values) - 1 if beta_unroll is None else beta_unroll
     one = fetch_lanes.index(1) if 1 in fetch_lanes else None
-    for group in by_b.values():
-        bs, t = group[len(group) // 2]
+    for bs, t in _followed(groups, n_slots, per_b=strategy == "per-b"):
         rep = space.tshape(t, bs, space.lshape(bs))
-        total += later(len(space.m_round(rep)))
+        total += later(len(space.m_lshapes(rep)))
         total += later(len(space.unroll_round(rep, unroll_values, current)))
         total += sum(later(len(space.vector_round(fetch_lanes, one, k))) for k in range(n_fetch))
     return total
+
+
+def _followed(groups: list[tuple[tuple[int, ...], list[int]]], n_slots: int, *, per_b: bool):
+    """The median slot of each B (``per_b``), or of all of round T: the one the later rounds follow."""
+    if per_b:
+        return [(bs, threads[len(threads) // 2]) for bs, threads in groups]
+    i = n_slots // 2
+    for bs, threads in groups:
+        if i < len(threads):
+            return [(bs, threads[i])]
+        i -= len(threads)
+    raise AssertionError("median slot outside round T")
 
 
 def estimate_trials(kind: Kind, alpha: LoopNest, beta: LoopNest, *, samples: int = 16, seed: int = 0,
@@ -134,6 +148,65 @@ def estimate_trials(kind: Kind, alpha: LoopNest, beta: LoopNest, *, samples: int
                                    beta_unroll=rng.randrange(len(unroll_values)), strategy=strategy,
                                    top_k=top_k, continue_rate=continue_rate))
     return TrialEstimate(statistics.fmean(counts), min(counts), max(counts), samples)
+
+
+#: Fewer pairs than this are estimated in this process: a worker costs ~0.3 s to start.
+PARALLEL_MIN_PAIRS = 256
+
+
+def estimate_many(kind: Kind, pairs: Sequence[tuple[LoopNest, LoopNest]], *, workers: int | None = None,
+                  **kw) -> list[TrialEstimate]:
+    """:func:`estimate_trials` for every ``(alpha, beta)`` of ``pairs``, in order, the same numbers.
+
+    A plan asks for O(n²) pairs (1,240 for ResNet-50 with bridges) of pure Python, so the pairs are
+    split over ``workers`` fresh interpreters (default: the cores this process may use). They are
+    plain subprocesses that import only this module: nothing of the caller (TVM, threads, a script's
+    top-level code, a notebook) is copied or re-run. Small batches, or a failed worker, are
+    estimated in this process.
+    """
+    if workers is None:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if workers <= 1 or len(pairs) < PARALLEL_MIN_PAIRS:
+        return [estimate_trials(kind, a, b, **kw) for a, b in pairs]
+    chunks = [list(pairs[i::workers]) for i in range(workers)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    procs: list[subprocess.Popen] = []
+    try:
+        for _ in chunks:
+            procs.append(subprocess.Popen([sys.executable, "-c", "from tuner.estimate import _worker; _worker()"],
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env))
+    except OSError:  # no processes here (sandbox, frozen app)
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        return [estimate_trials(kind, a, b, **kw) for a, b in pairs]
+    results: list[list[TrialEstimate] | None] = []
+    for proc, chunk in zip(procs, chunks):  # each reads its whole input before writing: no deadlock
+        try:
+            proc.stdin.write(pickle.dumps((kind, kw, chunk)))  # type: ignore[union-attr]
+            proc.stdin.close()  # type: ignore[union-attr]
+        except OSError:  # the worker died before reading (its share is redone below)
+            pass
+    for proc in procs:
+        out = proc.stdout.read()  # type: ignore[union-attr]
+        ok = proc.wait() == 0
+        try:
+            results.append(pickle.loads(out) if ok and out else None)
+        except (pickle.UnpicklingError, EOFError):
+            results.append(None)
+    estimates: list[TrialEstimate | None] = [None] * len(pairs)
+    for i, (chunk, res) in enumerate(zip(chunks, results)):
+        if res is None:  # a worker died: its share in this process, the same numbers
+            res = [estimate_trials(kind, a, b, **kw) for a, b in chunk]
+        estimates[i::workers] = res
+    return estimates  # type: ignore[return-value]
+
+
+def _worker() -> None:
+    """A worker of :func:`estimate_many`: a pickled (kind, options, pairs) in, the estimates out."""
+    kind, kw, chunk = pickle.loads(sys.stdin.buffer.read())
+    out = [estimate_trials(kind, a, b, **kw) for a, b in chunk]
+    sys.stdout.buffer.write(pickle.dumps(out))
 
 
 def trials_for_config(kind: Kind, alpha: LoopNest, beta: LoopNest, beta_cfg: TileConfig, **kw) -> float:

@@ -23,11 +23,11 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from typing import Literal, Sequence
 
 from .cost_model import bshape_cost, tshape_cost
-from .features import Kind, LoopNest, TileConfig
+from .features import Kind, LoopNest, TileConfig, cached_property
 from .tiling import (MAX_INNERMOST, achievable_products, divisors, factorizations, largest_divisor_at_most,
                      log_distance, split_inner)
 
@@ -158,19 +158,27 @@ class ReuseSpace:
         return [self.tshape(t, bs, lshape[bs]) for bs, t in slots]  # type: ignore[misc]
 
     def t_slots(self) -> list[tuple[tuple[int, ...], int]]:
-        """Round T before its LShapes and TShapes are chosen: (BShape, threads per block), in order.
+        """Round T before its LShapes and TShapes are chosen: (BShape, threads per block), in order."""
+        return [(bs, t) for bs, threads in self.t_groups() for t in threads]
+
+    def t_groups(self) -> list[tuple[tuple[int, ...], list[int]]]:
+        """Round T's slots grouped by block count: (BShape, admissible threads per block), in order.
 
         Whether a slot is admissible does not depend on how its threads split over the BShape, so
         the trial estimator counts slots and picks shapes only for the candidates it follows
-        further: O(d_B x d_T) cheap steps. On CUDA the staged bytes (BShape and LShape) must fit.
+        further: O(d_B) cheap steps. On CUDA the staged bytes (BShape and LShape) must fit.
         """
         out = []
         for B in self.b_values():
             bs = self.bshape(B)
             if bs is None:
                 continue
-            staged = self._block_bytes(bs, self.lshape(bs)) if self.kind == "cuda" else 0
-            out += [(bs, t) for t in self.threads_per_block(B, bs) if self._fits(t, staged)]
+            threads = self.threads_per_block(B, bs)
+            if self.kind == "cuda":
+                staged = self._block_bytes(bs, self.lshape(bs))
+                threads = [t for t in threads if self._fits(t, staged)]
+            if threads:
+                out.append((bs, threads))
         return out
 
     def unroll_round(self, cfg: TileConfig, options: Sequence[int], current: int | None) -> list[int]:
@@ -201,38 +209,42 @@ class ReuseSpace:
 
     def m_round(self, best: TileConfig) -> list[TileConfig]:
         """Round M: other LShapes of ``best`` whose M lies in the equation-3 range."""
+        return [self.config(best.bshape, best.thread_counts, ls) for ls in self.m_lshapes(best)]
+
+    def m_lshapes(self, best: TileConfig) -> list[tuple[int, ...]]:
+        """Round M's LShapes, closest M first (the estimator counts them without building configs)."""
         lo, hi = self.m_range()
         best_m = max(best.M(self.alpha), 1)
+        B, bshape, threads = best.B, best.bshape, best.threads_per_block
         options = []
-        for ls, red in _reduction_options(self.kind, self.alpha.reduction, self._beta_inner[1]):
-            staged = self.alpha.staged_bytes(best.bshape + tuple(math.prod(f[1:]) for f in red))
-            m = best.B * staged
-            if ls != best.lshape and lo <= m <= hi and self._fits(best.threads_per_block, staged):
+        for ls, chunk in _reduction_options(self.kind, self.alpha.reduction, self._beta_inner[1]):
+            staged = self.alpha.staged_bytes(bshape + chunk)
+            m = B * staged
+            if ls != best.lshape and lo <= m <= hi and self._fits(threads, staged):
                 options.append((abs(math.log(max(m, 1) / best_m)), ls))
         options.sort(key=lambda x: x[0])
-        return [self.config(best.bshape, best.thread_counts, ls) for _, ls in options[: self.max_lshapes]]
+        return [ls for _, ls in options[: self.max_lshapes]]
 
 
 # -- the Get*Shape choices, as pure functions of their inputs: cached, because the estimator asks
 # -- for the same shapes for every sampled β program and every pair sharing an α
 def _best_bshape(kind: Kind, alpha: LoopNest, B: int, beta_bshape: tuple[int, ...]) -> tuple[int, ...] | None:
     """Fewest cache-line requests; ties go to the BShape closest to β's, then to the first one."""
-    options = _bshape_costs(kind, alpha, B)
-    if not options:
+    ties = _cheapest_bshapes(kind, alpha, B)
+    if not ties:
         return None
-    low = min(cost for cost, _ in options)
-    ties = [shape for cost, shape in options if cost == low]
     return ties[0] if len(ties) == 1 else min(ties, key=lambda shape: log_distance(shape, beta_bshape))
 
 
 @lru_cache(maxsize=1 << 16)
-def _bshape_costs(kind: Kind, alpha: LoopNest, B: int) -> tuple[tuple[int, tuple[int, ...]], ...]:
-    """Every BShape of ``B`` blocks with its cache-line requests, in enumeration order."""
-    out = []
+def _cheapest_bshapes(kind: Kind, alpha: LoopNest, B: int) -> tuple[tuple[int, ...], ...]:
+    """The BShapes of ``B`` blocks with the fewest cache-line requests, in enumeration order."""
+    options = []
     for counts in factorizations(B, alpha.space):
         shape = tuple(e // c for e, c in zip(alpha.space, counts))
-        out.append((bshape_cost(alpha, shape, B, LINE_BYTES[kind]), shape))
-    return tuple(out)
+        options.append((bshape_cost(alpha, shape, B, LINE_BYTES[kind]), shape))
+    low = min((cost for cost, _ in options), default=None)
+    return tuple(shape for cost, shape in options if cost == low)
 
 
 @lru_cache(maxsize=1 << 18)
@@ -290,8 +302,9 @@ def _lshapes_by_bytes(alpha: LoopNest, bshape: tuple[int, ...]) -> tuple[tuple[i
 
 @lru_cache(maxsize=1 << 12)
 def _reduction_options(kind: Kind, reduction: tuple[int, ...], inner_r: tuple[int, ...]) -> tuple:
-    """Every LShape (sorted) with the reduction tiles it gives (round M's options)."""
-    return tuple((ls, _reduction_tiles(kind, reduction, ls, inner_r)) for ls in _lshapes(reduction))
+    """Every LShape (sorted) with the reduction chunk of one fetch it gives (round M's options)."""
+    return tuple((ls, tuple(math.prod(f[1:]) for f in _reduction_tiles(kind, reduction, ls, inner_r)))
+                 for ls in _lshapes(reduction))
 
 
 @lru_cache(maxsize=1 << 16)

@@ -235,6 +235,23 @@ def test_estimate_is_reproducible_and_global_measures_less_than_per_b(example3):
     assert per_b.mean > e1.mean and per_b.low >= e1.low  # rounds after T once per B value vs once
 
 
+def test_estimate_many_in_worker_processes_gives_the_same_numbers(example3, monkeypatch):
+    """A plan's pairs are estimated in subprocesses: same numbers, same order; a worker that dies
+    (here: a broken interpreter path) leaves its share to this process."""
+    import sys
+
+    import tuner.estimate as est
+
+    ops = [Operator.create("C2D", N=1, CI=ci, H=14, W=14, CO=co, KH=1, KW=1) for ci, co in ((64, 64), (128, 32), (96, 48))]
+    nests = [nest(o) for o in ops] + [example3.alpha, example3.beta]
+    pairs = [(a, b) for a in nests for b in nests if a is not b]
+    serial = [estimate_trials("cpu", a, b, samples=4, strategy="global") for a, b in pairs]
+    monkeypatch.setattr(est, "PARALLEL_MIN_PAIRS", 2)
+    assert est.estimate_many("cpu", pairs, workers=3, samples=4, strategy="global") == serial
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    assert est.estimate_many("cpu", pairs, workers=2, samples=4, strategy="global") == serial
+
+
 # -- other sketch types (section 5.2) ------------------------------------------------------------
 def test_scaled_tiles_follow_beta_and_the_extent_ratio():
     from tuner.subsketch import scaled_tiles
