@@ -51,7 +51,10 @@ PROGRESS = "eto_progress.json"
 CORRUPT = "corrupt_lines.txt"
 LOCK = ".lock"
 
-Method = Literal["backend", "reuse", "reuse+evolve", "topk", "import"]
+Method = Literal["backend", "reuse", "reuse+evolve", "topk", "import", "instant"]
+#: A program derived for a new shape without a search (:mod:`eto.instant`): served until tuning
+#: stores a better one, but not a tuning result (the operator still counts as not attempted).
+PREDICTED: Method = "instant"
 
 
 @dataclass(frozen=True)
@@ -250,7 +253,8 @@ class Database:
         """
         tk, key = target_key(target), op.key
         with self._mutex:
-            if any(r.get("op_key") == key and r.get("target") == tk for r in self._results):
+            if any(r.get("op_key") == key and r.get("target") == tk and r.get("method") != PREDICTED
+                   for r in self._results):
                 return Progress()
             batches = [m for m in self._progress
                        if m.get("op_key") == key and m.get("target") == tk and m.get("method") == method]
@@ -275,28 +279,30 @@ class Database:
             kill_point("db.progress")
             self._progress.append(json.loads(dumps(line)))
 
-    def best(self, op: Operator, target: "str | Target") -> ProgramRecord | None:
-        """The fastest stored program of ``op`` on ``target`` (None if never tuned there)."""
-        progs = self.programs(target=target, op=op)
+    def best(self, op: Operator, target: "str | Target", *, predicted: bool = True) -> ProgramRecord | None:
+        """The fastest stored program of ``op`` on ``target`` (None if never tuned there);
+        ``predicted=False``: tuned programs only, not instant ones."""
+        progs = [p for p in self.programs(target=target, op=op) if predicted or p.method != PREDICTED]
         return min(progs, key=lambda p: p.latency_s) if progs else None
 
-    def best_programs(self, target: "str | Target | None" = None) -> list[ProgramRecord]:
+    def best_programs(self, target: "str | Target | None" = None, *, predicted: bool = True) -> list[ProgramRecord]:
         """The fastest stored program per (operator, target), in first-stored order; O(programs)."""
         best: dict[tuple[Operator, str], ProgramRecord] = {}
         for p in self.programs(target=target):
             k = (p.op, p.target)
-            if k not in best or p.latency_s < best[k].latency_s:
+            if (predicted or p.method != PREDICTED) and (k not in best or p.latency_s < best[k].latency_s):
                 best[k] = p
         return list(best.values())
 
     def tuned(self, target: "str | Target") -> dict[Operator, ProgramRecord]:
-        """Best program per operator on ``target``."""
-        return {p.op: p for p in self.best_programs(target)}
+        """Best tuned program per operator on ``target`` (instant programs are not tuned)."""
+        return {p.op: p for p in self.best_programs(target, predicted=False)}
 
     def attempted(self, op: Operator, target: "str | Target") -> bool:
         """Whether a tuning result (successful or not) for ``op`` on ``target`` is committed."""
         tk, key = target_key(target), op.key
-        return any(r.get("op_key") == key and r.get("target") == tk for r in self.results())
+        return any(r.get("op_key") == key and r.get("target") == tk and r.get("method") != PREDICTED
+                   for r in self.results())
 
     def sources(self, *, op_type: str, target: "str | Target", sketch: str | None = None) -> list[ProgramRecord]:
         """Best programs of tuned operators of one type (and sketch key): candidate reuse sources."""

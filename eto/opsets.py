@@ -116,16 +116,19 @@ class OperatorSet:
 
 def builtin_opsets() -> dict[str, str]:
     """Names of the built-in sets with one-line descriptions."""
-    return {name: desc for name, (desc, _) in BUILTIN.items()}
+    return {name: b.description for name, b in BUILTIN.items()}
 
 
-def builtin_opset(name: str) -> OperatorSet:
-    """A built-in set by name (case and ``-``/``_`` insensitive)."""
+def builtin_opset(name: str, **dims: int) -> OperatorSet:
+    """A built-in set by name (case and ``-``/``_`` insensitive), at its default sizes or ``dims``."""
     key = name.lower().replace("-", "_")
     if key not in BUILTIN:
         raise ValueError(f"unknown operator set {name!r}; built-in sets: {', '.join(BUILTIN)}")
-    desc, layers = BUILTIN[key]
-    return OperatorSet.from_layers(key, layers(), desc)
+    b = BUILTIN[key]
+    if not dims:
+        return OperatorSet.from_layers(key, b.build(), b.description)
+    label = ",".join(f"{k}={v}" for k, v in dims.items())
+    return OperatorSet.from_layers(f"{key}@{label}", b.build(**dims), f"{b.description}, with {label}")
 
 
 def load_opset(name_or_path: str) -> OperatorSet:
@@ -133,3 +136,56 @@ def load_opset(name_or_path: str) -> OperatorSet:
     if os.path.exists(name_or_path) or name_or_path.endswith(".json"):
         return OperatorSet.load(name_or_path)
     return builtin_opset(name_or_path)
+
+
+def parse_vary(text: str) -> tuple[str, list[int]]:
+    """``DIM=VALUES``, VALUES a list ``1,2,4`` or an inclusive range ``START:STOP:STEP``."""
+    dim, sep, values = text.partition("=")
+    dim = dim.strip()
+    if not sep or not dim or not values.strip():
+        raise ValueError(f"--vary {text!r}: expected DIM=VALUES, e.g. seq=16:512:16 or batch=1,2,4")
+    try:
+        if ":" in values:
+            parts = [int(v) for v in values.split(":")]
+            if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] < 1):
+                raise ValueError
+            start, stop, step = parts[0], parts[1], parts[2] if len(parts) == 3 else 1
+            out = list(range(start, stop + 1, step))
+        else:
+            out = [int(v) for v in values.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"--vary {text!r}: values must be integers, as 1,2,4 or START:STOP[:STEP]") from None
+    if not out or min(out) < 1 or max(out) > MAX_PARAM:
+        raise ValueError(f"--vary {text!r}: values must lie in 1..{MAX_PARAM} (got {out[:4] or 'none'})")
+    return dim, list(dict.fromkeys(out))
+
+
+def vary(opset: str | OperatorSet, dim: str, values: Iterable[int]) -> list[tuple[int, OperatorSet]]:
+    """The set at each value of one dimension: a new shape per value (dynamic-shape retuning).
+
+    A built-in set varies its named dimensions (``batch``, ``seq``, ``hw``: see ``eto ops list``),
+    its layer list rebuilt at each size. Any other set (a JSON file, ``--op`` texts, a model's
+    operators) varies an operator parameter by name (``N``, ``M``, ``H``...): every operator with
+    that parameter gets the value (ValueError when none has it, or a shape becomes impossible).
+    """
+    values = list(values)
+    if isinstance(opset, str) and not (os.path.exists(opset) or opset.endswith(".json")):
+        return [(v, builtin_opset(opset, **{dim: v})) for v in values]
+    base = load_opset(opset) if isinstance(opset, str) else opset
+    if not any(dim in dict(e.op.params) for e in base):
+        have = sorted({p for e in base for p, _ in e.op.params})
+        raise ValueError(f"no operator of {base.name} has a parameter {dim!r}; parameters: {', '.join(have)}")
+    out = []
+    for v in values:
+        layers = [_with(e.op, dim, v) for e in base for _ in range(e.frequency)]
+        out.append((v, OperatorSet.from_layers(f"{base.name}@{dim}={v}", layers, base.description)))
+    return out
+
+
+def _with(op: Operator, dim: str, value: int) -> Operator:
+    if dim not in dict(op.params):
+        return op
+    try:
+        return op.replace(**{dim: value})
+    except ValueError as exc:
+        raise ValueError(f"{op.name} with {dim}={value}: {exc}") from None

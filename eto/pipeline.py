@@ -189,7 +189,8 @@ def _tune_multi_sketch_kinds_first(planned: OperatorPlan, run: _Run,
     ops = {planned.operators[n]: _estimate(planned, n) for n in plan.replan_after}
     run.backend(list(ops), measurer, ops)
     estimated = (sum(e["estimated_seconds"] for e in ops.values()), sum(e["estimate"] or 0 for e in ops.values()))
-    tuned = [n for n in plan.replan_after if run.database.best(planned.operators[n], run.target) is not None]
+    tuned = [n for n in plan.replan_after
+             if run.database.best(planned.operators[n], run.target, predicted=False) is not None]
     return planned.replan(tuned), estimated
 
 
@@ -272,7 +273,7 @@ def _reuse_claimed(alpha: Operator, beta: Operator, run: _Run, measurer: "Measur
     """The reuse search, each measured batch checkpointed; an interrupted one's batches are not re-measured."""
     from tuner.reuse import reuse_tune, trace_key
 
-    source = run.database.best(beta, run.target)
+    source = run.database.best(beta, run.target, predicted=False) or run.database.best(beta, run.target)
     prior = run.database.progress(alpha, run.target, "reuse")
     known = {trace_key(r.trace): s for r, s in prior.programs()}
 

@@ -257,6 +257,19 @@ def gflops(n: LoopNestOp) -> float:
     return 2 * math.prod(n.space) * math.prod(n.reduction) / 1e9
 
 
+def carries_reduction(alpha: LoopNestOp, beta: LoopNestOp) -> bool:
+    """Whether β's program has a tile decision for every reduction loop α has: both have the
+    same reduction loops of extent 1.
+
+    Beyond the paper (its Definition 5 example bridges a 3x3 and a 1x1 convolution): β's program
+    carries nothing about a loop of extent 1, so GetS tiles α's kernel loops blind. Measured
+    here (experiments/results/set_bench_resnet50_N100_sized.json, seed 0 of the first run), a
+    3x3 convolution reused from a 1x1 bridge ran at 0.25 of MetaSchedule's speed. The block
+    search re-tiles all of α's space loops, so they need no such rule.
+    """
+    return all((a == 1) == (b == 1) for a, b in zip(alpha.reduction, beta.reduction))
+
+
 def _seconds(candidates: Callable[[LoopNestOp, LoopNestOp], float], tm: TimeModel, hot_names: set[str],
              budget: float, hot_budget: float):
     """Edge and root costs in seconds, recording each edge's candidates as the selector asks.
@@ -269,7 +282,7 @@ def _seconds(candidates: Callable[[LoopNestOp, LoopNestOp], float], tm: TimeMode
     estimates: dict[tuple[str, str], float] = {}
 
     def edge(alpha: LoopNestOp, beta: LoopNestOp) -> float:
-        if alpha.name in hot_names:
+        if alpha.name in hot_names or not carries_reduction(alpha, beta):
             return math.inf
         c = tm.reuse_candidates(float(candidates(alpha, beta)))
         estimates[(beta.name, alpha.name)] = c

@@ -9,6 +9,7 @@ the final fully connected layer are left out.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Callable
 
 from .operators import Operator
@@ -20,15 +21,20 @@ def _c2d(n: int, ci: int, h: int, co: int, k: int, s: int = 1, p: int | None = N
 
 
 # -- CNNs ---------------------------------------------------------------------------------------
-def resnet50_layers(batch: int = 1) -> list[Operator]:
-    """ResNet-50 v1 at 224x224: stride 2 on the first 1x1 conv of a downsampling block."""
+def _out(h: int, k: int, s: int, p: int) -> int:
+    """Output size of a convolution or pooling window."""
+    return (h + 2 * p - k) // s + 1
+
+
+def resnet50_layers(batch: int = 1, hw: int = 224) -> list[Operator]:
+    """ResNet-50 v1 at ``hw`` x ``hw``: stride 2 on the first 1x1 conv of a downsampling block."""
     b = batch
-    layers = [_c2d(b, 3, 224, 64, 7, 2, 3)]
-    cin, h = 64, 56
+    layers = [_c2d(b, 3, hw, 64, 7, 2, 3)]
+    cin, h = 64, _out(_out(hw, 7, 2, 3), 3, 2, 1)  # the stem, then its 3x3/2 max pool
     for planes, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
         for i in range(blocks):
             s = stride if i == 0 else 1
-            out = h // s
+            out = _out(h, 1, s, 0)
             layers += [_c2d(b, cin, h, planes, 1, s, 0), _c2d(b, planes, out, planes, 3),
                        _c2d(b, planes, out, planes * 4, 1, 1, 0)]
             if i == 0:
@@ -37,11 +43,11 @@ def resnet50_layers(batch: int = 1) -> list[Operator]:
     return layers
 
 
-def mobilenet_v2_layers(batch: int = 1) -> list[Operator]:
-    """MobileNetV2 1.0 at 224x224; the classifier is the 1x1 convolution on the pooled 1x1 map."""
+def mobilenet_v2_layers(batch: int = 1, hw: int = 224) -> list[Operator]:
+    """MobileNetV2 1.0 at ``hw`` x ``hw``; the classifier is the 1x1 convolution on the pooled 1x1 map."""
     b = batch
-    layers = [_c2d(b, 3, 224, 32, 3, 2, 1)]
-    cin, h = 32, 112
+    layers = [_c2d(b, 3, hw, 32, 3, 2, 1)]
+    cin, h = 32, _out(hw, 3, 2, 1)
     for t, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
                        (6, 160, 3, 2), (6, 320, 1, 1)):
         for i in range(n):
@@ -53,7 +59,7 @@ def mobilenet_v2_layers(batch: int = 1) -> list[Operator]:
             h = (h - 1) // st + 1
             layers.append(_c2d(b, hidden, h, c, 1, 1, 0))
             cin = c
-    layers.append(_c2d(b, 320, 7, 1280, 1, 1, 0))
+    layers.append(_c2d(b, 320, h, 1280, 1, 1, 0))
     layers.append(_c2d(b, 1280, 1, 1000, 1, 1, 0))
     return layers
 
@@ -157,19 +163,42 @@ def quickstart_layers() -> list[Operator]:
             Operator.create("BMM", B=2, M=64, N=64, K=32), Operator.create("BMM", B=4, M=64, N=64, K=64)]
 
 
-#: name -> (description, layer list builder). A set covering several models or batch sizes is the
-#: concatenation of their layer lists: counting it adds the frequencies of shared operators.
-BUILTIN: dict[str, tuple[str, Callable[[], list[Operator]]]] = {
-    "quickstart": ("a small CNN block and attention products: 3 C2D + 2 BMM (eto tune's default)",
-                   quickstart_layers),
-    "resnet50": ("ResNet-50 v1, batch 1: 20 C2D", lambda: resnet50_layers(1)),
-    "resnet50_l": ("ResNet-50 at batch 1 and 16: 40 C2D", lambda: resnet50_layers(1) + resnet50_layers(16)),
-    "mobilenetv2": ("MobileNetV2 1.0, batch 1: 21 C2D + 10 DEP", lambda: mobilenet_v2_layers(1)),
-    "resnest50": ("ResNeSt-50 (2s1x64d), batch 1: 26 C2D + 7 GRP", lambda: resnest50_layers(1)),
-    "r2plus1d18": ("R(2+1)D-18, batch 1, 16x112x112 clips: C3D", lambda: r2plus1d_18_layers(1)),
-    "dcgan": ("DCGAN generator, batch 1, 64x64: 5 T2D", lambda: dcgan_generator_layers(1)),
-    "bert_base": ("BERT-Base, batch 1, sequence 128: 5 BMM", lambda: bert_layers(1, 128)),
-    "bert_l": ("BERT-Base and BERT-Large, batch 1 and 16, sequence 64 and 128: 36 BMM",
-               lambda: [op for f in (bert_layers, _bert_large) for b in (1, 16) for s in (64, 128)
-                        for op in f(b, s)]),
+@dataclass(frozen=True)
+class Builtin:
+    """A built-in set: its layer list builder and the dimensions a user may vary (with defaults)."""
+
+    description: str
+    layers: Callable[..., list[Operator]]
+    dims: dict[str, int] = field(default_factory=dict)
+
+    def build(self, **dims: int) -> list[Operator]:
+        unknown = set(dims) - set(self.dims)
+        if unknown:
+            can = ", ".join(self.dims) or "none"
+            raise ValueError(f"cannot vary {', '.join(sorted(unknown))}: this set's dimensions are {can}")
+        return self.layers(**{**self.dims, **dims})
+
+
+def _resnet50_l() -> list[Operator]:
+    return resnet50_layers(1) + resnet50_layers(16)
+
+
+def _bert_l() -> list[Operator]:
+    return [op for f in (bert_layers, _bert_large) for b in (1, 16) for s in (64, 128) for op in f(b, s)]
+
+
+#: A set covering several models or batch sizes is the concatenation of their layer lists:
+#: counting it adds the frequencies of shared operators.
+BUILTIN: dict[str, Builtin] = {
+    "quickstart": Builtin("a small CNN block and attention products: 3 C2D + 2 BMM (eto tune's default)",
+                          quickstart_layers),
+    "resnet50": Builtin("ResNet-50 v1, batch 1: 20 C2D", resnet50_layers, {"batch": 1, "hw": 224}),
+    "resnet50_l": Builtin("ResNet-50 at batch 1 and 16: 40 C2D", _resnet50_l),
+    "mobilenetv2": Builtin("MobileNetV2 1.0, batch 1: 21 C2D + 10 DEP", mobilenet_v2_layers, {"batch": 1, "hw": 224}),
+    "resnest50": Builtin("ResNeSt-50 (2s1x64d), batch 1: 26 C2D + 7 GRP", resnest50_layers, {"batch": 1}),
+    "r2plus1d18": Builtin("R(2+1)D-18, batch 1, 16x112x112 clips: C3D", r2plus1d_18_layers,
+                          {"batch": 1, "frames": 16, "size": 112}),
+    "dcgan": Builtin("DCGAN generator, batch 1, 64x64: 5 T2D", dcgan_generator_layers, {"batch": 1}),
+    "bert_base": Builtin("BERT-Base, batch 1, sequence 128: 5 BMM", bert_layers, {"batch": 1, "seq": 128}),
+    "bert_l": Builtin("BERT-Base and BERT-Large, batch 1 and 16, sequence 64 and 128: 36 BMM", _bert_l),
 }

@@ -399,6 +399,73 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
     return replace(res, seconds=setup + res.seconds, trajectory=tuple(p.after(setup, 0) for p in res.trajectory))
 
 
+@dataclass(frozen=True)
+class Prediction:
+    """α's program derived from β's without measuring anything (see :func:`predict`)."""
+
+    schedule: Any  # the postprocessed schedule: ``schedule.mod`` builds
+    config: TileConfig | None
+    by: str  # "ranker": the learned model chose; "nearest": β's block and thread sizes kept
+    ranked: int  # candidates the choice was made among
+    seconds: float
+    _tuner: ReuseTuner = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
+
+    def record(self, seconds: float) -> "TuningRecord":
+        """The prediction as α's TuningRecord, with a run time measured by the caller."""
+        return self._tuner.record_of(self.schedule, seconds)
+
+
+def predict(func: "PrimFunc", source_record: "TuningRecord", target: "Target", *,
+            ranker: "LearnedRanker | None" = None, vector_lanes: int = 8,
+            ranges: RangeName | None = None) -> Prediction:
+    """α's program from β's best one with no measurement: the instant program for a new shape.
+
+    Beyond the paper: Algorithm 1's round T is built (GetS) but not measured. A trained
+    ``ranker`` picks the best-ranked candidate, then ranks round M's variants of it against it;
+    without one the candidate keeping β's per-block work (BShape volume) and threads per block
+    wins: β's tile granularity carried over, the block count scaled to α. Costs one design-space
+    generation and O(d_B x d_T) schedule replays, well under a second on CPU.
+    Raises ValueError when β's sketch is not in α's design space or nothing derived passes the
+    target's checks.
+    """
+    start = time.perf_counter()
+    tuner = ReuseTuner(func, source_record, target, vector_lanes=vector_lanes, ranges=ranges)
+    if not tuner.has_mlt:
+        configs: list[TileConfig | None] = [None]
+    else:
+        configs = list(tuner.space.t_round()) or list(tuner._fallback())
+    built = [c for c in (tuner._cand(cfg) for cfg in configs) if _built(tuner, c)]
+    if not built:
+        raise ValueError("no program derived from the source passes the target's checks")
+    learned = ranker is not None and ranker.trained
+    ranked = len(built)
+    if learned:
+        best = built[ranker.rank(tuner.alpha_mod, [c.sch for c in built])[0]]  # type: ignore[union-attr,index]
+        if tuner.has_mlt:
+            variants = [v for v in (best.but(cfg=cfg) for cfg in tuner.space.m_round(best.cfg)) if _built(tuner, v)]
+            if variants:
+                pool = [best] + variants
+                ranked += len(variants)
+                best = pool[ranker.rank(tuner.alpha_mod, [c.sch for c in pool])[0]]  # type: ignore[union-attr,index]
+    else:
+        beta = tuner.beta_cfg
+
+        def distance(c: _Cand) -> float:
+            if c.cfg is None or beta is None:
+                return 0.0
+            return (abs(math.log(math.prod(c.cfg.bshape) / math.prod(beta.bshape)))
+                    + abs(math.log(c.cfg.threads_per_block / beta.threads_per_block)))
+
+        best = min(built, key=distance)
+    return Prediction(best.sch, best.cfg, "ranker" if learned else "nearest", ranked,
+                      time.perf_counter() - start, tuner)
+
+
+def _built(tuner: ReuseTuner, cand: _Cand) -> bool:
+    cand.sch = tuner.schedule(cand)
+    return cand.sch is not None
+
+
 def trace_key(trace) -> str:
     """A candidate's identity across runs: its trace's text (instructions and decisions)."""
     return str(trace)

@@ -1,0 +1,85 @@
+"""``eto retune``: a set's operators at new sizes, instant programs first, then tuned by reuse.
+
+TVM and MetaSchedule are imported inside the command, never when the parser is built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from ..opsets import OperatorSet, parse_vary, vary
+from ..report import format_table
+from .errors import EXIT_FAILED, EXIT_OK, CLIError
+from .plan import add_strategy_option, top_k_of
+from .tune import DEFAULT_DB, _operators
+
+
+def _retune(args: argparse.Namespace) -> int:
+    dim, values = parse_vary(args.vary)
+    if not os.path.isdir(args.db):
+        raise CLIError(f"--db {args.db}: no such database directory (tune the known sizes first: eto tune)")
+    if args.trials < 1:
+        raise CLIError(f"--trials must be positive, got {args.trials}")
+    base: str | OperatorSet = args.opset if args.opset and not (args.op or args.model) else _operators(args)
+    shapes = vary(base, dim, values)
+    from ..database import Database
+    from ..retune import retune
+    from ..target import parse_target
+
+    target = parse_target(args.target)
+    db = Database(args.db)
+    for p in db.problems:
+        print(f"eto: warning: {os.path.join(args.db, str(p))} (skipped)", file=sys.stderr)
+    print(f"eto: retune {len(values)} sizes of {dim} ({', '.join(map(str, values[:8]))}"
+          f"{', ...' if len(values) > 8 else ''}) from {args.db}, target {target}", file=sys.stderr)
+    log = None if args.quiet or args.json else (lambda m: print(f"eto: {m}", file=sys.stderr, flush=True))
+    report = retune(shapes, target, db, dim=dim, trials=args.trials, instant_only=args.instant_only, log=log,
+                    strategy=args.strategy, top_k=top_k_of(args), seed=args.seed,
+                    plan_budget=args.plan_budget)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=1))
+    else:
+        print(_table(report))
+    missing = [r for r in report.rows if r.latency_s is None and r.instant_latency_s is None]
+    return EXIT_FAILED if missing else EXIT_OK
+
+
+def _table(report) -> str:
+    def us(v: float | None) -> object:
+        return "-" if v is None else round(v * 1e6, 1)
+
+    rows = [(r.value, r.op, r.instant_source or "-", us(r.instant_latency_s),
+             "-" if r.instant_seconds is None else round(r.instant_seconds, 2), r.method or "-", r.source or "-",
+             r.candidates, round(r.seconds, 1), us(r.latency_s)) for r in report.rows]
+    lines = [format_table((report.dim, "operator", "instant from", "instant us", "instant s", "method", "source",
+                           "trials", "seconds", "latency_us"), rows, align="rlllrllrrr")]
+    lines.append(f"wall time {report.seconds:.1f} s, of which instant programs {report.instant_seconds:.1f} s")
+    for r in report.rows:
+        if r.error:
+            lines.append(f"  {r.op}: {r.error}")
+    return "\n".join(lines)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``eto retune`` and its options."""
+    p = subparsers.add_parser("retune", help="new sizes of a tuned set: instant programs, then reuse tuning")
+    p.add_argument("--opset", help="built-in set name or JSON file (default: quickstart)")
+    p.add_argument("--op", action="append", help="one operator, e.g. 'BMM(B=1,M=128,N=768,K=768)' (repeatable)")
+    p.add_argument("--model", help="an ONNX model or torch.export .pt2 file: its operator set")
+    p.add_argument("--vary", required=True, metavar="DIM=VALUES",
+                   help="the new sizes: a built-in set's dimension (batch, seq, hw) or an operator parameter "
+                        "(N, M, H...), values as 1,2,4 or START:STOP:STEP")
+    p.add_argument("--db", default=DEFAULT_DB, help=f"the database of known sizes, where results go (default {DEFAULT_DB})")
+    p.add_argument("--target", default="cpu", help="cpu (this machine), cuda, or a TVM tag")
+    p.add_argument("--trials", type=int, default=64, help="backend trials where nothing can be reused")
+    p.add_argument("--plan-budget", type=int, default=None,
+                   help="backend cost per operator when planning (default: --trials)")
+    p.add_argument("--instant-only", action="store_true", help="store the instant programs and stop (seconds)")
+    add_strategy_option(p)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=_retune)

@@ -1,0 +1,113 @@
+"""The instant program (beyond the paper): a new shape gets a checked program before any search.
+
+When shapes change (a new sequence length, batch size or image size), a user needs a program now
+and a tuned one soon. :func:`instant` takes the database's nearest tuned program of the same
+operator type and sketch, derives α's program from it without measuring (Algorithm 1's round T
+built, one candidate chosen by the learned ranker or by β's block and thread sizes:
+:func:`tuner.reuse.predict`), checks it against the catalogue's numpy reference, times it, and
+stores it with method ``"instant"``. It is served (it is ``Database.best``) until tuning stores a
+faster program; it never counts as a tuning result, so the operator is still tuned later.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .database import PREDICTED, Database, ProgramRecord
+from .operators import Operator
+from .verify import _tolerance
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tvm.target import Target
+
+    from tuner.cost_model import LearnedRanker
+
+#: Timed calls of an instant program (after one warm-up call); its latency is their median.
+TIMED_RUNS = 5
+
+
+@dataclass(frozen=True)
+class Instant:
+    """An instant program and what it took: ``seconds`` from choosing the source to stored."""
+
+    op: Operator
+    source: Operator
+    program: ProgramRecord
+    by: str  # "ranker" or "nearest" (see tuner.reuse.predict)
+    ranked: int
+    seconds: float
+
+    @property
+    def latency_s(self) -> float:
+        return self.program.latency_s
+
+
+def shape_distance(a: Operator, b: Operator) -> float:
+    """Sum of |log| extent ratios of two loop nests (inf when their loop counts differ). O(loops)."""
+    if len(a.extents) != len(b.extents):
+        return math.inf
+    return sum(abs(math.log(x / y)) for x, y in zip(a.extents, b.extents))
+
+
+def nearest_source(op: Operator, database: Database, target: "str | Target") -> ProgramRecord | None:
+    """The best tuned program of ``op``'s type and sketch whose loop nest is closest to ``op``'s."""
+    sources = [p for p in database.sources(op_type=op.type, target=target, sketch=op.sketch_key()) if p.op != op]
+    sources = [p for p in sources if math.isfinite(shape_distance(op, p.op))]
+    return min(sources, key=lambda p: (shape_distance(op, p.op), p.latency_s), default=None)
+
+
+def instant(op: Operator, database: Database, target: "Target", *, ranker: "LearnedRanker | None" = None,
+            source: ProgramRecord | None = None) -> Instant:
+    """Derive, check, time and store ``op``'s instant program (see the module docstring).
+
+    ``source`` defaults to :func:`nearest_source`. Raises ValueError naming the problem when the
+    database holds no program of ``op``'s type and sketch for ``target``, when the target is not
+    this machine's CPU (the program could not be checked here), or when the derived program's
+    output differs from numpy (nothing is stored then).
+    """
+    from tuner.apply import build, run_once
+    from tuner.reuse import predict
+
+    start = time.perf_counter()
+    if target.kind.name != "llvm" or str(target.attrs.get("mtriple", "") or ""):
+        raise ValueError(f"instant programs are checked and timed on this machine's CPU, not on {target.kind.name}")
+    src = source or nearest_source(op, database, target)
+    if src is None:
+        raise ValueError(f"no tuned {op.type} program with sketch {op.sketch_key()!r} in {database.path} "
+                         f"for this target: {op.name} needs tuning (eto tune) first")
+    pred = predict(op.prim_func(), src.tuning_record, target, ranker=ranker)
+    lib = build(pred.schedule.mod, target)
+    inputs = op.random_inputs(0)
+    got, want = run_once(lib, inputs, op.output_shape), op.reference(*inputs)
+    err = float(np.max(np.abs(got - want))) if got.size else 0.0
+    if not err <= _tolerance(op) + 1e-4 * float(np.max(np.abs(want), initial=0.0)):
+        raise ValueError(f"the instant program for {op.name} (from {src.op.name}) differs from numpy "
+                         f"(max abs error {err:.3g}); not stored")
+    latency = _time(lib, inputs, op)
+    program = database.commit(op, target, [pred.record(latency)], method=PREDICTED, source=src.op, candidates=0,
+                              seconds=time.perf_counter() - start,
+                              extra={"predicted_by": pred.by, "ranked": pred.ranked, "checked": "numpy"})[0]
+    return Instant(op, src.op, program, pred.by, pred.ranked, time.perf_counter() - start)
+
+
+def _time(lib, inputs, op: Operator) -> float:
+    """Median wall time of :data:`TIMED_RUNS` calls after a warm-up call (no search measures it)."""
+    import tvm
+
+    dev = tvm.cpu()
+    args = [tvm.runtime.tensor(np.ascontiguousarray(a), dev) for a in inputs]
+    out = tvm.runtime.tensor(np.zeros(tuple(op.output_shape), "float32"), dev)
+    lib(*args, out)
+    times = []
+    for _ in range(TIMED_RUNS):
+        t0 = time.perf_counter()
+        lib(*args, out)
+        dev.sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)

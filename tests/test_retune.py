@@ -1,0 +1,100 @@
+"""Dynamic-shape retuning: --vary, instant programs (checked against numpy), eto retune."""
+
+import json
+
+import numpy as np
+import pytest
+
+from eto.cli import main
+from eto.database import Database
+from eto.operators import Operator
+from eto.opsets import OperatorSet, builtin_opset, parse_vary, vary
+
+
+# -- new shapes from what users have (no TVM) ---------------------------------------------------
+def test_parse_vary_lists_and_inclusive_ranges():
+    assert parse_vary("seq=16:64:16") == ("seq", [16, 32, 48, 64])
+    assert parse_vary("batch=1,2,4,2") == ("batch", [1, 2, 4])
+    for bad in ("seq", "seq=", "seq=a,b", "seq=0,4", "seq=8:4:0"):
+        with pytest.raises(ValueError, match="--vary"):
+            parse_vary(bad)
+
+
+def test_vary_a_builtin_rebuilds_its_layers_at_each_size():
+    (s64, bert64), (s256, bert256) = vary("bert_base", "seq", [64, 256])
+    assert (s64, s256) == (64, 256) and bert256.name == "bert_base@seq=256"
+    assert Operator.create("BMM", B=12, M=256, N=256, K=64) in bert256.operators  # attention scores
+    assert Operator.create("BMM", B=1, M=64, N=3072, K=768) in bert64.operators
+    assert sum(e.frequency for e in bert64) == sum(e.frequency for e in builtin_opset("bert_base"))
+    # the default sizes rebuild the built-in set exactly; another image size flows through the strides
+    assert builtin_opset("resnet50", hw=224).operators == builtin_opset("resnet50").operators
+    r160 = builtin_opset("resnet50", hw=160)
+    assert r160.operators[0] == Operator.create("C2D", N=1, CI=3, H=160, W=160, CO=64, KH=7, KW=7, stride=2, padding=3)
+    assert min(op["H"] for op in r160.operators) == 5  # 160 / 32
+    with pytest.raises(ValueError, match="cannot vary hw: this set's dimensions are batch, seq"):
+        vary("bert_base", "hw", [1])
+
+
+def test_vary_any_set_by_operator_parameter():
+    base = OperatorSet.from_layers("s", [Operator.create("BMM", B=2, M=32, N=32, K=16),
+                                         Operator.create("C2D", N=1, CI=8, H=8, W=8, CO=8, KH=3, KW=3)])
+    [(value, s4)] = vary(base, "B", [4])
+    assert value == 4 and s4.operators == [Operator.create("BMM", B=4, M=32, N=32, K=16), base.operators[1]]
+    with pytest.raises(ValueError, match="no operator of s has a parameter 'Z'"):
+        vary(base, "Z", [1])
+
+
+# -- instant programs and eto retune (TVM, real tuning at scale ci) ------------------------------
+KNOWN = Operator.create("BMM", B=2, M=32, N=32, K=16)
+
+
+@pytest.fixture(scope="module")
+def tuned_db(tmp_path_factory):
+    """A database holding one tuned BMM (the known size)."""
+    path = tmp_path_factory.mktemp("retune") / "db"
+    code = main(["tune", "--op", KNOWN.key, "--db", str(path), "--method", "ansor", "--trials", "8",
+                 "--trials-per-iter", "8", "--search", "light", "--seed", "0", "--quiet", "--json"])
+    assert code == 0
+    return path
+
+
+@pytest.mark.slow
+def test_instant_program_is_checked_served_and_not_a_tuning_result(tuned_db, tmp_path):
+    import shutil
+
+    from eto.instant import instant
+    from eto.target import parse_target
+    from eto.verify import check_record
+
+    db_dir = tmp_path / "db"
+    shutil.copytree(tuned_db, db_dir)
+    db, target = Database(db_dir), parse_target("cpu")
+    new = Operator.create("BMM", B=2, M=96, N=32, K=16)
+    r = instant(new, db, target)
+    assert r.source == KNOWN and r.program.method == "instant" and np.isfinite(r.latency_s)
+    assert check_record(new, r.program.tuning_record, target).ok  # TVM reads it back; it matches numpy
+    assert db.best(new, target) == r.program  # served at once...
+    assert not db.attempted(new, target) and new not in db.tuned(target)  # ...but still to be tuned
+    conv = Operator.create("C2D", N=1, CI=8, H=8, W=8, CO=8, KH=3, KW=3)
+    with pytest.raises(ValueError, match=r"no tuned C2D program .* needs tuning"):
+        instant(conv, db, target)
+
+
+@pytest.mark.slow
+def test_eto_retune_serves_every_new_size_then_tunes_it_by_reuse(tuned_db, tmp_path, capsys):
+    import shutil
+
+    db_dir = tmp_path / "db"
+    shutil.copytree(tuned_db, db_dir)
+    code = main(["retune", "--op", KNOWN.key, "--vary", "M=48,64", "--db", str(db_dir), "--trials", "8",
+                 "--plan-budget", "1000", "--seed", "0", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    assert [(r["value"], r["op"]) for r in rows] == [(48, "BMM[2,48,32,16]"), (64, "BMM[2,64,32,16]")]
+    for r in rows:
+        assert r["instant_source"] == KNOWN.name and r["instant_latency_s"] > 0
+        assert r["method"] == "reuse" and r["latency_s"] > 0 and r["candidates"] > 0
+    db = Database(db_dir, readonly=True)
+    methods = sorted(m["method"] for m in db.results())
+    assert methods == ["backend", "instant", "instant", "reuse", "reuse"]
