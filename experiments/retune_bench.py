@@ -1,0 +1,138 @@
+"""Dynamic-shape retuning benchmark: new sizes from a database of known sizes, against MetaSchedule.
+
+Per new size (one value of ``--vary``), in one process, one-time costs outside both clocks:
+
+* eto: ``eto.retune.retune`` on a fresh copy of ``--db`` (only that size): instant programs first,
+  then reuse tuning planned over the database; its time, and the instant programs' time;
+* MetaSchedule: every operator of that size tuned from scratch with ``--trials`` trials each;
+* then the instant, eto and MetaSchedule programs of each operator re-measured side by side
+  (interleaved rounds), and the ratios: time MetaSchedule / eto, weighted throughput eto /
+  MetaSchedule and instant / MetaSchedule (weights: the operators' frequencies).
+
+    python experiments/retune_bench.py --db DB_AT_SEQ128 --opset bert_base --vary seq=64,256 --trials 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _bench import SESSION, warm_measurer, warm_up  # noqa: E402
+from _env import environment  # noqa: E402
+
+SCALES = {"ci": {"opset": "quickstart", "vary": "M=48", "trials": 8},
+          "small": {"opset": "bert_base", "vary": "seq=64,256", "trials": 100}}
+
+
+def run(args: argparse.Namespace) -> dict:
+    from tuner.apply import scheduled_module
+    from tuner.measure import MeasureConfig, Measurer
+
+    from eto.database import Database
+    from eto.opsets import parse_vary, vary
+    from eto.retune import retune
+    from eto.target import parse_target
+    from eto.tuning import tune_with_backend
+
+    target = parse_target("cpu")
+    warm = warm_up(target)
+    dim, values = parse_vary(args.vary)
+    rows, shapes = [], []
+    with Measurer.local(MeasureConfig()) as measurer:
+        warm_measurer(measurer, target)
+        for value, opset in vary(args.opset, dim, values):
+            eto_dir, ms_dir = (os.path.join(args.work, f"{m}_{dim}{value}") for m in ("eto", "ms"))
+            for d in (eto_dir, ms_dir):
+                shutil.rmtree(d, ignore_errors=True)
+            shutil.copytree(args.db, eto_dir)
+            eto_db, ms_db = Database(eto_dir), Database(ms_dir)
+            t0 = time.perf_counter()
+            rep = retune([(value, opset)], target, eto_db, dim=dim, trials=args.trials, measurer=measurer,
+                         seed=args.seed, log=lambda m: print(f"  eto: {m}", flush=True))
+            eto_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            tune_with_backend(opset, target, ms_db, trials=args.trials, measurer=measurer, seed=args.seed)
+            ms_s = time.perf_counter() - t0
+            progs = {}
+            for e in opset:
+                inst = next((p for p in eto_db.programs(target=target, op=e.op) if p.method == "instant"), None)
+                progs[e.op] = {"instant": inst, "eto": eto_db.best(e.op, target, predicted=False),
+                               "metaschedule": ms_db.best(e.op, target)}
+            keys = [(op, m) for op, d in progs.items() for m, p in d.items() if p is not None]
+            lat = measurer.remeasure([scheduled_module(progs[op][m].tuning_record) for op, m in keys], target,
+                                     rounds=args.rounds)
+            remeasured = {(op, m): t for (op, m), t in zip(keys, lat)}
+            freq = {e.op: e.frequency for e in opset}
+            per_op = []
+            for e in opset:
+                row = {"op": e.op.name, "frequency": e.frequency}
+                for m in ("instant", "eto", "metaschedule"):
+                    row[f"{m}_latency_s"] = remeasured.get((e.op, m))
+                r = next((r for r in rep.rows if r.op == e.op.name), None)
+                row.update(eto_method=r.method if r else None, eto_source=r.source if r else None,
+                           eto_candidates=r.candidates if r else 0, instant_source=r.instant_source if r else None)
+                per_op.append(row)
+            w = {m: sum(freq[e.op] * remeasured[(e.op, m)] for e in opset) if all((e.op, m) in remeasured
+                                                                                 for e in opset) else None
+                 for m in ("instant", "eto", "metaschedule")}
+            shape = {"value": value, "seconds": {"eto": eto_s, "eto_instant": rep.instant_seconds,
+                                                 "metaschedule": ms_s},
+                     "time_ratio_metaschedule_over_eto": ms_s / eto_s,
+                     "time_ratio_metaschedule_over_instant": ms_s / rep.instant_seconds if rep.instant_seconds else None,
+                     "weighted_latency_s": w,
+                     "throughput_eto_vs_metaschedule": w["metaschedule"] / w["eto"] if w["eto"] else None,
+                     "throughput_instant_vs_metaschedule": (w["metaschedule"] / w["instant"]
+                                                            if w["instant"] and w["metaschedule"] else None),
+                     "per_operator": per_op}
+            print(json.dumps({k: v for k, v in shape.items() if k != "per_operator"}), flush=True)
+            shapes.append(shape)
+            rows.extend(per_op)
+
+    def med(key: str) -> float | None:
+        vals = [s[key] for s in shapes if s.get(key) is not None]
+        return statistics.median(vals) if vals else None
+
+    return {"benchmark": "retune_bench", "scale": args.scale, "source_db": args.db, "opset": args.opset,
+            "vary": args.vary, "trials_N": args.trials, "seed": args.seed, "remeasure_rounds": args.rounds,
+            "environment": environment(), "session": SESSION, "warmup_s": warm,
+            "median": {k: med(k) for k in ("time_ratio_metaschedule_over_eto", "throughput_eto_vs_metaschedule",
+                                           "throughput_instant_vs_metaschedule",
+                                           "time_ratio_metaschedule_over_instant")},
+            "shapes": shapes,
+            "notes": "per size: eto on a fresh copy of the source database, MetaSchedule from scratch, one "
+                     "process, one-time costs outside both clocks; latencies re-measured side by side"}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--scale", choices=sorted(SCALES), default="small")
+    ap.add_argument("--db", required=True, help="database of the known sizes (copied, never written)")
+    ap.add_argument("--opset")
+    ap.add_argument("--vary")
+    ap.add_argument("--trials", type=int)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--work", default="experiments/work/retune_bench")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    for k, v in SCALES[args.scale].items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    os.makedirs(args.work, exist_ok=True)
+    result = run(args)
+    out = args.out or f"experiments/results/retune_bench_{args.scale}.json"
+    with open(out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"written {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
