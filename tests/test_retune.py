@@ -98,3 +98,38 @@ def test_eto_retune_serves_every_new_size_then_tunes_it_by_reuse(tuned_db, tmp_p
     db = Database(db_dir, readonly=True)
     methods = sorted(m["method"] for m in db.results())
     assert methods == ["backend", "instant", "instant", "reuse", "reuse"]
+
+
+@pytest.mark.slow
+def test_program_cache_serves_at_once_under_concurrent_requests_and_after_restart(tuned_db, tmp_path):
+    import shutil
+    from concurrent.futures import ThreadPoolExecutor
+
+    import tvm
+
+    from eto.serve import ProgramCache
+
+    db_dir = tmp_path / "db"
+    shutil.copytree(tuned_db, db_dir)
+    new = Operator.create("BMM", B=2, M=64, N=32, K=16)
+    inputs = new.random_inputs(1)
+
+    def call(served):
+        dev = tvm.cpu()
+        out = tvm.runtime.tensor(np.zeros(new.output_shape, "float32"), dev)
+        served.function(*[tvm.runtime.tensor(a, dev) for a in inputs], out)
+        return out.numpy()
+
+    with ProgramCache(Database(db_dir), "cpu", trials=8) as cache:
+        with ThreadPoolExecutor(4) as pool:  # four requests at once: one instant program, one queue entry
+            served = list(pool.map(lambda _: cache.get(new), range(4)))
+        assert len({id(s.function) for s in served}) == 1 and not served[0].tuned
+        np.testing.assert_allclose(call(served[0]), new.reference(*inputs), rtol=1e-4, atol=1e-4)
+        assert cache.wait(timeout=600) and not cache.errors
+        tuned = cache.get(new)
+        np.testing.assert_allclose(call(tuned), new.reference(*inputs), rtol=1e-4, atol=1e-4)
+    db = Database(db_dir, readonly=True)
+    assert db.attempted(new, "cpu")  # the background tuning's result is in the database
+    assert sorted(r["method"] for r in db.results() if r["op_key"] == new.key) == ["instant", "reuse"]
+    restarted = ProgramCache(Database(db_dir), "cpu", tune=False)  # a restart serves the stored best at once
+    assert restarted.get(new).program == db.best(new, "cpu")
