@@ -163,7 +163,7 @@ def parse_vary(text: str) -> tuple[str, list[int]]:
 def vary(opset: str | OperatorSet, dim: str, values: Iterable[int]) -> list[tuple[int, OperatorSet]]:
     """The set at each value of one dimension: a new shape per value (dynamic-shape retuning).
 
-    A built-in set varies its named dimensions (``batch``, ``seq``, ``hw``: see ``eto ops list``),
+    A built-in set varies its named dimensions (``batch``, ``seq``, ``hw``: :data:`eto.zoo.BUILTIN`),
     its layer list rebuilt at each size. Any other set (a JSON file, ``--op`` texts, a model's
     operators) varies an operator parameter by name (``N``, ``M``, ``H``...): every operator with
     that parameter gets the value (ValueError when none has it, or a shape becomes impossible).

@@ -263,7 +263,7 @@ def carries_reduction(alpha: LoopNestOp, beta: LoopNestOp) -> bool:
 
     Beyond the paper (its Definition 5 example bridges a 3x3 and a 1x1 convolution): β's program
     carries nothing about a loop of extent 1, so GetS tiles α's kernel loops blind. Measured
-    here (experiments/results/set_bench_resnet50_N100_sized.json, seed 0 of the first run), a
+    here (experiments/results/set_bench_resnet50_N100_before_unit_rule.json), a
     3x3 convolution reused from a 1x1 bridge ran at 0.25 of MetaSchedule's speed. The block
     search re-tiles all of α's space loops, so they need no such rule.
     """
