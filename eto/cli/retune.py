@@ -14,7 +14,7 @@ from ..opsets import OperatorSet, parse_vary, vary
 from ..report import format_table
 from .errors import EXIT_FAILED, EXIT_OK, CLIError
 from .plan import add_strategy_option, top_k_of
-from .tune import DEFAULT_DB, _operators
+from .tune import DEFAULT_DB, _operators, add_operator_options
 
 
 def _retune(args: argparse.Namespace) -> int:
@@ -66,9 +66,7 @@ def _table(report) -> str:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``eto retune`` and its options."""
     p = subparsers.add_parser("retune", help="new sizes of a tuned set: instant programs, then reuse tuning")
-    p.add_argument("--opset", help="built-in set name or JSON file (default: quickstart)")
-    p.add_argument("--op", action="append", help="one operator, e.g. 'BMM(B=1,M=128,N=768,K=768)' (repeatable)")
-    p.add_argument("--model", help="an ONNX model or torch.export .pt2 file: its operator set")
+    add_operator_options(p)
     p.add_argument("--vary", required=True, metavar="DIM=VALUES",
                    help="the new sizes: a built-in set's dimension (batch, seq, hw) or an operator parameter "
                         "(N, M, H...), values as 1,2,4 or START:STOP:STEP")

@@ -42,6 +42,13 @@ def _operators(args: argparse.Namespace) -> OperatorSet:
     return load_opset(args.opset or "quickstart")
 
 
+def add_operator_options(p: argparse.ArgumentParser) -> None:
+    """``--opset``, ``--op`` and ``--model`` (read by :func:`_operators`): one copy for tune and retune."""
+    p.add_argument("--opset", help="built-in set name or JSON file (default: quickstart)")
+    p.add_argument("--op", action="append", help="one operator, e.g. 'BMM(B=1,M=128,N=768,K=768)' (repeatable)")
+    p.add_argument("--model", help="an ONNX model or torch.export .pt2 file: its operator set")
+
+
 def _open_database(paths: Sequence[str]) -> "Database":
     """The first ``--db`` directory, with every further (prior) database's programs merged into it."""
     from ..database import Database
@@ -151,9 +158,7 @@ def _report_table(report: "TuneReport") -> str:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``eto tune`` and its options."""
     p = subparsers.add_parser("tune", help="tune an operator set into a database")
-    p.add_argument("--opset", help="built-in set name or JSON file (default: quickstart)")
-    p.add_argument("--op", action="append", help="one operator, e.g. 'BMM(B=1,M=128,N=768,K=768)' (repeatable)")
-    p.add_argument("--model", help="an ONNX model or torch.export .pt2 file: tune its operator set")
+    add_operator_options(p)
     p.add_argument("--method", default="eto", choices=["eto", "ansor"],
                    help="eto: reuse pair selection + backend for roots + reuse tuner (default); "
                         "ansor: MetaSchedule for every operator")
