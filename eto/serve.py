@@ -53,7 +53,8 @@ class ProgramCache:
         self.tune, self.trials, self.measurer = tune, trials, measurer
         self.log = log or (lambda _m: None)
         self._served: dict[Operator, Served] = {}
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
+        self._locks: dict[Operator, threading.Lock] = {}
         self._queued: set[Operator] = set()
         self._queue: queue.Queue[Operator | None] = queue.Queue()
         self._worker: threading.Thread | None = None
@@ -62,7 +63,9 @@ class ProgramCache:
     def get(self, op: Operator) -> Served:
         """The best program for ``op`` now, compiled (instant if nothing is stored; ValueError if the
         database has nothing of ``op``'s type and sketch to derive one from)."""
-        with self._lock:
+        with self._lock:  # one lock per operator: deriving one instant program never blocks another's get
+            op_lock = self._locks.setdefault(op, threading.Lock())
+        with op_lock:
             served = self._served.get(op)
             best = self.database.best(op, self.target)
             if served is None or (best is not None and best.latency_s < served.program.latency_s):
@@ -107,7 +110,9 @@ class ProgramCache:
         return build(scheduled_module(program.tuning_record), self.target)
 
     def _start(self) -> None:
-        if self._worker is None:
+        with self._lock:
+            if self._worker is not None:
+                return
             self._worker = threading.Thread(target=self._work, name="eto-serve-tuning", daemon=True)
             self._worker.start()
 

@@ -5,9 +5,12 @@ Per new size (one value of ``--vary``), in one process, one-time costs outside b
 * eto: ``eto.retune.retune`` on a fresh copy of ``--db`` (only that size): instant programs first,
   then reuse tuning planned over the database; its time, and the instant programs' time;
 * MetaSchedule: every operator of that size tuned from scratch with ``--trials`` trials each;
-* then the instant, eto and MetaSchedule programs of each operator re-measured side by side
-  (interleaved rounds), and the ratios: time MetaSchedule / eto, weighted throughput eto /
-  MetaSchedule and instant / MetaSchedule (weights: the operators' frequencies).
+* padded (what users do without eto): for sizes up to the database's (``--pad-to``, default the
+  built-in set's default size), the stored program of the same layer at that size, run on inputs
+  padded to it: the same real tokens, so its latency compares directly;
+* then the instant, eto, MetaSchedule and padded programs of each operator re-measured side by
+  side (interleaved rounds), and the ratios: time MetaSchedule / eto, weighted throughput eto /
+  MetaSchedule, instant / MetaSchedule and eto / padded (weights: the operators' frequencies).
 
     python experiments/retune_bench.py --db DB_AT_SEQ128 --opset bert_base --vary seq=64,256 --trials 100
 """
@@ -53,6 +56,7 @@ def run(args: argparse.Namespace) -> dict:
                 shutil.rmtree(d, ignore_errors=True)
             shutil.copytree(args.db, eto_dir)
             eto_db, ms_db = Database(eto_dir), Database(ms_dir)
+            source_db = Database(args.db, readonly=True)
             t0 = time.perf_counter()
             rep = retune([(value, opset)], target, eto_db, dim=dim, trials=args.trials, measurer=measurer,
                          seed=args.seed, log=lambda m: print(f"  eto: {m}", flush=True))
@@ -61,10 +65,13 @@ def run(args: argparse.Namespace) -> dict:
             tune_with_backend(opset, target, ms_db, trials=args.trials, measurer=measurer, seed=args.seed)
             ms_s = time.perf_counter() - t0
             progs = {}
+            padded = padded_ops(args.opset, dim, value, args.pad_to)
             for e in opset:
                 inst = next((p for p in eto_db.programs(target=target, op=e.op) if p.method == "instant"), None)
+                pad_op = padded.get(e.op)
                 progs[e.op] = {"instant": inst, "eto": eto_db.best(e.op, target, predicted=False),
-                               "metaschedule": ms_db.best(e.op, target)}
+                               "metaschedule": ms_db.best(e.op, target),
+                               "padded": source_db.best(pad_op, target, predicted=False) if pad_op else None}
             keys = [(op, m) for op, d in progs.items() for m, p in d.items() if p is not None]
             lat = measurer.remeasure([scheduled_module(progs[op][m].tuning_record) for op, m in keys], target,
                                      rounds=args.rounds)
@@ -73,15 +80,16 @@ def run(args: argparse.Namespace) -> dict:
             per_op = []
             for e in opset:
                 row = {"op": e.op.name, "frequency": e.frequency}
-                for m in ("instant", "eto", "metaschedule"):
+                for m in ("instant", "eto", "metaschedule", "padded"):
                     row[f"{m}_latency_s"] = remeasured.get((e.op, m))
+                row["padded_op"] = padded[e.op].name if e.op in padded else None
                 r = next((r for r in rep.rows if r.op == e.op.name), None)
                 row.update(eto_method=r.method if r else None, eto_source=r.source if r else None,
                            eto_candidates=r.candidates if r else 0, instant_source=r.instant_source if r else None)
                 per_op.append(row)
             w = {m: sum(freq[e.op] * remeasured[(e.op, m)] for e in opset) if all((e.op, m) in remeasured
                                                                                  for e in opset) else None
-                 for m in ("instant", "eto", "metaschedule")}
+                 for m in ("instant", "eto", "metaschedule", "padded")}
             shape = {"value": value, "seconds": {"eto": eto_s, "eto_instant": rep.instant_seconds,
                                                  "metaschedule": ms_s},
                      "time_ratio_metaschedule_over_eto": ms_s / eto_s,
@@ -90,6 +98,10 @@ def run(args: argparse.Namespace) -> dict:
                      "throughput_eto_vs_metaschedule": w["metaschedule"] / w["eto"] if w["eto"] else None,
                      "throughput_instant_vs_metaschedule": (w["metaschedule"] / w["instant"]
                                                             if w["instant"] and w["metaschedule"] else None),
+                     # the same real tokens through the source size's program on padded inputs
+                     "throughput_eto_vs_padded": w["padded"] / w["eto"] if w["padded"] and w["eto"] else None,
+                     "throughput_instant_vs_padded": (w["padded"] / w["instant"]
+                                                      if w["padded"] and w["instant"] else None),
                      "per_operator": per_op}
             print(json.dumps({k: v for k, v in shape.items() if k != "per_operator"}), flush=True)
             shapes.append(shape)
@@ -102,12 +114,31 @@ def run(args: argparse.Namespace) -> dict:
     return {"benchmark": "retune_bench", "scale": args.scale, "source_db": args.db, "opset": args.opset,
             "vary": args.vary, "trials_N": args.trials, "seed": args.seed, "remeasure_rounds": args.rounds,
             "environment": environment(), "session": SESSION, "warmup_s": warm,
+            "pad_to": args.pad_to,
             "median": {k: med(k) for k in ("time_ratio_metaschedule_over_eto", "throughput_eto_vs_metaschedule",
                                            "throughput_instant_vs_metaschedule",
-                                           "time_ratio_metaschedule_over_instant")},
+                                           "time_ratio_metaschedule_over_instant", "throughput_eto_vs_padded",
+                                           "throughput_instant_vs_padded")},
             "shapes": shapes,
             "notes": "per size: eto on a fresh copy of the source database, MetaSchedule from scratch, one "
                      "process, one-time costs outside both clocks; latencies re-measured side by side"}
+
+
+def padded_ops(opset: str, dim: str, value: int, pad_to: int | None) -> dict:
+    """Each operator of a built-in set at ``dim=value`` -> the same layer at ``dim=pad_to`` (the
+    program users run today on inputs padded to the size they tuned); empty when not applicable."""
+    from eto.zoo import BUILTIN
+
+    b = BUILTIN.get(opset.lower().replace("-", "_")) if isinstance(opset, str) else None
+    if b is None or dim not in b.dims:
+        return {}
+    pad = pad_to or b.dims[dim]
+    if value > pad:
+        return {}
+    out: dict = {}
+    for new, old in zip(b.build(**{dim: value}), b.build(**{dim: pad})):
+        out.setdefault(new, old)
+    return out
 
 
 def main(argv=None) -> int:
@@ -119,6 +150,8 @@ def main(argv=None) -> int:
     ap.add_argument("--trials", type=int)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--pad-to", type=int, default=None,
+                    help="padded baseline: the size the database was tuned at (default: the set's default size)")
     ap.add_argument("--work", default="experiments/work/retune_bench")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)

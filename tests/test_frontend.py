@@ -19,12 +19,15 @@ from eto.models import (
     MissingExtraError,
     ModelFileError,
     ModelOperators,
+    extract_at_sizes,
     extract_from_file,
     extract_from_onnx,
     extract_from_relax,
     extract_from_torch,
     load_model_opset,
+    symbolic_dims,
 )
+from eto.models.load import exported_program_to_relax
 from eto.operators import Operator
 from eto.opsets import OperatorSet, builtin_opset
 
@@ -440,6 +443,28 @@ def test_cli_from_model_bad_files_exit_2(capsys, tmp_path):
     assert code == 0 and "dynamic shape" in out
     code, out, _ = run(capsys, "ops", "from-model", good, "--input-shape", "x=1,4,9,9")
     assert code == 0 and "dynamic shape" not in out and "unsupported: 3 calls not in the set" in out
+    code, out, _ = run(capsys, "ops", "from-model", good, "--dim", "N=4", "--json")  # a symbolic size by name
+    assert code == 0 and {"type": "DENSE", "params": {"M": 4, "N": 10, "K": 128}} in [
+        {k: o[k] for k in ("type", "params")} for o in json.loads(out)["operators"]]
+    code, _, err = run(capsys, "ops", "from-model", good, "--dim", "seq=4")
+    assert code == 2 and "no symbolic dimension 'seq'; its symbolic dimensions: N (input x, axis 0)" in err
+    code, _, err = run(capsys, "ops", "from-model", good, "--dim", "N=0")
+    assert code == 2 and "--dim 'N=0'" in err
+
+
+def test_symbolic_dimension_of_a_torch_export_program_set_per_size():
+    torch = _torch()
+    from torch.export import Dim
+
+    ep = torch.export.export(torch.nn.Linear(16, 32), (torch.randn(3, 16),),
+                             dynamic_shapes=({0: Dim("tokens", min=2, max=512)},))
+    model = exported_program_to_relax(ep, name="lin")
+    [(name, where)] = symbolic_dims(model).items()  # torch.export renames Dims s0, s27...
+    assert where.endswith("axis 0") and name.startswith("s")
+    sizes = extract_at_sizes(model, name, [8, 64])
+    assert [(v, r.opset.name, as_dict(r)) for v, r in sizes] == [
+        (8, f"lin@{name}=8", {op("DENSE", M=8, N=32, K=16): 1}),
+        (64, f"lin@{name}=64", {op("DENSE", M=64, N=32, K=16): 1})]
 
 
 def test_missing_extras_say_what_to_install(monkeypatch, tmp_path, capsys):

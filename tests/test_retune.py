@@ -72,6 +72,7 @@ def test_instant_program_is_checked_served_and_not_a_tuning_result(tuned_db, tmp
     new = Operator.create("BMM", B=2, M=96, N=32, K=16)
     r = instant(new, db, target)
     assert r.source == KNOWN and r.program.method == "instant" and np.isfinite(r.latency_s)
+    assert r.by == "kept" and r.ranked == 1  # β's tiles, only the outer factor of M follows the new size
     assert check_record(new, r.program.tuning_record, target).ok  # TVM reads it back; it matches numpy
     assert db.best(new, target) == r.program  # served at once...
     assert not db.attempted(new, target) and new not in db.tuned(target)  # ...but still to be tuned
@@ -111,7 +112,7 @@ def test_program_cache_serves_at_once_under_concurrent_requests_and_after_restar
 
     db_dir = tmp_path / "db"
     shutil.copytree(tuned_db, db_dir)
-    new = Operator.create("BMM", B=2, M=64, N=32, K=16)
+    new, other = Operator.create("BMM", B=2, M=64, N=32, K=16), Operator.create("BMM", B=4, M=32, N=32, K=16)
     inputs = new.random_inputs(1)
 
     def call(served):
@@ -120,8 +121,12 @@ def test_program_cache_serves_at_once_under_concurrent_requests_and_after_restar
         served.function(*[tvm.runtime.tensor(a, dev) for a in inputs], out)
         return out.numpy()
 
+    with ProgramCache(Database(db_dir), "cpu", trials=8, tune=False) as cache:  # two operators at once
+        with ThreadPoolExecutor(4) as pool:
+            both = list(pool.map(cache.get, [new, other, new, other]))
+        assert both[0] is both[2] and both[1] is both[3] and both[0].program.op == new and both[1].program.op == other
     with ProgramCache(Database(db_dir), "cpu", trials=8) as cache:
-        with ThreadPoolExecutor(4) as pool:  # four requests at once: one instant program, one queue entry
+        with ThreadPoolExecutor(4) as pool:  # four requests at once: one compiled function, one queue entry
             served = list(pool.map(lambda _: cache.get(new), range(4)))
         assert len({id(s.function) for s in served}) == 1 and not served[0].tuned
         np.testing.assert_allclose(call(served[0]), new.reference(*inputs), rtol=1e-4, atol=1e-4)
@@ -130,6 +135,8 @@ def test_program_cache_serves_at_once_under_concurrent_requests_and_after_restar
         np.testing.assert_allclose(call(tuned), new.reference(*inputs), rtol=1e-4, atol=1e-4)
     db = Database(db_dir, readonly=True)
     assert db.attempted(new, "cpu")  # the background tuning's result is in the database
-    assert sorted(r["method"] for r in db.results() if r["op_key"] == new.key) == ["instant", "reuse"]
+    # reuse or, with only 8 backend trials, the backend when the plan finds it cheaper: either is measured
+    methods = sorted(r["method"] for r in db.results() if r["op_key"] == new.key)
+    assert methods in (["instant", "reuse"], ["backend", "instant"]), methods
     restarted = ProgramCache(Database(db_dir), "cpu", tune=False)  # a restart serves the stored best at once
     assert restarted.get(new).program == db.best(new, "cpu")

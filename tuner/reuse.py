@@ -238,8 +238,10 @@ class ReuseTuner:
         run = session.run
         if not self.has_mlt:  # section 5.2: β's decisions transferred, then sub-sketch rounds
             measured = run([self._cand(None)], "transfer")
-        else:
-            measured = run([self._cand(c) for c in self.space.t_round()], "T")
+        else:  # β's kept tiles first (measured in the first batch), then round T's configurations
+            kept = self.space.kept_extra()
+            measured = run([self._cand(c) for c in ([kept] if kept else []) + self.space.t_round()], "T",
+                           first=1 if kept else 0)
         if not measured and self.has_mlt:
             # no B/T in range is admissible for α: start from β's own shape scaled to α
             measured = run([self._cand(c) for c in self._fallback()], "fallback")
@@ -308,9 +310,11 @@ class _Session:
         self.rounds: dict[str, int] = {}
         self.seen: list[_Cand] = []
 
-    def run(self, cands: list[_Cand], name: str, incumbent: float = math.inf) -> list[_Cand]:
+    def run(self, cands: list[_Cand], name: str, incumbent: float = math.inf, first: int = 0) -> list[_Cand]:
         """Build ``cands`` (GetS; rejected ones are counted, not measured), then measure them: all of
-        them, or with a trained ranker the best-ranked ``top_k`` at a time (:func:`ranked_batches`)."""
+        them, or with a trained ranker the best-ranked ``top_k`` at a time (:func:`ranked_batches`).
+        The ``first`` candidates lead the ranked order whatever their rank."""
+        lead = {id(c) for c in cands[:first]}
         ok = []
         for c in cands:
             c.sch = self.tuner.schedule(c)
@@ -324,6 +328,7 @@ class _Session:
             self._measure(ok, name)
             return ok
         order = self.ranker.rank(self.tuner.alpha_mod, [c.sch for c in ok]) or list(range(len(ok)))
+        order = sorted(order, key=lambda i: id(ok[i]) not in lead)  # stable: the lead first, then by rank
         done: list[_Cand] = []
         for batch in ranked_batches([ok[i] for i in order], self.top_k, incumbent, self.min_gain):  # type: ignore[arg-type]
             self._measure(batch, name)
@@ -405,7 +410,7 @@ class Prediction:
 
     schedule: Any  # the postprocessed schedule: ``schedule.mod`` builds
     config: TileConfig | None
-    by: str  # "ranker": the learned model chose; "nearest": β's block and thread sizes kept
+    by: str  # "kept": β's tiles kept; "ranker": the learned model chose; "nearest": β's block and thread sizes
     ranked: int  # candidates the choice was made among
     seconds: float
     _tuner: ReuseTuner = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
@@ -420,16 +425,23 @@ def predict(func: "PrimFunc", source_record: "TuningRecord", target: "Target", *
             ranges: RangeName | None = None) -> Prediction:
     """α's program from β's best one with no measurement: the instant program for a new shape.
 
-    Beyond the paper: Algorithm 1's round T is built (GetS) but not measured. A trained
-    ``ranker`` picks the best-ranked candidate, then ranks round M's variants of it against it;
-    without one the candidate keeping β's per-block work (BShape volume) and threads per block
-    wins: β's tile granularity carried over, the block count scaled to α. Costs one design-space
-    generation and O(d_B x d_T) schedule replays, well under a second on CPU.
+    Beyond the paper: β's tile factors kept on α's loops, only the outer factors following the new
+    extents (:meth:`ReuseSpace.kept_tiles`, ``by="kept"``). Across BERT's and ResNet-50's new
+    sizes it was never far from the best of round T, where a learned ranker or the nearest
+    BShape sometimes chose programs 3-10x slower (experiments/results/instant_choice.json).
+    When those tiles do not build, round T is built (GetS) but not measured: a trained ``ranker``
+    picks the best-ranked candidate, then ranks round M's variants of it against it; without one
+    the candidate keeping β's per-block work and threads per block wins. Costs one design-space
+    generation and one replay (O(d_B x d_T) replays in the fallback), well under a second on CPU.
     Raises ValueError when β's sketch is not in α's design space or nothing derived passes the
     target's checks.
     """
     start = time.perf_counter()
     tuner = ReuseTuner(func, source_record, target, vector_lanes=vector_lanes, ranges=ranges)
+    if tuner.has_mlt and tuner.space.valid(cfg := tuner.space.kept_tiles()):
+        kept = tuner._cand(cfg)
+        if _built(tuner, kept):
+            return Prediction(kept.sch, kept.cfg, "kept", 1, time.perf_counter() - start, tuner)
     if not tuner.has_mlt:
         configs: list[TileConfig | None] = [None]
     else:

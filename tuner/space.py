@@ -138,6 +138,36 @@ class ReuseSpace:
         return _best_tshape(self.kind, self.alpha, t, tuple(bshape), tuple(lshape), self._beta_inner,
                             self.vector_lanes)
 
+    def kept_tiles(self) -> TileConfig:
+        """β's tile factors on α's loops, changed only where α's extents force it: per loop, β's
+        inner factors (innermost first) each shrunk to the largest divisor of what is left, the
+        outermost factor takes the rest. β's register, vector and cache tiles stay as tuned; only
+        the number of outer iterations (parallel blocks) follows the new shape. O(loops x levels)."""
+        def keep(factors: Sequence[int], extent: int) -> tuple[int, ...]:
+            inner, rest = [], extent
+            for f in reversed(factors[1:]):
+                d = largest_divisor_at_most(rest, f)
+                inner.append(d)
+                rest //= d
+            return (rest, *reversed(inner))
+
+        b = self.beta_cfg
+        return TileConfig(self.kind, tuple(keep(f, e) for f, e in zip(b.space, self.alpha.space)),
+                          tuple(keep(f, e) for f, e in zip(b.reduction, self.alpha.reduction)))
+
+    def kept_extra(self) -> TileConfig | None:
+        """:meth:`kept_tiles` when the target admits it and round T does not already hold it: the
+        reuse tuner then measures it first in round T (beyond the paper: β's own tiles are often
+        the best start when only a dimension's size changed)."""
+        kept = self.kept_tiles()
+        if not self.valid(kept):
+            return None
+        t = kept.threads_per_block
+        for bs, threads in self.t_groups():
+            if bs == kept.bshape and t in threads and self.tshape(t, bs, self.lshape(bs)) == kept:
+                return None
+        return kept
+
     @cached_property
     def _beta_inner(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """β's innermost tile factor per space loop and per reduction loop (inner splits follow them)."""
@@ -168,6 +198,10 @@ class ReuseSpace:
         the trial estimator counts slots and picks shapes only for the candidates it follows
         further: O(d_B) cheap steps. On CUDA the staged bytes (BShape and LShape) must fit.
         """
+        return self._t_groups
+
+    @cached_property
+    def _t_groups(self) -> list[tuple[tuple[int, ...], list[int]]]:
         out = []
         for B in self.b_values():
             bs = self.bshape(B)

@@ -88,8 +88,26 @@ def _parse_shapes(items: Sequence[str] | None) -> dict[str, list[int]]:
     return shapes
 
 
+def parse_dims(items: Sequence[str] | None) -> dict[str, int]:
+    """``--dim NAME=SIZE`` (repeatable) -> ``{NAME: SIZE}``: sizes for a model's symbolic dimensions."""
+    dims: dict[str, int] = {}
+    for item in items or ():
+        key, eq, value = item.partition("=")
+        if not eq or not key or not value.strip().isdigit() or int(value) < 1:
+            raise CLIError(f"--dim {item!r}: expected NAME=SIZE with a positive integer, e.g. seq=128")
+        dims[key.strip()] = int(value)
+    return dims
+
+
+def add_dim_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dim", action="append", metavar="NAME=SIZE",
+                   help="size for a symbolic dimension of the model (ONNX dim_param, torch.export's s0...; "
+                        "repeatable; an unknown name lists the model's)")
+
+
 def _from_model(args: argparse.Namespace) -> int:
-    result = extract_from_file(args.file, name=args.name, shapes=_parse_shapes(args.input_shape))
+    result = extract_from_file(args.file, name=args.name, shapes=_parse_shapes(args.input_shape),
+                               dims=parse_dims(args.dim))
     if args.json:
         print(json.dumps(result.to_json(), indent=1))
     else:
@@ -121,5 +139,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--name", help="name of the operator set (default: the file name)")
     p.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...",
                    help="static shape for an ONNX input with symbolic dimensions (repeatable)")
+    add_dim_option(p)
     p.set_defaults(func=_from_model)
     ops.set_defaults(func=usage(ops))

@@ -13,6 +13,7 @@ import sys
 from ..opsets import OperatorSet, parse_vary, vary
 from ..report import format_table
 from .errors import EXIT_FAILED, EXIT_OK, CLIError
+from .ops import parse_dims
 from .plan import add_strategy_option, top_k_of
 from .tune import DEFAULT_DB, _operators, add_operator_options
 
@@ -23,8 +24,10 @@ def _retune(args: argparse.Namespace) -> int:
         raise CLIError(f"--db {args.db}: no such database directory (tune the known sizes first: eto tune)")
     if args.trials < 1:
         raise CLIError(f"--trials must be positive, got {args.trials}")
-    base: str | OperatorSet = args.opset if args.opset and not (args.op or args.model) else _operators(args)
-    shapes = vary(base, dim, values)
+    shapes = _model_shapes(args, dim, values)
+    if shapes is None:
+        base: str | OperatorSet = args.opset if args.opset and not (args.op or args.model) else _operators(args)
+        shapes = vary(base, dim, values)
     from ..database import Database
     from ..retune import retune
     from ..target import parse_target
@@ -45,6 +48,24 @@ def _retune(args: argparse.Namespace) -> int:
         print(_table(report))
     missing = [r for r in report.rows if r.latency_s is None and r.instant_latency_s is None]
     return EXIT_FAILED if missing else EXIT_OK
+
+
+def _model_shapes(args: argparse.Namespace, dim: str, values: list[int]) -> list[tuple[int, OperatorSet]] | None:
+    """``--model`` with ``--vary`` over one of its symbolic dimensions: the model's operators at each
+    size (None when there is no model, or ``dim`` is not symbolic in it: then operator parameters vary)."""
+    if not args.model or args.opset or args.op:
+        return None
+    from ..models import extract_at_sizes, load_relax, symbolic_dims
+
+    model = load_relax(args.model)
+    if dim not in symbolic_dims(model):
+        return None
+    shapes = []
+    for value, result in extract_at_sizes(model, dim, values, dims=parse_dims(args.dim)):
+        for u in result.unsupported:
+            print(f"eto: {args.model} at {dim}={value}: not tuned: {u.count} x {u.op} ({u.reason})", file=sys.stderr)
+        shapes.append((value, result.opset))
+    return shapes
 
 
 def _table(report) -> str:
@@ -68,8 +89,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("retune", help="new sizes of a tuned set: instant programs, then reuse tuning")
     add_operator_options(p)
     p.add_argument("--vary", required=True, metavar="DIM=VALUES",
-                   help="the new sizes: a built-in set's dimension (batch, seq, hw) or an operator parameter "
-                        "(N, M, H...), values as 1,2,4 or START:STOP:STEP")
+                   help="the new sizes: a built-in set's dimension (batch, seq, hw), a symbolic dimension of --model "
+                        "(ONNX dim_param, torch.export's s0...) or an operator parameter (N, M, H...); values "
+                        "as 1,2,4 or START:STOP:STEP")
     p.add_argument("--db", default=DEFAULT_DB, help=f"the database of known sizes, where results go (default {DEFAULT_DB})")
     p.add_argument("--target", default="cpu", help="cpu (this machine), cuda, or a TVM tag")
     p.add_argument("--trials", type=int, default=64, help="backend trials where nothing can be reused")

@@ -16,6 +16,7 @@ from ..operators import Operator
 from ..opsets import OperatorSet, load_opset
 from ..report import format_table
 from .errors import EXIT_FAILED, EXIT_OK, CLIError
+from .ops import add_dim_option, parse_dims
 from .plan import add_strategy_option, top_k_of
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,7 +34,7 @@ def _operators(args: argparse.Namespace) -> OperatorSet:
     if len(given) > 1:
         raise CLIError(f"give one of --opset, --op and --model, not {' and '.join(given)}")
     if args.model:
-        result = extract_from_file(args.model)
+        result = extract_from_file(args.model, dims=parse_dims(args.dim))
         for u in result.unsupported:
             print(f"eto: {args.model}: not tuned: {u.count} x {u.op} ({u.reason})", file=sys.stderr)
         return result.opset
@@ -47,6 +48,7 @@ def add_operator_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--opset", help="built-in set name or JSON file (default: quickstart)")
     p.add_argument("--op", action="append", help="one operator, e.g. 'BMM(B=1,M=128,N=768,K=768)' (repeatable)")
     p.add_argument("--model", help="an ONNX model or torch.export .pt2 file: its operator set")
+    add_dim_option(p)
 
 
 def _open_database(paths: Sequence[str]) -> "Database":

@@ -10,6 +10,7 @@ nothing here knows about the command line (``eto ops from-model`` lives in :mod:
 from .extract import (
     ModelOperators,
     UnsupportedCall,
+    extract_at_sizes,
     extract_from_exported_program,
     extract_from_file,
     extract_from_onnx,
@@ -18,7 +19,15 @@ from .extract import (
     load_model_opset,
     operator_item,
 )
-from .load import MissingExtraError, ModelFileError, ModelImportError, RelaxModel, load_relax
+from .load import (
+    MissingExtraError,
+    ModelFileError,
+    ModelImportError,
+    RelaxModel,
+    bind_dims,
+    load_relax,
+    symbolic_dims,
+)
 
 __all__ = [
     "MissingExtraError",
@@ -27,6 +36,8 @@ __all__ = [
     "ModelOperators",
     "RelaxModel",
     "UnsupportedCall",
+    "bind_dims",
+    "extract_at_sizes",
     "extract_from_exported_program",
     "extract_from_file",
     "extract_from_onnx",
@@ -35,4 +46,5 @@ __all__ = [
     "load_model_opset",
     "load_relax",
     "operator_item",
+    "symbolic_dims",
 ]

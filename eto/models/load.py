@@ -185,8 +185,18 @@ def _load_pt2(path: str):
 
 # -- files --------------------------------------------------------------------------------------
 def load_relax(path: str | os.PathLike, *, name: str | None = None,
-               shapes: Mapping[str, Sequence[int]] | None = None) -> RelaxModel:
-    """An ONNX model or a ``torch.export.save`` archive (``.pt2``), recognised by content, as Relax."""
+               shapes: Mapping[str, Sequence[int]] | None = None,
+               dims: Mapping[str, int] | None = None) -> RelaxModel:
+    """An ONNX model or a ``torch.export.save`` archive (``.pt2``), recognised by content, as Relax.
+
+    ``dims`` sets symbolic dimensions by name (:func:`bind_dims`); ``shapes`` whole ONNX input shapes.
+    """
+    model = _load_relax(path, name=name, shapes=shapes)
+    return bind_dims(model, dims) if dims else model
+
+
+def _load_relax(path: str | os.PathLike, *, name: str | None,
+                shapes: Mapping[str, Sequence[int]] | None) -> RelaxModel:
     path = os.fspath(path)
     head = _read(path, 4)
     name = name or _stem(path)
@@ -205,6 +215,46 @@ def load_relax(path: str | os.PathLike, *, name: str | None = None,
             raise
         raise ModelFileError(f"{path}: not an ONNX model or a torch.export .pt2 archive") from None
     return onnx_to_relax(path, name=name, shapes=shapes)
+
+
+# -- symbolic dimensions ----------------------------------------------------------------------------
+def symbolic_dims(model: RelaxModel) -> dict[str, str]:
+    """The model's symbolic dimensions (ONNX ``dim_param``, ``torch.export`` ``Dim``), each with where
+    it first appears (``"input x, axis 1"``), in the order of the inputs."""
+    from tvm import tirx
+
+    from .mapping import _ty
+
+    found: dict[str, str] = {}
+    main = model.mod["main"] if "main" in [gv.name_hint for gv in model.mod.functions] else None
+    for param in (main.params if main is not None else []):
+        shape = getattr(_ty(param), "shape", None)
+        for axis, dim in enumerate(getattr(shape, "values", None) or ()):
+            for var in tirx.analysis.undefined_vars(dim) if not isinstance(dim, tirx.Var) else [dim]:
+                found.setdefault(var.name, f"input {param.name}, axis {axis}")
+    return found
+
+
+def bind_dims(model: RelaxModel, dims: Mapping[str, int]) -> RelaxModel:
+    """``model`` with symbolic dimensions set to sizes (``{"seq": 64}``), so its operators are static.
+
+    A name the model does not have is an error that lists the names it has (``torch.export`` names
+    them ``s0``, ``s27``... after export; ONNX keeps the ``dim_param`` strings).
+    """
+    from tvm import relax
+
+    known = symbolic_dims(model)
+    unknown = [n for n in dims if n not in known]
+    if unknown:
+        have = ", ".join(f"{n} ({where})" for n, where in known.items()) or "none"
+        raise ModelImportError(f"{model.name}: no symbolic dimension {', '.join(map(repr, unknown))}; "
+                               f"its symbolic dimensions: {have}")
+    for n, v in dims.items():
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ModelImportError(f"{model.name}: dimension {n} must be a positive integer, got {v!r}")
+    mod = relax.transform.BindSymbolicVars(dict(dims))(model.mod)
+    sizes = ", ".join(f"{n}={v}" for n, v in dims.items())
+    return RelaxModel(mod, model.name, f"{model.source}, {sizes}")
 
 
 def _read(path: str, size: int = -1) -> bytes:

@@ -157,7 +157,7 @@ def _check_static_float32(call, *operands) -> list[tuple[int, ...]]:
         s = _shape(a)
         if s is None:
             raise Unmapped(describe_call(call),
-                               "dynamic shape: operator parameters must be static (give the input shapes)")
+                               "dynamic shape: operator parameters must be static (set the symbolic dimensions: --dim NAME=SIZE)")
         shapes.append(s)
     dtypes = {_dtype(a) for a in operands} | {_dtype(call)}
     other = sorted(d for d in dtypes if d != SUPPORTED_DTYPE)

@@ -48,8 +48,8 @@ def test_ranked_count_is_the_expected_number_the_batches_measure():
 
 def test_ranked_tuner_measures_the_top_k_and_the_estimator_counts_it():
     """With a ranker that puts round T's median candidate first, and nothing after round T's first
-    batch improving, the tuner measures 2k of round T and k of each later round: what the
-    estimator counts with ``top_k=k`` and a zero continue rate."""
+    batch improving, the tuner measures 2k of round T (β's kept tiles leading the first batch) and k
+    of each later round: what the estimator counts with ``top_k=k`` and a zero continue rate."""
     from tests.tuner.test_reuse_tuner import sampled_record
     from tuner.reuse import ReuseTuner
 
@@ -57,7 +57,9 @@ def test_ranked_tuner_measures_the_top_k_and_the_estimator_counts_it():
     beta = Operator.create("C2D", N=1, CI=64, H=14, W=14, CO=64, KH=3, KW=3, padding=1)
     alpha = Operator.create("C2D", N=1, CI=32, H=14, W=14, CO=32, KH=3, KW=3, padding=1)
     tuner = ReuseTuner(alpha.prim_func(), sampled_record(beta, target), target, ranges="cpu")
-    t_round = tuner.space.t_round()
+    kept = tuner.space.kept_extra()  # β's own tiles on α's loops: not one of round T's configurations
+    assert kept is not None and kept == tuner.space.kept_tiles() and kept not in tuner.space.t_round()
+    t_round = [kept] + tuner.space.t_round()
     k = 3
     assert len(t_round) > 2 * k
 
@@ -81,7 +83,7 @@ def test_ranked_tuner_measures_the_top_k_and_the_estimator_counts_it():
     res = tuner.tune(dry_measure, strategy="global", ranker=MedianFirst(), top_k=k)
     assert res.invalid == 0 and max(batches) <= k and MedianFirst.observed == res.candidates
     assert res.rounds["T"] == 2 * k and all(n <= k for name, n in res.rounds.items() if name != "T")
-    assert res.config == t_round[len(t_round) // 2] and len(res.records) == res.candidates
+    assert res.config == kept and len(res.records) == res.candidates  # measured first, ties keep it
     estimated = trials_for_config("cpu", tuner.alpha, tuner.beta, tuner.beta_cfg, strategy="global",
                                   unroll_values=tuner.unroll_values, beta_unroll=tuner.beta_unroll, ranges="cpu",
                                   top_k=k, continue_rate=0.0)

@@ -104,6 +104,24 @@ def test_unroll_round_skips_options_with_the_same_effect():
     assert space.unroll_round(cfg, options, current=0) == [1]
 
 
+def test_kept_tiles_change_only_what_the_new_extents_force():
+    """β's factors kept innermost first (each the largest divisor of what is left), the outer factor
+    takes the rest: a shorter M keeps the register and cache tiles, a length they do not divide
+    shrinks the outermost of them first."""
+    beta_cfg = TileConfig("cpu", ((1, 1, 1, 1), (2, 1, 16, 4), (16, 4, 1, 12)), ((128, 6),))
+    beta = LoopNest((1, 128, 768), (768,), ())
+
+    def kept(space, reduction):
+        return ReuseSpace("cpu", LoopNest(space, reduction, ()), beta, beta_cfg).kept_tiles()
+
+    assert kept((1, 64, 768), (768,)).space == ((1, 1, 1, 1), (1, 1, 16, 4), (16, 4, 1, 12))
+    cfg = kept((1, 200, 3072), (256,))
+    assert cfg.space == ((1, 1, 1, 1), (5, 1, 10, 4), (64, 4, 1, 12)) and cfg.reduction == ((64, 4),)
+    assert [math.prod(f) for f in cfg.space] == [1, 200, 3072]
+    space = ReuseSpace("cpu", LoopNest((1, 64, 768), (768,), ()), beta, beta_cfg)
+    assert space.kept_extra() == space.kept_tiles() not in space.t_round()  # measured first in round T
+
+
 def test_vector_round_uses_power_of_two_words_up_to_16_bytes(example3):
     assert example3.vector_round([1, 2, 3, 4], 0, 0) == [1, 3]  # float32: 2 and 4 lanes (8, 16 bytes)
 
