@@ -69,14 +69,11 @@ def retune(shapes: Sequence[tuple[int, OperatorSet]], target: "Target", database
     instants: dict = {}
     errors: dict = {}
     everything = OperatorSet.union(f"{dim}-shapes", [s for _, s in shapes])
-    rankers: dict = {}
     for e in everything:
         if database.best(e.op, target) is not None:  # tuned, or an instant program of an earlier run
             continue
-        if e.op.type not in rankers:
-            rankers[e.op.type] = _ranker(database, target, e.op.type)
         try:
-            r = instant(e.op, database, target, ranker=rankers[e.op.type])
+            r = instant(e.op, database, target)
         except ValueError as exc:
             errors[e.op] = str(exc)
             say(f"no instant program for {e.op.name}: {exc}")
@@ -106,12 +103,3 @@ def retune(shapes: Sequence[tuple[int, OperatorSet]], target: "Target", database
                 tuned.seconds if tuned else 0.0, tuned.latency_s if tuned else None, errors.get(e.op)))
     return RetuneReport(dim, tuple(rows), time.perf_counter() - start, instant_s)
 
-
-def _ranker(database: Database, target: "Target", op_type: str):
-    """The learned ranker trained on every stored program of ``op_type`` (None if too few to trust)."""
-    from tuner.cost_model import LearnedRanker
-
-    ranker = LearnedRanker(target)
-    ranker.observe_records([p.tuning_record for p in database.programs(target=target)
-                            if p.op.type == op_type and p.method != PREDICTED])
-    return ranker if ranker.trained else None

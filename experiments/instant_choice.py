@@ -56,11 +56,20 @@ def choices(op, src, db, target, ranker, sample: int, seed: int) -> dict | None:
             "best": min(lat.values()), "median": statistics.median(lat.values()), "timed": len(lat) + 1}
 
 
+def _ranker(database, target, op_type: str):
+    """The learned ranker trained on every stored program of ``op_type`` (None if too few to trust)."""
+    from tuner.cost_model import LearnedRanker
+
+    ranker = LearnedRanker(target)
+    ranker.observe_records([p.tuning_record for p in database.programs(target=target)
+                            if p.op.type == op_type and p.method != "instant"])
+    return ranker if ranker.trained else None
+
+
 def run(args: argparse.Namespace) -> dict:
     from eto.database import Database
     from eto.instant import nearest_source
     from eto.opsets import parse_vary, vary
-    from eto.retune import _ranker
     from eto.target import parse_target
 
     target = parse_target("cpu")

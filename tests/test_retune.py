@@ -140,3 +140,53 @@ def test_program_cache_serves_at_once_under_concurrent_requests_and_after_restar
     assert methods in (["instant", "reuse"], ["backend", "instant"]), methods
     restarted = ProgramCache(Database(db_dir), "cpu", tune=False)  # a restart serves the stored best at once
     assert restarted.get(new).program == db.best(new, "cpu")
+
+
+@pytest.mark.slow
+def test_a_tuned_program_runs_at_every_size_of_a_symbolic_dimension(tuned_db):
+    """The tuned trace replayed with literal splits, the outer factor symbolic: one compiled
+    function, correct at sizes the tiles divide and sizes they do not."""
+    from eto.target import parse_target
+    from tuner.apply import build, run_once
+    from tuner.symbolic import symbolic_module
+
+    target = parse_target("cpu")
+    record = Database(tuned_db, readonly=True).best(KNOWN, target).tuning_record
+    lib = build(symbolic_module(KNOWN.prim_func(symbolic={"M": "m", "N": "m"}), record), target)
+    for m in (1, 7, 32, 45):
+        op = KNOWN.replace(M=m, N=m)
+        x = op.random_inputs(m)
+        np.testing.assert_allclose(run_once(lib, x, op.output_shape), op.reference(*x), rtol=1e-4, atol=1e-4)
+    conv = Operator.create("C2D", N=1, CI=8, H=8, W=8, CO=8, KH=3, KW=3)
+    with pytest.raises(ValueError, match="does not fit the function"):
+        symbolic_module(conv.prim_func(), record)
+    with pytest.raises(ValueError, match="BMM has no parameter H"):
+        KNOWN.prim_func(symbolic={"H": "h"})
+
+
+@pytest.mark.slow
+def test_eto_retune_a_model_over_its_symbolic_dimension(tuned_db, tmp_path, capsys):
+    """An ONNX MatMul with a dim_param: --vary names it, each size gets its instant program."""
+    onnx = pytest.importorskip("onnx")
+    import shutil
+
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["t", "w"], ["y"])], "tokens",
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2, "seq", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.ones((2, 16, 32), np.float32), "w")])
+    model = tmp_path / "tokens.onnx"
+    model.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    db_dir = tmp_path / "db"
+    shutil.copytree(tuned_db, db_dir)
+    code = main(["retune", "--model", str(model), "--vary", "seq=8,24", "--db", str(db_dir), "--instant-only",
+                 "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    assert [(r["value"], r["op"], r["instant_source"]) for r in rows] == [
+        (8, "BMM[2,8,32,16]", KNOWN.name), (24, "BMM[2,24,32,16]", KNOWN.name)]
+    code = main(["retune", "--model", str(model), "--vary", "len=8", "--db", str(db_dir), "--instant-only"])
+    assert code == 2 and "no operator of tokens has a parameter 'len'" in capsys.readouterr().err

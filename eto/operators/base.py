@@ -342,11 +342,22 @@ class Operator:
     def te(self, dtype: str = "float32") -> list["te.Tensor"]:
         return self.spec.te(self._p, dtype)
 
-    def prim_func(self, dtype: str = "float32") -> "tirx.PrimFunc":
-        """The naive program (Figure 2a) as a TIR PrimFunc, ready for MetaSchedule."""
-        from tvm import te
+    def prim_func(self, dtype: str = "float32", *, symbolic: Mapping[str, str] | None = None) -> "tirx.PrimFunc":
+        """The naive program (Figure 2a) as a TIR PrimFunc, ready for MetaSchedule.
 
-        return te.create_prim_func(self.te(dtype)).with_attr("global_symbol", "main")
+        ``symbolic`` makes parameters symbolic: ``{"M": "seq", "N": "seq"}`` gives M and N one
+        int64 variable ``seq`` (what :func:`tuner.symbolic.symbolic_module` schedules).
+        """
+        from tvm import te, tirx
+
+        if not symbolic:
+            return te.create_prim_func(self.te(dtype)).with_attr("global_symbol", "main")
+        unknown = [k for k in symbolic if k not in self._p]
+        if unknown:
+            raise ValueError(f"{self.type} has no parameter {', '.join(unknown)}")
+        names = {v: tirx.Var(v, "int64") for v in symbolic.values()}
+        p = {**self._p, **{k: names[v] for k, v in symbolic.items()}}
+        return te.create_prim_func(self.spec.te(p, dtype)).with_attr("global_symbol", "main")
 
     def random_inputs(self, seed: int = 0, dtype: str = "float32") -> list[np.ndarray]:
         rng = np.random.default_rng(seed)
