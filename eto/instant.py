@@ -3,7 +3,7 @@
 When shapes change (a new sequence length, batch size or image size), a user needs a program now
 and a tuned one soon. :func:`instant` takes the database's nearest tuned program of the same
 operator type and sketch, derives α's program from it without measuring (β's tile factors kept,
-only the outer factors following the new extents: :func:`tuner.reuse.predict`), checks it
+only the outer factors following the new extents: :func:`tuner.predict.predict`), checks it
 against the catalogue's numpy reference, times it, and
 stores it with method ``"instant"``. It is served (it is ``Database.best``) until tuning stores a
 faster program; it never counts as a tuning result, so the operator is still tuned later.
@@ -39,7 +39,7 @@ class Instant:
     op: Operator
     source: Operator
     program: ProgramRecord
-    by: str  # "kept", "ranker" or "nearest" (see tuner.reuse.predict)
+    by: str  # "kept", "ranker" or "nearest" (see tuner.predict.predict)
     ranked: int
     seconds: float
 
@@ -72,7 +72,7 @@ def instant(op: Operator, database: Database, target: "Target", *, ranker: "Lear
     output differs from numpy (nothing is stored then).
     """
     from tuner.apply import build, run_once
-    from tuner.reuse import predict
+    from tuner.predict import predict
 
     start = time.perf_counter()
     if target.kind.name != "llvm" or str(target.attrs.get("mtriple", "") or ""):

@@ -36,7 +36,7 @@ from tuner.faults import kill_point
 from tuner.reuse import DEFAULT_TOP_K
 from tuner.space import DEFAULT_STRATEGY
 
-from .database import Database
+from .database import PREDICTED, Database
 from .operators import Operator
 from .opsets import OperatorEntry, OperatorSet
 from .plan import BridgeOption, CostModel, OperatorPlan, hot_operators, plan_operator_set
@@ -276,6 +276,8 @@ def _reuse_claimed(alpha: Operator, beta: Operator, run: _Run, measurer: "Measur
     source = run.database.best(beta, run.target, predicted=False) or run.database.best(beta, run.target)
     prior = run.database.progress(alpha, run.target, "reuse")
     known = {trace_key(r.trace): s for r, s in prior.programs()}
+    # α's instant program (eto.instant) joins round T's first batch: the search never ends worse
+    seeds = [p.tuning_record for p in run.database.programs(target=run.target, op=alpha) if p.method == PREDICTED]
 
     def checkpoint(records: list, measured: int, seconds: float) -> None:
         run.database.checkpoint(alpha, run.target, records, method="reuse", trials=measured, seconds=seconds)
@@ -288,7 +290,7 @@ def _reuse_claimed(alpha: Operator, beta: Operator, run: _Run, measurer: "Measur
         try:
             res = reuse_tune(alpha.prim_func(), source.tuning_record, run.target, measurer, strategy=run.strategy,
                              ranker=run.ranker, history=run.history(alpha.type) if run.ranker else (),
-                             top_k=run.top_k, known=known, on_measured=checkpoint)
+                             top_k=run.top_k, known=known, on_measured=checkpoint, seeds=seeds)
         except ValueError as exc:  # e.g. reuse condition 1 fails on this target
             reason = str(exc)
         else:

@@ -6,7 +6,7 @@ are built and timed side by side in one process (wall-clock median of 5 calls, a
 :func:`eto.instant.instant` times its program):
 
 * ``kept``: β's tile factors kept, only the outer factors following the new extents
-  (:meth:`tuner.space.ReuseSpace.kept_tiles`, what :func:`tuner.reuse.predict` now returns);
+  (:meth:`tuner.space.ReuseSpace.kept_tiles`, what :func:`tuner.predict.predict` now returns);
 * ``ranker``: round T's best-ranked candidate by the learned ranker trained on the database;
 * ``nearest``: round T's candidate closest to β's per-block work and threads per block;
 * ``best`` / ``median`` of a seeded sample of round T (``--sample`` candidates, plus the two above).

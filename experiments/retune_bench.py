@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> dict:
     from tuner.measure import MeasureConfig, Measurer
 
     from eto.database import Database
-    from eto.opsets import parse_vary, vary
+    from eto.opsets import OperatorSet, parse_vary, vary
     from eto.retune import retune
     from eto.target import parse_target
     from eto.tuning import tune_with_backend
@@ -51,6 +51,8 @@ def run(args: argparse.Namespace) -> dict:
     with Measurer.local(MeasureConfig()) as measurer:
         warm_measurer(measurer, target)
         for value, opset in vary(args.opset, dim, values):
+            if args.limit:  # the set's first LIMIT operators (a scaled-down run)
+                opset = OperatorSet(opset.name, opset.entries[:args.limit], opset.description)
             eto_dir, ms_dir = (os.path.join(args.work, f"{m}_{dim}{value}") for m in ("eto", "ms"))
             for d in (eto_dir, ms_dir):
                 shutil.rmtree(d, ignore_errors=True)
@@ -112,7 +114,7 @@ def run(args: argparse.Namespace) -> dict:
         return statistics.median(vals) if vals else None
 
     return {"benchmark": "retune_bench", "scale": args.scale, "source_db": args.db, "opset": args.opset,
-            "vary": args.vary, "trials_N": args.trials, "seed": args.seed, "remeasure_rounds": args.rounds,
+            "vary": args.vary, "limit": args.limit, "trials_N": args.trials, "seed": args.seed, "remeasure_rounds": args.rounds,
             "environment": environment(), "session": SESSION, "warmup_s": warm,
             "pad_to": args.pad_to,
             "median": {k: med(k) for k in ("time_ratio_metaschedule_over_eto", "throughput_eto_vs_metaschedule",
@@ -150,6 +152,7 @@ def main(argv=None) -> int:
     ap.add_argument("--trials", type=int)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--limit", type=int, default=None, help="only the first LIMIT operators of each size")
     ap.add_argument("--pad-to", type=int, default=None,
                     help="padded baseline: the size the database was tuned at (default: the set's default size)")
     ap.add_argument("--work", default="experiments/work/retune_bench")

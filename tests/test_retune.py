@@ -73,6 +73,10 @@ def test_instant_program_is_checked_served_and_not_a_tuning_result(tuned_db, tmp
     r = instant(new, db, target)
     assert r.source == KNOWN and r.program.method == "instant" and np.isfinite(r.latency_s)
     assert r.by == "kept" and r.ranked == 1  # β's tiles, only the outer factor of M follows the new size
+    from tuner.reuse import ReuseTuner, _config_of
+
+    tuner = ReuseTuner(new.prim_func(), db.best(KNOWN, target).tuning_record, target)
+    assert _config_of(r.program.tuning_record, tuner) == tuner.space.kept_tiles()  # a reuse search's seed
     assert check_record(new, r.program.tuning_record, target).ok  # TVM reads it back; it matches numpy
     assert db.best(new, target) == r.program  # served at once...
     assert not db.attempted(new, target) and new not in db.tuned(target)  # ...but still to be tuned
@@ -167,7 +171,7 @@ def test_a_tuned_program_runs_at_every_size_of_a_symbolic_dimension(tuned_db):
 @pytest.mark.slow
 def test_eto_retune_a_model_over_its_symbolic_dimension(tuned_db, tmp_path, capsys):
     """An ONNX MatMul with a dim_param: --vary names it, each size gets its instant program."""
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnx")
     import shutil
 
     from onnx import TensorProto, helper, numpy_helper

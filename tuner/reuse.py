@@ -221,7 +221,7 @@ class ReuseTuner:
 
     def tune(self, measure: Callable[[list[Any]], list[float]], *, strategy: Strategy = DEFAULT_STRATEGY,
              ranker: "LearnedRanker | None" = None, top_k: int | None = DEFAULT_TOP_K,
-             min_gain: float = MIN_GAIN) -> ReuseResult:
+             min_gain: float = MIN_GAIN, seeds: Sequence[TileConfig] = ()) -> ReuseResult:
         """Run Algorithm 1; ``measure(schedules)`` returns seconds per schedule (inf if it failed).
 
         ``"per-b"`` keeps the paper's structure: after round T every B value keeps its own best
@@ -233,15 +233,21 @@ class ReuseTuner:
         measured ``top_k`` at a time, best-ranked first; the round stops at the first batch that
         does not beat the best so far by ``min_gain`` (see :func:`ranked_batches`). Without one
         (or ``top_k=None``) every candidate is measured, as in the paper.
+
+        Round T is led by β's kept tiles (:meth:`ReuseSpace.kept_extra`) and ``seeds``, α's own
+        tile configurations from elsewhere (e.g. its instant program), measured in the first batch.
         """
         session = _Session(self, measure, ranker, top_k, min_gain)
         run = session.run
         if not self.has_mlt:  # section 5.2: β's decisions transferred, then sub-sketch rounds
             measured = run([self._cand(None)], "transfer")
-        else:  # β's kept tiles first (measured in the first batch), then round T's configurations
-            kept = self.space.kept_extra()
-            measured = run([self._cand(c) for c in ([kept] if kept else []) + self.space.t_round()], "T",
-                           first=1 if kept else 0)
+        else:  # β's kept tiles and the seeds first (measured in the first batch), then round T's
+            t_round = self.space.t_round()
+            lead: list[TileConfig] = []
+            for c in [self.space.kept_extra(), *seeds]:
+                if c is not None and c not in lead and c not in t_round and self._fits(c):
+                    lead.append(c)
+            measured = run([self._cand(c) for c in lead + t_round], "T", first=len(lead))
         if not measured and self.has_mlt:
             # no B/T in range is admissible for α: start from β's own shape scaled to α
             measured = run([self._cand(c) for c in self._fallback()], "fallback")
@@ -270,6 +276,13 @@ class ReuseTuner:
                 if c.latency < best.latency:
                     best = c
         return session.result(best)
+
+    def _fits(self, cfg: TileConfig) -> bool:
+        """A configuration of α's loops (its factors multiply to α's extents) the target admits."""
+        return (len(cfg.space) == len(self.alpha.space) and len(cfg.reduction) == len(self.alpha.reduction)
+                and all(math.prod(f) == e for f, e in zip(cfg.space + cfg.reduction,
+                                                            self.alpha.space + self.alpha.reduction))
+                and self.space.valid(cfg))
 
     def _fallback(self) -> list[TileConfig]:
         """β's BShape clipped to α's extents, with the nearest admissible thread count."""
@@ -365,7 +378,8 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
                ranges: RangeName | None = None, ranker: "LearnedRanker | None" = None,
                history: Sequence["TuningRecord"] = (), top_k: int | None = DEFAULT_TOP_K,
                known: "Mapping[str, float] | None" = None,
-               on_measured: "Callable[[list[TuningRecord], int, float], None] | None" = None) -> ReuseResult:
+               on_measured: "Callable[[list[TuningRecord], int, float], None] | None" = None,
+               seeds: Sequence["TuningRecord"] = ()) -> ReuseResult:
     """Derive α's program (``func``) from β's best program (``source_record``) by Algorithm 1.
 
     Every candidate is built and timed by ``measurer``; the result's record carries the median of
@@ -378,10 +392,12 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
     Durability: ``on_measured(records, measured, seconds)`` gets each batch's programs that ran as
     soon as they are timed; ``known`` (:func:`trace_key` -> seconds, e.g. an interrupted run's
     batches) are candidates timed before: the search takes their times instead of measuring them
-    again, so a rerun continues where the interrupted run stopped.
+    again, so a rerun continues where the interrupted run stopped. ``seeds``: α's own programs
+    found elsewhere (its instant program): their tiles join round T's first batch.
     """
     start = time.perf_counter()
     tuner = ReuseTuner(func, source_record, target, vector_lanes=vector_lanes, ranges=ranges)
+    seed_cfgs = [cfg for cfg in (_config_of(r, tuner) for r in seeds) if cfg is not None]
     if ranker is not None and history:
         ranker.observe_records(history)
     setup = time.perf_counter() - start  # design space, β's sketch, ranker training: on the clock
@@ -400,77 +416,22 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
                         time.perf_counter() - t0)
         return out
 
-    res = tuner.tune(measure, strategy=strategy, ranker=ranker, top_k=top_k)
+    res = tuner.tune(measure, strategy=strategy, ranker=ranker, top_k=top_k, seeds=seed_cfgs)
     return replace(res, seconds=setup + res.seconds, trajectory=tuple(p.after(setup, 0) for p in res.trajectory))
 
 
-@dataclass(frozen=True)
-class Prediction:
-    """α's program derived from β's without measuring anything (see :func:`predict`)."""
+def _config_of(record: "TuningRecord", tuner: ReuseTuner) -> TileConfig | None:
+    """The tile configuration of α's program ``record`` (None: not a multi-level tiling of α's sketch)."""
+    from .features import program_features
+    from .sketch import Sketch
 
-    schedule: Any  # the postprocessed schedule: ``schedule.mod`` builds
-    config: TileConfig | None
-    by: str  # "kept": β's tiles kept; "ranker": the learned model chose; "nearest": β's block and thread sizes
-    ranked: int  # candidates the choice was made among
-    seconds: float
-    _tuner: ReuseTuner = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
-
-    def record(self, seconds: float) -> "TuningRecord":
-        """The prediction as α's TuningRecord, with a run time measured by the caller."""
-        return self._tuner.record_of(self.schedule, seconds)
-
-
-def predict(func: "PrimFunc", source_record: "TuningRecord", target: "Target", *,
-            ranker: "LearnedRanker | None" = None, vector_lanes: int = 8,
-            ranges: RangeName | None = None) -> Prediction:
-    """α's program from β's best one with no measurement: the instant program for a new shape.
-
-    Beyond the paper: β's tile factors kept on α's loops, only the outer factors following the new
-    extents (:meth:`ReuseSpace.kept_tiles`, ``by="kept"``). Across BERT's and ResNet-50's new
-    sizes it was never far from the best of round T, where a learned ranker or the nearest
-    BShape sometimes chose programs 3-10x slower (experiments/results/instant_choice.json).
-    When those tiles do not build, round T is built (GetS) but not measured: a trained ``ranker``
-    picks the best-ranked candidate, then ranks round M's variants of it against it; without one
-    the candidate keeping β's per-block work and threads per block wins. Costs one design-space
-    generation and one replay (O(d_B x d_T) replays in the fallback), well under a second on CPU.
-    Raises ValueError when β's sketch is not in α's design space or nothing derived passes the
-    target's checks.
-    """
-    start = time.perf_counter()
-    tuner = ReuseTuner(func, source_record, target, vector_lanes=vector_lanes, ranges=ranges)
-    if tuner.has_mlt and tuner.space.valid(cfg := tuner.space.kept_tiles()):
-        kept = tuner._cand(cfg)
-        if _built(tuner, kept):
-            return Prediction(kept.sch, kept.cfg, "kept", 1, time.perf_counter() - start, tuner)
     if not tuner.has_mlt:
-        configs: list[TileConfig | None] = [None]
-    else:
-        configs = list(tuner.space.t_round()) or list(tuner._fallback())
-    built = [c for c in (tuner._cand(cfg) for cfg in configs) if _built(tuner, c)]
-    if not built:
-        raise ValueError("no program derived from the source passes the target's checks")
-    learned = ranker is not None and ranker.trained
-    ranked = len(built)
-    if learned:
-        best = built[ranker.rank(tuner.alpha_mod, [c.sch for c in built])[0]]  # type: ignore[union-attr,index]
-        if tuner.has_mlt:
-            variants = [v for v in (best.but(cfg=cfg) for cfg in tuner.space.m_round(best.cfg)) if _built(tuner, v)]
-            if variants:
-                pool = [best] + variants
-                ranked += len(variants)
-                best = pool[ranker.rank(tuner.alpha_mod, [c.sch for c in pool])[0]]  # type: ignore[union-attr,index]
-    else:
-        beta = tuner.beta_cfg
-
-        def distance(c: _Cand) -> float:
-            if c.cfg is None or beta is None:
-                return 0.0
-            return (abs(math.log(math.prod(c.cfg.bshape) / math.prod(beta.bshape)))
-                    + abs(math.log(c.cfg.threads_per_block / beta.threads_per_block)))
-
-        best = min(built, key=distance)
-    return Prediction(best.sch, best.cfg, "ranker" if learned else "nearest", ranked,
-                      time.perf_counter() - start, tuner)
+        return None
+    try:
+        sketch = Sketch(record.trace)
+        return program_features(record, tuner.kind, sketch=sketch)[0] if sketch.main_tiles else None
+    except (ValueError, KeyError, IndexError, AttributeError):
+        return None
 
 
 def _built(tuner: ReuseTuner, cand: _Cand) -> bool:

@@ -1,0 +1,93 @@
+"""The instant program's derivation: α's program from β's best one, nothing measured (issue 16).
+
+Beyond the paper. When only a dimension's size changed, β's tile factors kept on α's loops (the
+outer factors following the new extents) are a program as good as a search's, in a fraction of
+a second: :func:`predict` (used by :mod:`eto.instant`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .features import TileConfig
+from .reuse import ReuseTuner, _built, _Cand
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+    from tvm.target import Target
+    from tvm.tirx import PrimFunc
+
+    from .cost_model import LearnedRanker
+    from .space import RangeName
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """α's program derived from β's without measuring anything (see :func:`predict`)."""
+
+    schedule: Any  # the postprocessed schedule: ``schedule.mod`` builds
+    config: TileConfig | None
+    by: str  # "kept": β's tiles kept; "ranker": the learned model chose; "nearest": β's block and thread sizes
+    ranked: int  # candidates the choice was made among
+    seconds: float
+    _tuner: ReuseTuner = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
+
+    def record(self, seconds: float) -> "TuningRecord":
+        """The prediction as α's TuningRecord, with a run time measured by the caller."""
+        return self._tuner.record_of(self.schedule, seconds)
+
+
+def predict(func: "PrimFunc", source_record: "TuningRecord", target: "Target", *,
+            ranker: "LearnedRanker | None" = None, vector_lanes: int = 8,
+            ranges: RangeName | None = None) -> Prediction:
+    """α's program from β's best one with no measurement: the instant program for a new shape.
+
+    Beyond the paper: β's tile factors kept on α's loops, only the outer factors following the new
+    extents (:meth:`ReuseSpace.kept_tiles`, ``by="kept"``). Across BERT's and ResNet-50's new
+    sizes it was never far from the best of round T, where a learned ranker or the nearest
+    BShape sometimes chose programs 3-10x slower (experiments/results/instant_choice.json).
+    When those tiles do not build, round T is built (GetS) but not measured: a trained ``ranker``
+    picks the best-ranked candidate, then ranks round M's variants of it against it; without one
+    the candidate keeping β's per-block work and threads per block wins. Costs one design-space
+    generation and one replay (O(d_B x d_T) replays in the fallback), well under a second on CPU.
+    Raises ValueError when β's sketch is not in α's design space or nothing derived passes the
+    target's checks.
+    """
+    start = time.perf_counter()
+    tuner = ReuseTuner(func, source_record, target, vector_lanes=vector_lanes, ranges=ranges)
+    if tuner.has_mlt and tuner.space.valid(cfg := tuner.space.kept_tiles()):
+        kept = tuner._cand(cfg)
+        if _built(tuner, kept):
+            return Prediction(kept.sch, kept.cfg, "kept", 1, time.perf_counter() - start, tuner)
+    if not tuner.has_mlt:
+        configs: list[TileConfig | None] = [None]
+    else:
+        configs = list(tuner.space.t_round()) or list(tuner._fallback())
+    built = [c for c in (tuner._cand(cfg) for cfg in configs) if _built(tuner, c)]
+    if not built:
+        raise ValueError("no program derived from the source passes the target's checks")
+    learned = ranker is not None and ranker.trained
+    ranked = len(built)
+    if learned:
+        best = built[ranker.rank(tuner.alpha_mod, [c.sch for c in built])[0]]  # type: ignore[union-attr,index]
+        if tuner.has_mlt:
+            variants = [v for v in (best.but(cfg=cfg) for cfg in tuner.space.m_round(best.cfg)) if _built(tuner, v)]
+            if variants:
+                pool = [best] + variants
+                ranked += len(variants)
+                best = pool[ranker.rank(tuner.alpha_mod, [c.sch for c in pool])[0]]  # type: ignore[union-attr,index]
+    else:
+        beta = tuner.beta_cfg
+
+        def distance(c: _Cand) -> float:
+            if c.cfg is None or beta is None:
+                return 0.0
+            return (abs(math.log(math.prod(c.cfg.bshape) / math.prod(beta.bshape)))
+                    + abs(math.log(c.cfg.threads_per_block / beta.threads_per_block)))
+
+        best = min(built, key=distance)
+    return Prediction(best.sch, best.cfg, "ranker" if learned else "nearest", ranked,
+                      time.perf_counter() - start, tuner)
