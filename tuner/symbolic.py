@@ -37,16 +37,17 @@ def symbolic_module(func: "PrimFunc", record: "TuningRecord") -> "IRModule":
         symbolic = _symbolic_loops(sch, trace)
     except Exception as exc:  # a block the trace names is not in func
         raise ValueError(f"the program's trace does not fit the function: {_last_line(exc)}") from None
-    insts, decisions, literal = [], {}, {}
+    insts, decisions = [], {}
+    literal: list = []  # (ExprRV, literal factor): pairs, since an ExprRV's == builds an expression
     for inst in trace.insts:
         kind = inst.kind.name
         if kind == "SamplePerfectTile" and any(inst.inputs[0].same_as(s) for s in symbolic):
             factors = [int(f) for f in trace.decisions[inst]]
-            for rv, f in zip(inst.outputs, [None] + factors[1:]):
-                literal[rv] = None if f is None else IntImm("int32", f)
+            literal += [(rv, None if f is None else IntImm("int32", f))
+                        for rv, f in zip(inst.outputs, [None] + factors[1:])]
             continue
-        if kind == "Split" and any(any(i.same_as(rv) for rv in literal) for i in inst.inputs[1:]):
-            inputs = [inst.inputs[0]] + [next((v for rv, v in literal.items() if i.same_as(rv)), i)
+        if kind == "Split" and any(i.same_as(rv) for i in inst.inputs[1:] for rv, _ in literal):
+            inputs = [inst.inputs[0]] + [next((v for rv, v in literal if i.same_as(rv)), i)
                                          for i in inst.inputs[1:]]
             inst = Instruction(inst.kind, inputs, inst.attrs, inst.outputs)
         elif inst in trace.decisions:

@@ -57,11 +57,16 @@ def _model_shapes(args: argparse.Namespace, dim: str, values: list[int]) -> list
         return None
     from ..models import extract_at_sizes, load_relax, symbolic_dims
 
-    model = load_relax(args.model)
-    if dim not in symbolic_dims(model):
-        return None
+    model, fixed = load_relax(args.model), parse_dims(args.dim)
+    names = symbolic_dims(model)
+    if dim not in names:
+        unbound = [f"{n} ({where})" for n, where in names.items() if n not in fixed]
+        if unbound:  # its operators would stay dynamic: name what can be varied
+            raise CLIError(f"--vary {dim}: {args.model} has no symbolic dimension {dim!r}; its symbolic "
+                           f"dimensions: {', '.join(unbound)}")
+        return None  # a static model: vary an operator parameter
     shapes = []
-    for value, result in extract_at_sizes(model, dim, values, dims=parse_dims(args.dim)):
+    for value, result in extract_at_sizes(model, dim, values, dims=fixed):
         for u in result.unsupported:
             print(f"eto: {args.model} at {dim}={value}: not tuned: {u.count} x {u.op} ({u.reason})", file=sys.stderr)
         shapes.append((value, result.opset))
