@@ -63,6 +63,9 @@ class ProgramCache:
     def get(self, op: Operator) -> Served:
         """The best program for ``op`` now, compiled (instant if nothing is stored; ValueError if the
         database has nothing of ``op``'s type and sketch to derive one from)."""
+        served = self._served.get(op)
+        if served is not None and served.tuned:  # the hot path: no database scan once tuned
+            return served
         with self._lock:  # one lock per operator: deriving one instant program never blocks another's get
             op_lock = self._locks.setdefault(op, threading.Lock())
         with op_lock:
