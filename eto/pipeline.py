@@ -278,6 +278,7 @@ def _reuse_claimed(alpha: Operator, beta: Operator, run: _Run, measurer: "Measur
     known = {trace_key(r.trace): s for r, s in prior.programs()}
     # α's instant program (eto.instant) joins round T's first batch: the search never ends worse
     seeds = [p.tuning_record for p in run.database.programs(target=run.target, op=alpha) if p.method == PREDICTED]
+    alternates = [p.tuning_record for p in alternate_sources(alpha, beta, run.database, run.target)]
 
     def checkpoint(records: list, measured: int, seconds: float) -> None:
         run.database.checkpoint(alpha, run.target, records, method="reuse", trials=measured, seconds=seconds)
@@ -290,7 +291,8 @@ def _reuse_claimed(alpha: Operator, beta: Operator, run: _Run, measurer: "Measur
         try:
             res = reuse_tune(alpha.prim_func(), source.tuning_record, run.target, measurer, strategy=run.strategy,
                              ranker=run.ranker, history=run.history(alpha.type) if run.ranker else (),
-                             top_k=run.top_k, known=known, on_measured=checkpoint, seeds=seeds)
+                             top_k=run.top_k, known=known, on_measured=checkpoint, seeds=seeds,
+                             alternates=alternates)
         except ValueError as exc:  # e.g. reuse condition 1 fails on this target
             reason = str(exc)
         else:
@@ -303,6 +305,25 @@ def _reuse_claimed(alpha: Operator, beta: Operator, run: _Run, measurer: "Measur
     run.say(f"backend fallback for {alpha.name}: {reason}")
     tune_with_backend([alpha], run.target, run.database, trials=run.trials, measurer=measurer,
                       extra={alpha: {**estimate, "fallback": reason}}, **run.backend_kw)
+
+
+#: Tuned programs besides β whose tiles lead a reuse search's round T (:func:`alternate_sources`).
+ALTERNATE_SOURCES = 2
+
+
+def alternate_sources(alpha: Operator, beta: Operator, database: Database, target, k: int = ALTERNATE_SOURCES) -> list:
+    """The ``k`` tuned operators nearest α (log distance of the loop extents) of α's type and sketch,
+    with α's loops of extent 1, besides α and β: their programs' tiles are measured first in the
+    reuse search beside β's, so a derived program does not rest on one source, a bridge's say,
+    whose best program the backend found by luck. Measured on ResNet-50 (README, "Whole sets")."""
+    from tuner.tiling import log_distance
+
+    unit = [e == 1 for e in alpha.extents]
+    found = [p for p in database.sources(op_type=alpha.type, target=target, sketch=alpha.sketch_key())
+             if p.op not in (alpha, beta) and len(p.op.extents) == len(unit)
+             and [e == 1 for e in p.op.extents] == unit]
+    found.sort(key=lambda p: (log_distance(p.op.extents, alpha.extents), p.op.key))
+    return found[:k]
 
 
 def _commit_reuse(alpha: Operator, beta: Operator, res: "ReuseResult", run: _Run, measurer: "Measurer", *,

@@ -379,7 +379,7 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
                history: Sequence["TuningRecord"] = (), top_k: int | None = DEFAULT_TOP_K,
                known: "Mapping[str, float] | None" = None,
                on_measured: "Callable[[list[TuningRecord], int, float], None] | None" = None,
-               seeds: Sequence["TuningRecord"] = ()) -> ReuseResult:
+               seeds: Sequence["TuningRecord"] = (), alternates: Sequence["TuningRecord"] = ()) -> ReuseResult:
     """Derive α's program (``func``) from β's best program (``source_record``) by Algorithm 1.
 
     Every candidate is built and timed by ``measurer``; the result's record carries the median of
@@ -393,11 +393,15 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
     soon as they are timed; ``known`` (:func:`trace_key` -> seconds, e.g. an interrupted run's
     batches) are candidates timed before: the search takes their times instead of measuring them
     again, so a rerun continues where the interrupted run stopped. ``seeds``: α's own programs
-    found elsewhere (its instant program): their tiles join round T's first batch.
+    found elsewhere (its instant program): their tiles join round T's first batch. ``alternates``:
+    best programs of other operators of α's type and sketch; their tiles kept on α's loops
+    (:meth:`ReuseSpace.kept_tiles`) join round T's lead too, so a reuse does not hang on one
+    source's luck (beyond the paper).
     """
     start = time.perf_counter()
     tuner = ReuseTuner(func, source_record, target, vector_lanes=vector_lanes, ranges=ranges)
     seed_cfgs = [cfg for cfg in (_config_of(r, tuner) for r in seeds) if cfg is not None]
+    seed_cfgs += [cfg for cfg in (_kept_from(r, tuner) for r in alternates) if cfg is not None]
     if ranker is not None and history:
         ranker.observe_records(history)
     setup = time.perf_counter() - start  # design space, β's sketch, ranker training: on the clock
@@ -432,6 +436,26 @@ def _config_of(record: "TuningRecord", tuner: ReuseTuner) -> TileConfig | None:
         return program_features(record, tuner.kind, sketch=sketch)[0] if sketch.main_tiles else None
     except (ValueError, KeyError, IndexError, AttributeError):
         return None
+
+
+def _kept_from(record: "TuningRecord", tuner: ReuseTuner) -> TileConfig | None:
+    """Another operator's program's tile factors kept on α's loops (None: not α's tiling structure)."""
+    from .features import program_features
+    from .sketch import Sketch
+
+    if not tuner.has_mlt:
+        return None
+    try:
+        sketch = Sketch(record.trace)
+        if not sketch.main_tiles:
+            return None
+        cfg, nest = program_features(record, tuner.kind, sketch=sketch)
+    except (ValueError, KeyError, IndexError, AttributeError):
+        return None
+    if (len(nest.space), len(nest.reduction)) != (len(tuner.alpha.space), len(tuner.alpha.reduction)) or \
+            [len(f) for f in cfg.space + cfg.reduction] != [len(f) for f in tuner.beta_cfg.space + tuner.beta_cfg.reduction]:
+        return None
+    return replace(tuner.space, beta=nest, beta_cfg=cfg).kept_tiles()
 
 
 def _built(tuner: ReuseTuner, cand: _Cand) -> bool:

@@ -29,7 +29,7 @@ from typing import Literal, Sequence
 from .cost_model import bshape_cost, tshape_cost
 from .features import Kind, LoopNest, TileConfig, cached_property
 from .tiling import (MAX_INNERMOST, achievable_products, divisors, factorizations, largest_divisor_at_most,
-                     log_distance, split_inner)
+                     log_distance, split_inner, split_vector)
 
 Strategy = Literal["per-b", "global"]
 #: The reuse tuner's strategy unless told otherwise, and so the trial estimator's: "global" runs the
@@ -131,28 +131,30 @@ class ReuseSpace:
     def config(self, bshape: Sequence[int], threads: Sequence[int], lshape: Sequence[int]) -> TileConfig:
         """A full tile configuration: inner splits follow β's innermost factors."""
         return _tile_config(self.kind, self.alpha.space, self.alpha.reduction, tuple(bshape), tuple(threads),
-                            tuple(lshape), self._beta_inner)
+                            tuple(lshape), self._beta_inner, self.free_vector)
 
     def tshape(self, t: int, bshape: Sequence[int], lshape: Sequence[int]) -> TileConfig | None:
         """GetTShape: of the ways to spread ``t`` threads over the BShape, the one with the lowest cost."""
         return _best_tshape(self.kind, self.alpha, t, tuple(bshape), tuple(lshape), self._beta_inner,
-                            self.vector_lanes)
+                            self.vector_lanes, self.free_vector)
 
     def kept_tiles(self) -> TileConfig:
         """β's tile factors on α's loops, changed only where α's extents force it: per loop, β's
         inner factors (innermost first) each shrunk to the largest divisor of what is left, the
         outermost factor takes the rest. β's register, vector and cache tiles stay as tuned; only
-        the number of outer iterations (parallel blocks) follows the new shape. O(loops x levels)."""
-        def keep(factors: Sequence[int], extent: int) -> tuple[int, ...]:
+        the number of outer iterations (parallel blocks) follows the new shape; a vector tile β could
+        not choose (:attr:`free_vector`) becomes a full one. O(loops x levels)."""
+        def keep(factors: Sequence[int], extent: int, lanes: int = 0) -> tuple[int, ...]:
             inner, rest = [], extent
-            for f in reversed(factors[1:]):
-                d = largest_divisor_at_most(rest, f)
+            for i, f in enumerate(reversed(factors[1:])):
+                d = split_vector(rest, f, lanes)[1] if lanes and i == 0 else largest_divisor_at_most(rest, f)
                 inner.append(d)
                 rest //= d
             return (rest, *reversed(inner))
 
-        b = self.beta_cfg
-        return TileConfig(self.kind, tuple(keep(f, e) for f, e in zip(b.space, self.alpha.space)),
+        b, last = self.beta_cfg, len(self.alpha.space) - 1
+        return TileConfig(self.kind, tuple(keep(f, e, self.free_vector if d == last else 0)
+                                           for d, (f, e) in enumerate(zip(b.space, self.alpha.space))),
                           tuple(keep(f, e) for f, e in zip(b.reduction, self.alpha.reduction)))
 
     def kept_extra(self) -> TileConfig | None:
@@ -167,6 +169,23 @@ class ReuseSpace:
             if bs == kept.bshape and t in threads and self.tshape(t, bs, self.lshape(bs)) == kept:
                 return None
         return kept
+
+    @cached_property
+    def free_vector(self) -> int:
+        """The vector lanes when β's vector tile was no choice of its tuning, else 0.
+
+        On CPU the innermost tile of the last space loop is vectorised. When β's extent there is
+        not a multiple of the lanes (a bridge's 7 columns, say), β's best program could not pick a
+        full vector, so its innermost factor says nothing about α, whose extent is a multiple:
+        α's inner split then takes the full-vector divisor nearest β's factor
+        (:func:`~tuner.tiling.split_vector`). Beyond the paper; measured on ResNet-50's 1x1
+        convolutions reused from a 7x7 bridge, whose inherited 7-wide tiles ran at 0.6 of
+        MetaSchedule.
+        """
+        if self.kind != "cpu" or not self.alpha.space or not self.beta.space:
+            return 0
+        lanes = self.vector_lanes
+        return lanes if self.beta.space[-1] % lanes and not self.alpha.space[-1] % lanes else 0
 
     @cached_property
     def _beta_inner(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -284,11 +303,15 @@ def _cheapest_bshapes(kind: Kind, alpha: LoopNest, B: int) -> tuple[tuple[int, .
 @lru_cache(maxsize=1 << 18)
 def _tile_config(kind: Kind, space: tuple[int, ...], reduction: tuple[int, ...], bshape: tuple[int, ...],
                  threads: tuple[int, ...], lshape: tuple[int, ...],
-                 beta_inner: tuple[tuple[int, ...], tuple[int, ...]]) -> TileConfig:
+                 beta_inner: tuple[tuple[int, ...], tuple[int, ...]], free_vector: int = 0) -> TileConfig:
     inner_s, inner_r = beta_inner
     tiles = []
     for d, (e, bs, t) in enumerate(zip(space, bshape, threads)):
-        outer, inner = split_inner(bs // t, inner_s[d] if d < len(inner_s) else 1)
+        like = inner_s[d] if d < len(inner_s) else 1
+        if free_vector and d == len(space) - 1:
+            outer, inner = split_vector(bs // t, like, free_vector)
+        else:
+            outer, inner = split_inner(bs // t, like)
         tiles.append((e // bs, 1, t, outer, inner) if kind == "cuda" else (e // bs, t, outer, inner))
     red = _reduction_tiles(kind, reduction, lshape, inner_r)
     return TileConfig(kind, tuple(tiles), red)
@@ -296,10 +319,11 @@ def _tile_config(kind: Kind, space: tuple[int, ...], reduction: tuple[int, ...],
 
 @lru_cache(maxsize=1 << 16)
 def _best_tshape(kind: Kind, alpha: LoopNest, t: int, bshape: tuple[int, ...], lshape: tuple[int, ...],
-                 beta_inner: tuple[tuple[int, ...], tuple[int, ...]], lanes: int) -> TileConfig | None:
+                 beta_inner: tuple[tuple[int, ...], tuple[int, ...]], lanes: int, free_vector: int = 0
+                 ) -> TileConfig | None:
     best, best_cost = None, math.inf
     for threads in factorizations(t, bshape):
-        cfg = _tile_config(kind, alpha.space, alpha.reduction, bshape, threads, lshape, beta_inner)
+        cfg = _tile_config(kind, alpha.space, alpha.reduction, bshape, threads, lshape, beta_inner, free_vector)
         cost = tshape_cost(alpha, cfg, lanes=lanes)
         if cost < best_cost:
             best, best_cost = cfg, cost

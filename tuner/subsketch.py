@@ -13,7 +13,12 @@ case of Algorithm 1's rounds:
   to f_0 scaled by the extent ratio;
 * a categorical decision (e.g. cross-thread reduction threads) starts at β's choice and tries its
   neighbours (half and double the threads), the analogue of equation 2's thread range;
-* unrolling tries the other options; compute locations are β's (the sketches are equal).
+* unrolling tries the other options; compute locations are β's (the sketches are equal);
+* a producer β does not have (the padding stage of a padded α reusing an unpadded β, e.g. a
+  bridge) is *placed*: computed at the root first (always valid, no bounds checks in the main
+  loop nest), then inlined and at α's own sampled loop, one round. Beyond the paper: measured on
+  ResNet-50's 7x7 stem reused from an unpadded bridge, the inlined padding that α's design space
+  happened to sample ran 5.4x slower than the root placement.
 
 α's design space gives α's loop extents: its sampled tile decisions are perfect tilings of them.
 """
@@ -27,7 +32,9 @@ from typing import Any, Literal
 from .tiling import MAX_INNERMOST, divisors
 from .sketch import Sketch
 
-SlotKind = Literal["tile", "categorical", "unroll", "location"]
+SlotKind = Literal["tile", "categorical", "unroll", "location", "place"]
+#: SampleComputeLocation's special values: at the root of the function, inlined into its consumer.
+ROOT, INLINE = -1, -2
 
 
 def scaled_tiles(alpha_extent: int, beta_factors: tuple[int, ...], *, limit: int = 6) -> list[tuple[int, ...]]:
@@ -74,6 +81,7 @@ class Slot:
     beta_decision: Any
     alpha_extent: int = 0  # tile slots
     n_options: int = 0  # categorical / unroll slots
+    sampled: int | None = None  # place slots: α's own sampled location
 
     def default(self) -> Any:
         if self.kind == "tile":
@@ -88,6 +96,8 @@ class Slot:
             return [i for i in (current - 1, current + 1) if 0 <= i < self.n_options]
         if self.kind == "unroll":
             return [i for i in range(self.n_options) if i != current]
+        if self.kind == "place":
+            return list(dict.fromkeys(v for v in (ROOT, INLINE, self.sampled) if v is not None and v != current))
         return []
 
 
@@ -120,17 +130,22 @@ class SubSketches:
             for i in sorted(alpha.tainted_decisions()):
                 if alpha.insts[i][0] == "SampleComputeLocation" and i in beta.decisions:
                     self.slots.append(Slot(i, "location", block_of.get(i, ""), int(beta.decisions[i])))
+        # producers β does not have: placed at the root first, then tried inlined and where α sampled
+        placed = self.locations()
+        for i in sorted(alpha.tainted_decisions()):
+            if alpha.insts[i][0] == "SampleComputeLocation" and i not in placed and i in alpha.decisions:
+                self.slots.append(Slot(i, "place", block_of.get(i, ""), ROOT, sampled=int(alpha.decisions[i])))
 
     def locations(self) -> set[int]:
-        """The compute-location slots (β's by default; GetS may fall back from them)."""
-        return {s.inst for s in self.slots if s.kind == "location"}
+        """The compute-location slots (β's or the root by default; GetS may fall back from them)."""
+        return {s.inst for s in self.slots if s.kind in ("location", "place")}
 
     def defaults(self) -> dict[int, Any]:
         return {s.inst: s.default() for s in self.slots}
 
     def rounds(self) -> list[tuple[str, Slot]]:
         """One round per tunable slot, sub-sketch by sub-sketch (tiles, threads, then unrolling)."""
-        order = {"tile": 0, "categorical": 1, "unroll": 2}
+        order = {"place": -1, "tile": 0, "categorical": 1, "unroll": 2}
         tunable = [s for s in self.slots if s.kind in order]
         return [(f"{s.kind}[{s.block or s.inst}]", s) for s in sorted(tunable, key=lambda s: (order[s.kind], s.inst))]
 

@@ -73,6 +73,17 @@ def split_inner(extent: int, like: int) -> tuple[int, int]:
     return extent // inner, inner
 
 
+@lru_cache(maxsize=1 << 16)
+def split_vector(extent: int, like: int, lanes: int) -> tuple[int, int]:
+    """(outer, innermost) with innermost the divisor of ``extent`` that is a multiple of ``lanes``
+    (and <= 64) nearest ``like`` in ratio; :func:`split_inner` when ``extent`` has none."""
+    options = [d for d in divisors(extent) if d % lanes == 0 and d <= MAX_INNERMOST]
+    if not options:
+        return split_inner(extent, like)
+    inner = min(options, key=lambda d: (abs(math.log(d / max(like, 1))), d))
+    return extent // inner, inner
+
+
 def log_distance(a: Sequence[int], b: Sequence[int]) -> float:
     """Sum of |log(a_i / b_i)|: how far apart two shapes are, scale-free."""
     return sum(abs(math.log(x / y)) for x, y in zip(a, b))

@@ -2,6 +2,7 @@
 
 import math
 import re
+from types import SimpleNamespace
 import shutil
 import subprocess
 import zlib
@@ -120,6 +121,29 @@ def test_kept_tiles_change_only_what_the_new_extents_force():
     assert [math.prod(f) for f in cfg.space] == [1, 200, 3072]
     space = ReuseSpace("cpu", LoopNest((1, 64, 768), (768,), ()), beta, beta_cfg)
     assert space.kept_extra() == space.kept_tiles() not in space.t_round()  # measured first in round T
+
+
+def test_a_vector_tile_beta_could_not_choose_becomes_a_full_vector():
+    """β (a bridge with 7 output columns) could only tile its vectorised loop by 7; α's 56 columns
+    get the full-vector divisor nearest 7 (8) in the kept tiles and in every round-T candidate that
+    has one, while a β whose extent admits full vectors keeps its own factor."""
+    beta_cfg = TileConfig("cpu", ((1, 1, 1, 1), (8, 1, 2, 4), (7, 1, 1, 1), (1, 1, 1, 7)), ((16, 4),))
+    beta = LoopNest((1, 64, 7, 7), (64,), ())
+    alpha = LoopNest((1, 256, 56, 56), (64,), ())
+    space = ReuseSpace("cpu", alpha, beta, beta_cfg, ranges="cpu")
+    assert space.free_vector == 8
+    kept = space.kept_tiles()
+    assert kept.space[-1] == (7, 1, 1, 8) and kept.space[:3] == ((1, 1, 1, 1), (32, 1, 2, 4), (56, 1, 1, 1))
+    for cfg in space.t_round():
+        per_thread = math.prod(cfg.space[-1][2:])
+        assert cfg.space[-1][-1] % 8 == 0 or per_thread % 8, cfg.space
+    assert any(cfg.space[-1][-1] == 8 for cfg in space.t_round())
+    # α's extent has no full vector (28 columns), or β's had one (56): β's factor is kept
+    assert ReuseSpace("cpu", LoopNest((1, 256, 28, 28), (64,), ()), beta, beta_cfg).free_vector == 0
+    wide = ReuseSpace("cpu", alpha, LoopNest((1, 64, 56, 56), (64,), ()),
+                      TileConfig("cpu", ((1, 1, 1, 1), (8, 1, 2, 4), (56, 1, 1, 1), (8, 1, 1, 7)), ((16, 4),)))
+    assert wide.free_vector == 0 and wide.kept_tiles().space[-1] == (8, 1, 1, 7)
+    assert ReuseSpace("cuda", alpha, beta, beta_cfg).free_vector == 0
 
 
 def test_vector_round_uses_power_of_two_words_up_to_16_bytes(example3):
@@ -371,3 +395,67 @@ def test_mutated_parallel_extent_keeps_the_sketch_and_getS_takes_betas():
     cand = tuner.schedule(tuner._cand(tuner.space.t_round()[0]))
     insts, _ = plain(cand.trace.as_json())
     assert [i[1][1] for i in insts if i[0] == "Annotate" and i[2] == ["meta_schedule.parallel"]] == [7]
+
+
+def test_a_padding_stage_beta_lacks_is_placed_at_the_root_then_tried_inlined():
+    """α is padded, β (like a bridge) is not: β says nothing about where α's padding is computed.
+    GetS computes it at the root by default (no bounds checks in the main loop nest), and one
+    round tries it inlined and where α's design space sampled it; the programs stay correct."""
+    from eto.verify import check_record
+    from tuner.subsketch import INLINE, ROOT
+
+    target = cpu_target()
+    alpha = Operator.create("C2D", N=1, CI=3, H=16, W=16, CO=8, KH=3, KW=3, padding=1)
+    beta = Operator.create("C2D", N=1, CI=3, H=9, W=9, CO=8, KH=3, KW=3)
+    tuner = ReuseTuner(alpha.prim_func(), sampled_record(beta, target), target)
+    places = [s for s in tuner.sub.slots if s.kind == "place"]
+    assert len(places) == 1 and places[0].default() == ROOT
+    assert INLINE in places[0].alternatives(ROOT) and ROOT not in places[0].alternatives(ROOT)
+    assert any(name.startswith("place") for name, _ in tuner.sub.rounds())
+    cand = tuner._cand(tuner.space.kept_tiles())
+    sch = tuner.schedule(cand)
+    assert sch is not None and cand.extra[places[0].inst] == ROOT
+    inlined = tuner.schedule(cand.but(extra={**cand.extra, places[0].inst: INLINE}))
+    assert inlined is not None
+    for s in (sch, inlined):
+        check = check_record(alpha, tuner.record_of(s, 1e-3), target)
+        assert check.ok, check
+    # an unpadded α reusing an unpadded β has nothing to place
+    plain = ReuseTuner(Operator.create("C2D", N=1, CI=3, H=16, W=16, CO=8, KH=3, KW=3).prim_func(),
+                       sampled_record(beta, target), target)
+    assert not [s for s in plain.sub.slots if s.kind == "place"]
+
+
+def test_alternate_sources_lead_round_t_with_their_tiles_kept_on_alpha():
+    """Another operator's program (not β) gives α a lead candidate: its tile factors kept on α's
+    loops. The search measures it in its first batch; a program of another tiling structure gives none."""
+    from tuner.features import program_features
+    from tuner.reuse import _kept_from
+
+    target = cpu_target()
+    alpha = Operator.create("C2D", N=1, CI=16, H=16, W=16, CO=32, KH=1, KW=1)
+    beta = Operator.create("C2D", N=1, CI=8, H=8, W=8, CO=16, KH=1, KW=1)
+    other = Operator.create("C2D", N=1, CI=16, H=8, W=8, CO=32, KH=1, KW=1)
+    tuner = ReuseTuner(alpha.prim_func(), sampled_record(beta, target), target)
+    rec = sampled_record(other, target, index=0)
+    cfg, other_nest = program_features(rec, "cpu")
+    kept = _kept_from(rec, tuner)
+    assert kept == ReuseSpace("cpu", tuner.alpha, other_nest, cfg).kept_tiles() and tuner._fits(kept)
+    dense = Operator.create("DENSE", M=16, N=32, K=16)
+    assert _kept_from(sampled_record(dense, target), tuner) is None
+
+    class FirstBatch:  # a measurer that keeps the first batch and times nothing
+        first: list = []
+
+        def measure(self, mods, target):
+            if not self.first:
+                self.first.extend(mods)
+            return [SimpleNamespace(median=1e-3 + i * 1e-6) for i in range(len(mods))]
+
+    m = FirstBatch()
+    res = reuse_tune(alpha.prim_func(), sampled_record(beta, target), target, m, alternates=[rec], top_k=None)
+    assert res.candidates > 0
+    lead = tuner.schedule(tuner._cand(kept)).mod
+    from tvm_ffi import structural_equal
+
+    assert any(structural_equal(lead, mod) for mod in m.first[:2])  # after β's own kept tiles
