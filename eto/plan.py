@@ -139,11 +139,12 @@ def estimator_cost_fn(operator_of: Callable[[LoopNestOp], "Operator | None"], ta
     """
     from tvm.ir import IRModule
 
-    from tuner.estimate import estimate_many, estimate_trials
-    from tuner.features import loop_nest_of, major_block
+    from tuner.estimate import estimate_many, estimate_trials, placement_trials
+    from tuner.features import loop_nest_of, major_block, producer_count
 
     kind = target_kind
     nests: dict[str, object] = {}
+    producers: dict[object, int] = {}
 
     def nest(n: LoopNestOp):
         key = f"{n.type}:{n.sketch}:{n.space}:{n.reduction}"
@@ -154,6 +155,7 @@ def estimator_cost_fn(operator_of: Callable[[LoopNestOp], "Operator | None"], ta
             else:
                 mod = IRModule({"main": op.prim_func()})
                 nests[key] = loop_nest_of(mod, major_block(mod))
+                producers[nests[key]] = producer_count(mod)
         return nests[key]
 
     options = dict(samples=samples, strategy=strategy, top_k=top_k)
@@ -171,7 +173,7 @@ def estimator_cost_fn(operator_of: Callable[[LoopNestOp], "Operator | None"], ta
             return float(budget)
         if (a, b) not in known:
             known[(a, b)] = estimate_trials(kind, a, b, **options).mean  # type: ignore[arg-type]
-        return float(min(budget, known[(a, b)]))
+        return float(min(budget, known[(a, b)] + placement_trials(producers[a], producers[b])))
 
     cost.__name__ = f"estimated_trials_{kind}"
     cost.prefetch = prefetch  # type: ignore[attr-defined]

@@ -172,6 +172,15 @@ def major_block(mod: "IRModule") -> str:
     return max(blocks, key=lambda b: (any(int(iv.iter_type) != 0 for iv in b.iter_vars), len(b.iter_vars))).name_hint
 
 
+def producer_count(mod: "IRModule") -> int:
+    """Blocks besides the major loop nest's (e.g. a convolution's padding stage): a reuse from a
+    program without them places them in a round of its own (:mod:`tuner.subsketch`, "place")."""
+    from tvm.s_tir import Schedule
+
+    sch = Schedule(mod)
+    return max(0, len(sch.get_child_blocks(sch.get_sblock("root"))) - 1)
+
+
 def _region_buffer(region):
     return region.buffer if hasattr(region, "buffer") else region.source
 

@@ -1,0 +1,71 @@
+"""Re-measure the best programs of several databases side by side, operator by operator.
+
+    python experiments/compare_dbs.py --opset resnet50 ms=DB_A eto=DB_B [more=DB_C ...] --out F.json
+
+The first database is the reference: every other one's per-operator and frequency-weighted
+throughput is given relative to it. The programs of all databases are measured in one process,
+interleaved in rounds (``set_bench.remeasure``), so a ratio never mixes two sessions' clocks. Used
+for ablations where each database comes from a separate ``eto tune`` run; it compares quality only,
+never tuning time (that needs both methods timed in one run: ``set_bench.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _env import environment  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--opset", required=True, help="built-in set name or JSON file")
+    ap.add_argument("databases", nargs="+", metavar="NAME=DIR", help="the reference first")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved re-measurement rounds")
+    ap.add_argument("--out", help="results JSON")
+    args = ap.parse_args(argv)
+
+    from tvm.target import Target
+
+    from eto.database import Database
+    from eto.opsets import load_opset
+    from set_bench import remeasure, weighted
+
+    dbs = dict(a.split("=", 1) for a in args.databases)
+    opset = load_opset(args.opset)
+    opened = {k: Database(v, readonly=True) for k, v in dbs.items()}
+    first = next(iter(opened.values())).best_programs()
+    if not first:
+        ap.error(f"{next(iter(dbs.values()))} holds no program")
+    target = Target(first[0].target)
+    progs = {k: [db.best(e.op, target) for e in opset] for k, db in opened.items()}
+    lat = remeasure(progs, opset, target, args.rounds)
+    ref = next(iter(dbs))
+    rows = []
+    for i, e in enumerate(opset):
+        row = {"op": e.op.name, "frequency": e.frequency}
+        for k in dbs:
+            p = progs[k][i]
+            row[k] = {"latency_us": lat[k][i] * 1e6, "vs_" + ref: lat[ref][i] / lat[k][i],
+                      "method": p.method if p else None}
+        rows.append(row)
+        print(f"{e.op.name:34s} f={e.frequency} " + " ".join(
+            f"{k}={lat[k][i] * 1e6:9.1f}us ({lat[ref][i] / lat[k][i]:.2f})" for k in dbs), flush=True)
+    summary = {k: {"weighted_latency_us": weighted(opset, lat[k]) * 1e6,
+                   "throughput_vs_" + ref: weighted(opset, lat[ref]) / weighted(opset, lat[k])} for k in dbs}
+    for k, s in summary.items():
+        print(f"{k}: weighted {s['weighted_latency_us']:.1f} us, throughput vs {ref} {s['throughput_vs_' + ref]:.3f}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"benchmark": "compare_dbs", "opset": args.opset, "databases": dbs, "reference": ref,
+                       "rounds": args.rounds, "target": str(target), "environment": environment(),
+                       "summary": summary, "per_operator": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
