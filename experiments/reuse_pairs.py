@@ -149,10 +149,12 @@ def records_of(op, work: str) -> list:
     return sorted(recs, key=lambda r: median_secs(r.run_secs))
 
 
-STRATEGIES = ("per-b", "global")
+STRATEGIES = ("per-b", "global", "topk")  # topk: Selective Tuning's baseline (tuner.topk), not a search
 
 
 def _reuse_dir(work: str, strategy: str, ranges: str, top_k: int | None = None) -> str:
+    if strategy == "topk":
+        return os.path.join(work, "reuse", "topk")
     name = strategy if ranges == "paper" else f"{strategy}-{ranges}"
     return os.path.join(work, "reuse", name + (f"-top{top_k}" if top_k else ""))
 
@@ -173,9 +175,14 @@ def reuse_stage(alpha, beta, target, measurer, work: str, strategy: str, ranges:
             return json.load(f)
     os.makedirs(d, exist_ok=True)
     beta_records = records_of(beta, work)
-    res = reuse_tune(alpha.prim_func(), beta_records[0], target, measurer, strategy=strategy, ranges=ranges,
-                     ranker=LearnedRanker(target) if top_k else None, history=beta_records if top_k else (),
-                     top_k=top_k)
+    if strategy == "topk":  # β's best 3 programs applied to α, the fastest that runs
+        from tuner.topk import topk_tune
+
+        res = topk_tune(alpha.prim_func(), beta_records, target, measurer)
+    else:
+        res = reuse_tune(alpha.prim_func(), beta_records[0], target, measurer, strategy=strategy, ranges=ranges,
+                         ranker=LearnedRanker(target) if top_k else None, history=beta_records if top_k else (),
+                         top_k=top_k)
     if res.record is not None:
         db = JSONDatabase(os.path.join(d, "workloads.json"), os.path.join(d, "records.json"))
         db.commit_workload(res.record.workload.mod)
@@ -332,6 +339,11 @@ def run_reuse(ops, pairs, target, kind: str, measurer, work: str, strategies, ra
                 rows.append({"alpha": alpha.name, "beta": beta.name, "strategy": strategy, "pair": [a, b],
                              "type": alpha.type, "error": str(exc), "candidates": 0, "seconds": 0.0,
                              "estimate": None})
+                continue
+            if strategy == "topk":  # no search to estimate
+                rows.append({**r, "pair": [a, b], "type": alpha.type, "estimate": None, "top_k": None})
+                print(f"[topk {k + 1}/{len(pairs)}] {alpha.name} <- {beta.name}: {r['candidates']} programs, "
+                      f"{r['seconds']:.1f} s", flush=True)
                 continue
             est = estimate_trials(kind, alpha_nest, beta_nest, strategy=strategy, ranges=ranges, top_k=top_k)
             r = {**r, "estimated_seconds": time_model.reuse_seconds(est.mean, alpha.flops / 1e9)}
