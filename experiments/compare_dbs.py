@@ -35,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     from eto.opsets import load_opset
     from set_bench import remeasure, weighted
 
+    bad = [a for a in args.databases if "=" not in a or not a.split("=", 1)[0]]
+    if bad:
+        ap.error(f"databases are NAME=DIR: got {', '.join(bad)}")
     dbs = dict(a.split("=", 1) for a in args.databases)
     opset = load_opset(args.opset)
     opened = {k: Database(v, readonly=True) for k, v in dbs.items()}

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from .faults import kill_point
-from .features import Kind, TileConfig
+from .features import Kind, LoopNest, TileConfig
 from .space import DEFAULT_STRATEGY, GPU_MAX_THREADS, RangeName, ReuseSpace, Strategy, default_ranges
 from .tiling import achievable_products, largest_divisor_at_most
 from .trajectory import TrajectoryPoint
@@ -424,22 +424,9 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
     return replace(res, seconds=setup + res.seconds, trajectory=tuple(p.after(setup, 0) for p in res.trajectory))
 
 
-def _config_of(record: "TuningRecord", tuner: ReuseTuner) -> TileConfig | None:
-    """The tile configuration of α's program ``record`` (None: not a multi-level tiling of α's sketch)."""
-    from .features import program_features
-    from .sketch import Sketch
-
-    if not tuner.has_mlt:
-        return None
-    try:
-        sketch = Sketch(record.trace)
-        return program_features(record, tuner.kind, sketch=sketch)[0] if sketch.main_tiles else None
-    except (ValueError, KeyError, IndexError, AttributeError):
-        return None
-
-
-def _kept_from(record: "TuningRecord", tuner: ReuseTuner) -> TileConfig | None:
-    """Another operator's program's tile factors kept on α's loops (None: not α's tiling structure)."""
+def _features(record: "TuningRecord", tuner: ReuseTuner) -> "tuple[TileConfig, LoopNest] | None":
+    """``record``'s tile configuration and loop nest when it is a multi-level tiling shaped like α's
+    (as many loops and tile levels), else None."""
     from .features import program_features
     from .sketch import Sketch
 
@@ -452,10 +439,23 @@ def _kept_from(record: "TuningRecord", tuner: ReuseTuner) -> TileConfig | None:
         cfg, nest = program_features(record, tuner.kind, sketch=sketch)
     except (ValueError, KeyError, IndexError, AttributeError):
         return None
+    levels = [len(f) for f in tuner.beta_cfg.space + tuner.beta_cfg.reduction]
     if (len(nest.space), len(nest.reduction)) != (len(tuner.alpha.space), len(tuner.alpha.reduction)) or \
-            [len(f) for f in cfg.space + cfg.reduction] != [len(f) for f in tuner.beta_cfg.space + tuner.beta_cfg.reduction]:
+            [len(f) for f in cfg.space + cfg.reduction] != levels:
         return None
-    return replace(tuner.space, beta=nest, beta_cfg=cfg).kept_tiles()
+    return cfg, nest
+
+
+def _config_of(record: "TuningRecord", tuner: ReuseTuner) -> TileConfig | None:
+    """The tile configuration of α's program ``record`` (None: not a multi-level tiling of α's sketch)."""
+    found = _features(record, tuner)
+    return None if found is None else found[0]
+
+
+def _kept_from(record: "TuningRecord", tuner: ReuseTuner) -> TileConfig | None:
+    """Another operator's program's tile factors kept on α's loops (None: not α's tiling structure)."""
+    found = _features(record, tuner)
+    return None if found is None else replace(tuner.space, beta=found[1], beta_cfg=found[0]).kept_tiles()
 
 
 def _built(tuner: ReuseTuner, cand: _Cand) -> bool:
