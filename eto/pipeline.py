@@ -21,10 +21,17 @@ Two options go beyond the paper, both off by default:
 - ``evolve_trials`` (reuse-then-evolve, the paper's future work): after the reuse tuner, MetaSchedule's
   evolutionary search continues for this many trials, its population seeded and its cost model
   trained with every candidate the reuse tuner measured; the better of the two is kept.
+
+The paper's baselines run on the same pipeline (``method``): ``"topk"`` keeps eto's plan and
+derives each operator by TopK (:mod:`tuner.topk`: the parent's top 3 programs applied, no search)
+instead of the reuse tuner; ``"st"`` is Selective Tuning, whose plan clusters the set by the
+overlap of the operators' tuning spaces (:mod:`selector.selective`) and derives each cluster's
+members from its representative by TopK.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -39,9 +46,9 @@ from tuner.space import DEFAULT_STRATEGY
 from .database import PREDICTED, Database
 from .operators import Operator
 from .opsets import OperatorEntry, OperatorSet
-from .plan import BridgeOption, CostModel, OperatorPlan, hot_operators, plan_operator_set
+from .plan import BridgeOption, CostModel, OperatorPlan, hot_operators, plan_operator_set, plan_selective
 from .target import target_key
-from .tuning import OperatorReport, TuneReport, checkable_here, gated, report_row, tune_with_backend
+from .tuning import OperatorReport, SetProgress, TuneReport, checkable_here, gated, report_row, tune_with_backend
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
@@ -50,6 +57,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from tuner.cost_model import LearnedRanker
     from tuner.reuse import ReuseResult
     from tuner.space import Strategy
+
+#: ``"eto"``: the reuse pair selector and the reuse tuner; the paper's baselines ``"topk"`` (eto's
+#: plan, TopK instead of the reuse tuner) and ``"st"`` (Selective Tuning's clusters and TopK).
+Method = Literal["eto", "topk", "st"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +80,8 @@ class _Run:
     #: every reuse of the run, so each one trains it for the next
     ranker: "LearnedRanker | None" = None
     top_k: int | None = None
+    #: how a non-root operator is derived from its parent: the reuse tuner, or TopK (baselines)
+    derive: Literal["reuse", "topk"] = "reuse"
     fed: set = field(default_factory=set)  # database record lines the ranker has been trained on
 
     def history(self, op_type: str) -> list:
@@ -114,6 +127,7 @@ def tune(
     hot_factor: float = 2.0,
     evolve_trials: int = 0,
     top_k: int | None = DEFAULT_TOP_K,
+    method: Method = "eto",
 ) -> TuneReport:
     """Tune ``opset`` into ``database`` by reuse; return a report of every operator (bridges too).
 
@@ -122,7 +136,8 @@ def tune(
     look too dear: plan with the budget the backend would really be given);
     ``strategy`` is the reuse tuner's (``"global"``: rounds after T once; ``"per-b"``: the paper's
     loop per block count); ``top_k``: each reuse round measures its best-ranked few at a time, ranked
-    by a model learned from the database (None: every candidate, as in the paper). ``hot_share``/``hot_factor`` and ``evolve_trials``: see the module doc.
+    by a model learned from the database (None: every candidate, as in the paper). ``hot_share``/``hot_factor``,
+    ``evolve_trials`` and ``method``: see the module doc.
     Given several measurers (e.g. one per RPC device), independent subtrees of the plan are tuned
     concurrently, one measurer each (scale-out).
     """
@@ -131,12 +146,8 @@ def tune(
 
     from .target import num_threads, parse_target
 
-    if trials < 1:
-        raise ValueError(f"trials must be positive, got {trials}")
-    if evolve_trials < 0:
-        raise ValueError(f"evolve_trials must be >= 0, got {evolve_trials}")
-    if hot_factor < 1:
-        raise ValueError(f"hot_factor must be >= 1, got {hot_factor}")
+    _check_options(trials=trials, evolve_trials=evolve_trials, hot_share=hot_share, hot_factor=hot_factor,
+                   method=method)
     target = parse_target(target)
     os.environ.setdefault("TVM_NUM_THREADS", str(num_threads()))
     start = time.perf_counter()
@@ -145,12 +156,18 @@ def tune(
     run = _Run(target, database, trials, hot, max(trials, round(trials * hot_factor)), strategy, evolve_trials,
                log or (lambda _msg: None),
                dict(num_trials_per_iter=num_trials_per_iter, seed=seed, on_batch=on_batch, strategy=search),
-               ranker=LearnedRanker(target) if top_k is not None else None, top_k=top_k)
+               ranker=LearnedRanker(target) if top_k is not None and method == "eto" else None, top_k=top_k,
+               derive="reuse" if method == "eto" else "topk")
     wall_start = time.time()
     kill_point("plan.before")
-    planned = plan_operator_set(opset, budget=budget, bridges=bridges, solver=solver, database=database,
-                                target=target, cost=cost, hot=hot, hot_budget=round(budget * hot_factor),
-                                strategy=strategy, top_k=top_k)
+    if method == "st":
+        from tuner.topk import DEFAULT_K
+
+        planned = plan_selective(opset, budget=budget, k=DEFAULT_K, database=database, target=target)
+    else:
+        planned = plan_operator_set(opset, budget=budget, bridges=bridges, solver=solver, database=database,
+                                    target=target, cost=cost, hot=hot, hot_budget=round(budget * hot_factor),
+                                    strategy=strategy, top_k=top_k)
     kill_point("plan.after")
     own = measurer is None
     measurers = list(measurer) if isinstance(measurer, (list, tuple)) else [measurer or Measurer.local(MeasureConfig())]
@@ -166,6 +183,20 @@ def tune(
     return _report(opset, planned, run, wall_start,
                    (estimated[0] + planned.plan.total_cost, estimated[1] + planned.total_candidates),
                    time.perf_counter() - start)
+
+
+def _check_options(*, trials: int, evolve_trials: int, hot_share: float | None, hot_factor: float,
+                   method: str) -> None:
+    if trials < 1:
+        raise ValueError(f"trials must be positive, got {trials}")
+    if evolve_trials < 0:
+        raise ValueError(f"evolve_trials must be >= 0, got {evolve_trials}")
+    if hot_factor < 1:
+        raise ValueError(f"hot_factor must be >= 1, got {hot_factor}")
+    if method not in ("eto", "topk", "st"):
+        raise ValueError(f"method must be 'eto', 'topk' or 'st', got {method!r}")
+    if method != "eto" and (hot_share is not None or evolve_trials):
+        raise ValueError(f"hot_share and evolve_trials apply to method 'eto' only, not {method!r}")
 
 
 def _estimate(planned: OperatorPlan, name: str) -> dict:
@@ -203,13 +234,18 @@ def _tune_plan(planned: OperatorPlan, run: _Run, measurers: Sequence["Measurer"]
             + f"; estimated {plan.total_cost:.0f} s ({planned.total_candidates:.0f} candidates) vs "
               f"{plan.baseline_cost:.0f} s with the backend alone")
 
+    progress = SetProgress({n: plan.edge_costs[(plan.parent[n], n)] for n in plan.order}, run.say,
+                           done=[n for n in plan.order if run.database.attempted(ops[n], run.target)])
+
     def tune_names(names: Sequence[str], m: "Measurer") -> None:
         roots = [n for n in names if plan.parent[n] == ROOT and not run.database.attempted(ops[n], run.target)]
         run.backend([ops[n] for n in roots], m, {ops[n]: _estimate(planned, n) for n in roots})
+        progress(roots)
         for name in names:
             parent = plan.parent[name]
             if parent != ROOT and not run.database.attempted(ops[name], run.target):
                 _reuse_one(ops[name], ops[parent], run, m, estimate=_estimate(planned, name))
+                progress([name])
                 kill_point("between.operators")
 
     if len(measurers) == 1:
@@ -266,12 +302,14 @@ def _reuse_one(alpha: Operator, beta: Operator, run: _Run, measurer: "Measurer",
 
     with claim(run.database, alpha, run.target):
         if not run.database.attempted(alpha, run.target):
-            _reuse_claimed(alpha, beta, run, measurer, estimate=estimate)
+            derive = _topk_claimed if run.derive == "topk" else _reuse_claimed
+            derive(alpha, beta, run, measurer, estimate=estimate)
 
 
 def _reuse_claimed(alpha: Operator, beta: Operator, run: _Run, measurer: "Measurer", *, estimate: dict) -> None:
     """The reuse search, each measured batch checkpointed; an interrupted one's batches are not re-measured."""
     from tuner.reuse import reuse_tune, trace_key
+    from tuner.trajectory import median_secs
 
     source = run.database.best(beta, run.target, predicted=False) or run.database.best(beta, run.target)
     prior = run.database.progress(alpha, run.target, "reuse")
@@ -280,9 +318,16 @@ def _reuse_claimed(alpha: Operator, beta: Operator, run: _Run, measurer: "Measur
     seeds = [p.tuning_record for p in run.database.programs(target=run.target, op=alpha) if p.method == PREDICTED]
     alternates = [p.tuning_record for p in alternate_sources(alpha, beta, run.database, run.target)]
 
+    on_batch, shown = run.backend_kw.get("on_batch"), {"n": len(known), "best": min(known.values(), default=math.inf)}
+
     def checkpoint(records: list, measured: int, seconds: float) -> None:
         run.database.checkpoint(alpha, run.target, records, method="reuse", trials=measured, seconds=seconds)
         kill_point("reuse.checkpointed")
+        if on_batch is not None:  # the progress line, against the plan's estimate as the budget
+            shown["n"] += measured
+            shown["best"] = min([shown["best"], *(median_secs(r.run_secs) for r in records)])
+            on_batch(f"reuse {alpha.name}", shown["n"], max(shown["n"], round(estimate["estimate"] or 0)),
+                     shown["best"])
 
     if source is None:
         reason = f"{beta.name} has no program to reuse"
@@ -305,6 +350,27 @@ def _reuse_claimed(alpha: Operator, beta: Operator, run: _Run, measurer: "Measur
     run.say(f"backend fallback for {alpha.name}: {reason}")
     tune_with_backend([alpha], run.target, run.database, trials=run.trials, measurer=measurer,
                       extra={alpha: {**estimate, "fallback": reason}}, **run.backend_kw)
+
+
+def _topk_claimed(alpha: Operator, beta: Operator, run: _Run, measurer: "Measurer", *, estimate: dict) -> None:
+    """The baselines' derivation: β's best measured programs applied to α, the best 3 that run kept."""
+    from tuner.topk import topk_tune
+
+    records = [p.tuning_record for p in run.database.programs(target=run.target, op=beta) if p.method != PREDICTED]
+    res = topk_tune(alpha.prim_func(), records, run.target, measurer) if records else None
+    if res is None or res.record is None:
+        reason = (f"{beta.name} has no program to apply" if res is None else
+                  f"none of {beta.name}'s {len(records)} programs applies to {alpha.name} and runs")
+        run.say(f"backend fallback for {alpha.name}: {reason}")
+        tune_with_backend([alpha], run.target, run.database, trials=run.trials, measurer=measurer,
+                          extra={alpha: {**estimate, "fallback": reason}}, **run.backend_kw)
+        return
+    kept, checked, wrong = gated(alpha, list(res.records), run.target, checkable_here(measurer, run.target))
+    run.database.commit(alpha, run.target, kept, method="topk", source=beta, candidates=res.candidates,
+                        seconds=res.seconds, error=wrong, extra={**estimate, **checked, "invalid": res.invalid,
+                                                                 "trajectory": [p.to_json() for p in res.trajectory]})
+    run.say(f"topk: {alpha.name} <- {beta.name}: {res.candidates} measured ({res.invalid} did not apply), "
+            f"{res.seconds:.1f} s, {res.latency_s * 1e6:.1f} us")
 
 
 #: Tuned programs besides β whose tiles lead a reuse search's round T (:func:`alternate_sources`).

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Collection, Iterable, Literal, Mapping
 
-from selector import LoopNestOp, Plan, replan, select_reuse_pairs
+from selector import SIMILARITY_THRESHOLD, LoopNestOp, Plan, replan, select_reuse_pairs, selective_plan
 from selector.costs import analytic_cost_fn
 from tuner.space import DEFAULT_STRATEGY
 
@@ -232,6 +232,38 @@ def plan_operator_set(
     plan = select_reuse_pairs(nodes, cost_fn=edge, backend_cost=root, bridges=bridges, solver=solver,
                               sketch_check=lambda b: catalogue(b) is not None, time_limit=time_limit)
     return OperatorPlan(plan, _with_bridges(names, plan, catalogue), catalogue, tm, estimates)
+
+
+def plan_selective(opset: OperatorSet, *, budget: int, k: int, database: "Database | None" = None, target=None,
+                   threshold: float = SIMILARITY_THRESHOLD, time_model: TimeModel | None = None) -> OperatorPlan:
+    """Selective Tuning's plan (the paper's set baseline, :mod:`selector.selective`): one backend
+    root per cluster, every other member derived from it by TopK (``k`` programs measured).
+
+    Costs are in the same seconds as :func:`plan_operator_set`'s, so both plans read alike.
+    """
+    from selector import ROOT
+
+    from .target import target_kind
+
+    if budget < 1 or k < 1:
+        raise ValueError(f"budget and k must be positive, got {budget} and {k}")
+    kind = target_kind(target) if target is not None else "cpu"
+    tuned = set(database.tuned(target)) if database is not None and target is not None else set()
+    names, nodes = _nodes(opset, tuned)
+    nodes = [n for n in nodes if not n.name.startswith("prior:")]  # ST does not reuse earlier runs
+    tm = time_model or learn_time_model(database, target, kind)
+    estimates: dict[tuple[str, str], float] = {}
+
+    def root(op: LoopNestOp) -> float:
+        estimates[(ROOT, op.name)] = float(budget)
+        return tm.backend_seconds(budget, gflops(op))
+
+    def topk(alpha: LoopNestOp, beta: LoopNestOp) -> float:
+        estimates[(beta.name, alpha.name)] = float(k)
+        return tm.reuse_seconds(k, gflops(alpha))
+
+    plan = selective_plan(nodes, backend_cost=root, reuse_cost=topk, threshold=threshold)
+    return OperatorPlan(plan, {n.name: names[n.name] for n in nodes}, None, tm, estimates)
 
 
 def _nodes(opset: OperatorSet, tuned: set[Operator]) -> tuple[dict[str, Operator], list[LoopNestOp]]:

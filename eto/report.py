@@ -1,8 +1,10 @@
-"""Plain-text tables for the CLI and reports (no third-party dependency, aligned columns)."""
+"""Reports without third-party dependencies: plain-text tables for the CLI, and a tuning run's
+convergence (best weighted latency so far against seconds) for plots and benchmarks."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import math
+from typing import Any, Mapping, Sequence
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, align: str | None = None) -> str:
@@ -34,3 +36,38 @@ def _cell(v: Any) -> str:
 def plural(n: int, word: str) -> str:
     """``1 call``, ``3 calls``: counts in summaries read as English."""
     return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def set_trajectory(results: Sequence[dict], frequencies: Mapping[str, int], target_key: str, *,
+                   since: float | None = None) -> list[tuple[float, float]]:
+    """A tuning run's convergence: (seconds, Σ frequency x best latency so far) whenever that improved.
+
+    ``results`` are a database's result lines (:meth:`eto.database.Database.results`),
+    ``frequencies`` maps each operator key of the set to its frequency. Each result's trajectory is
+    placed on the wall clock by its commit time (a point at ``s`` happened at commit time - its last
+    point's seconds + ``s``), so operators tuned together by one task scheduler and reuse searches run
+    one after another land on one clock, counted from ``since`` (unix time; default: the run's first
+    measured point, bridges' included). Points start once every operator has a program. O(p log p) for p trajectory points.
+    """
+    events, first = [], math.inf
+    for r in results:
+        traj = r.get("trajectory")
+        if r.get("target") == target_key and traj:
+            anchor = float(r["time"]) - float(traj[-1][0])
+            first = min(first, anchor + float(traj[0][0]))
+            if r.get("op_key") in frequencies:
+                events.extend((anchor + float(sec), r["op_key"], float(best)) for sec, _trial, best in traj)
+    if not events:
+        return []
+    events.sort()
+    start = first if since is None else since
+    best: dict[str, float] = {}
+    out: list[tuple[float, float]] = []
+    for at, key, lat in events:
+        if lat < best.get(key, math.inf):
+            best[key] = lat
+            if len(best) == len(frequencies):
+                w = sum(frequencies[k] * best[k] for k in frequencies)
+                if not out or w < out[-1][1]:
+                    out.append((at - start, w))
+    return out

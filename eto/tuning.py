@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import threading
 import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
@@ -95,12 +96,55 @@ def report_row(entry: OperatorEntry, db: Database, target: "Target", status: str
 
 
 def progress_printer(stream=sys.stderr) -> Callable[[str, int, int, float], None]:
-    """A one-line-per-batch progress display: ``op  trials/budget  best``."""
+    """A one-line-per-batch progress display: ``op  [bar] trials/budget  best  elapsed  ETA``.
+
+    The ETA is the operator's elapsed wall time per trial so far times the trials left; with the
+    task scheduler interleaving operators, that is when this one should finish.
+    """
+    started: dict[str, float] = {}
+
     def show(name: str, trials: int, budget: int, best: float) -> None:
+        now = time.perf_counter()
+        t0 = started.setdefault(name, now)
         best_txt = f"{best * 1e6:10.2f} us" if best != float("inf") else "        -   "
         bar = "#" * int(20 * trials / max(budget, 1))
-        print(f"  {name:<44.44} [{bar:<20}] {trials:4d}/{budget:<4d} best {best_txt}", file=stream, flush=True)
+        eta = (now - t0) / trials * max(budget - trials, 0) if trials and now > t0 else None
+        print(f"  {name:<44.44} [{bar:<20}] {trials:4d}/{budget:<4d} best {best_txt}  {clock(now - t0)} "
+              f"ETA {'-' if eta is None else clock(eta)}", file=stream, flush=True)
     return show
+
+
+class SetProgress:
+    """``set: k/n operators, elapsed, ETA`` after each tuned operator of a plan (thread-safe: subtrees
+    run concurrently). The ETA is the plan's estimated seconds for what is left, scaled by how the
+    estimates of what finished in this run compare with its real time."""
+
+    def __init__(self, estimated_seconds: Mapping[str, float], say: Callable[[str], None], *,
+                 done: Iterable[str] = ()) -> None:
+        self.cost = dict(estimated_seconds)
+        self.done = set(done)  # finished before this run (resumed): not on this run's clock
+        self.here = 0.0  # estimated seconds of what this run finished
+        self.start = time.perf_counter()
+        self.say = say
+        self.lock = threading.Lock()
+
+    def __call__(self, names: Iterable[str]) -> None:
+        with self.lock:
+            new = [n for n in names if n not in self.done]
+            if not new:
+                return
+            self.done.update(new)
+            self.here += sum(self.cost[n] for n in new)
+            elapsed = time.perf_counter() - self.start
+            left = sum(c for n, c in self.cost.items() if n not in self.done)
+            eta = left * (elapsed / self.here if self.here > 0 else 1.0)
+            self.say(f"set: {len(self.done)}/{len(self.cost)} operators, {clock(elapsed)} elapsed, ETA {clock(eta)}")
+
+
+def clock(seconds: float) -> str:
+    """``m:ss`` (or ``h:mm:ss``) for progress lines."""
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
 def tune_with_backend(

@@ -439,6 +439,40 @@ def write_result(result: dict, ranges: dict, out_path: str) -> None:
     print(f"run {result['run_id']} (started {result['run_started']}); written {out_path}")
     if ranges:
         print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "per_pair"} for k, v in ranges.items()}, indent=1))
+    try:
+        write_plot(result, out_path.removesuffix(".json") + ".png")
+    except ImportError as exc:  # matplotlib is an optional extra
+        print(f"no plot: {exc}")
+
+
+def write_plot(result: dict, path: str) -> None:
+    """E2's figure (paper figures 7 and 8): per operator type, the median throughput of each strategy
+    against MetaSchedule's best, and the median speed-up over MetaSchedule's time to its best."""
+    from eto.plots import _figure
+
+    summary = result["summary"]
+    types = sorted({t for s in summary.values() for t in s if t != "all"}) + ["all"]
+    fig = _figure(max(6.4, 0.9 * len(types) + 2), 5.2)
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    width = 0.8 / max(len(summary), 1)
+    for i, (strategy, per_type) in enumerate(summary.items()):
+        xs = [j + (i - (len(summary) - 1) / 2) * width for j in range(len(types))]
+        top.bar(xs, [per_type.get(t, {}).get("median_throughput") or 0 for t in types], width, label=strategy)
+        bottom.bar(xs, [per_type.get(t, {}).get("median_speedup") or 0 for t in types], width, label=strategy)
+    top.axhline(1.0, color="black", linewidth=0.8)
+    top.set_ylabel("throughput vs\nMetaSchedule (median)")
+    bottom.axhline(1.0, color="black", linewidth=0.8)
+    bottom.set_ylabel("speed-up vs MetaSchedule's\ntime to best (median)")
+    bottom.set_yscale("log")
+    from matplotlib.ticker import FormatStrFormatter
+
+    bottom.yaxis.set_major_formatter(FormatStrFormatter("%gx"))
+    bottom.yaxis.set_minor_formatter(FormatStrFormatter("%gx"))
+    bottom.set_xticks(range(len(types)), types)
+    top.legend(fontsize=8)
+    top.set_title(f"E2 single reuse pairs, scale {result['scale']}, N = {result['trials_N']}", fontsize=9)
+    fig.savefig(path, dpi=120)
+    print(f"written {path}")
 
 
 def main(argv=None) -> int:

@@ -27,9 +27,9 @@ weighted latency Σ frequency x latency. Per seed, each over eto's total seconds
   MetaSchedule's recorded set trajectory is at or below it (None: never within its budget);
 - ``throughput``: MetaSchedule's re-measured weighted latency / eto's.
 
-Trajectory seconds count from MetaSchedule's batch clock, started just before its task scheduler
-(design spaces included), so ``best`` and ``same`` leave out a little set-up: if anything, they
-favour MetaSchedule.
+Trajectory seconds count from the moment MetaSchedule's clock started (the same start as its
+``total``), each operator's points placed on the wall clock by its commit time
+(:func:`eto.report.set_trajectory`).
 
 Control row: MetaSchedule alone twice with the same seed (the list's first) on the same set at
 ``--control-trials``, both timed in this process and re-measured with the rest. Identical work: its
@@ -39,9 +39,11 @@ Estimator: per reused operator, the plan's estimated candidates against those th
 measured (and estimated against actual seconds when the database has ``estimated_seconds``).
 
 Usage: ``python experiments/set_bench.py [--scale ci|small|paper] [--opset bert_base] [--trials 64]
-[--seeds 3] [--variant hot|evolve]``; results go to
+[--seeds 3] [--variant hot|evolve|st|topk|nobridges|allbridges]``; results go to
 ``experiments/results/set_bench_<opset>_N<trials>[_first<k>][_<variant>].json``. A variant (an option
-beyond the paper) is run per seed beside MetaSchedule and plain eto.
+beyond the paper, a baseline of the paper's: ``st`` Selective Tuning, ``topk`` eto's plan with TopK
+reuses, or the bridge ablation: ``nobridges``, ``allbridges``) is run per seed beside MetaSchedule and
+plain eto (1-hop bridges).
 """
 
 from __future__ import annotations
@@ -58,8 +60,12 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _bench import SESSION, bind_settings, warm_measurer, warm_up  # noqa: E402
 
-#: eto options beyond the paper, each measured against plain eto on the same set
-VARIANTS = {"plain": {}, "hot": {"hot_share": 0.3, "hot_factor": 1.5}, "evolve": {"evolve_trials": 32}}
+#: eto options beyond the paper, and the paper's baselines (Selective Tuning, eto's plan with TopK
+#: reuses), each measured against plain eto and MetaSchedule on the same set
+VARIANTS = {"plain": {}, "hot": {"hot_share": 0.3, "hot_factor": 1.5}, "evolve": {"evolve_trials": 32},
+            "st": {"method": "st"}, "topk": {"method": "topk"},
+            # E4, the bridge ablation (paper figure 11): plain eto uses 1-hop bridges
+            "nobridges": {"bridges": "none"}, "allbridges": {"bridges": "all"}}
 #: defaults per scale; every one can be overridden on the command line
 SCALES = {
     # ci: quickstart's two BMMs, one planned as a reuse of the other at plan budget 64
@@ -85,7 +91,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--no-control", action="store_true", help="skip the control row")
     ap.add_argument("--rounds", type=int, help="interleaved re-measurement rounds")
     ap.add_argument("--variant", choices=sorted(VARIANTS), default="plain",
-                    help="eto as in the paper (plain) or also with an option beyond it")
+                    help="eto as in the paper (plain), or also with an option beyond it (hot, evolve), "
+                         "a baseline of the paper's (st: Selective Tuning; topk: eto's plan with TopK reuses) "
+                         "or another bridge mode (nobridges, allbridges)")
     ap.add_argument("--work", default=None, help="folder of the tuning runs (finished seeds are reused)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -116,26 +124,12 @@ def subset_tag(args) -> str:
     return f"_first{args.limit}" if args.limit else ""
 
 
-def set_trajectory(db, opset, target) -> list[tuple[float, float]]:
-    """(seconds, weighted latency) each time any operator's best-so-far improved (all tuned)."""
+def set_trajectory(db, opset, target, since: float | None = None) -> list[tuple[float, float]]:
+    """(seconds since ``since``, weighted latency) each time the set's best-so-far improved (all tuned)."""
+    from eto.report import set_trajectory as trajectory
     from eto.target import target_key
 
-    tk = target_key(target)
-    events = []
-    for r in db.results():
-        if r.get("target") == tk and r.get("trajectory"):
-            for sec, _trial, best in r["trajectory"]:
-                events.append((float(sec), r["op_key"], float(best)))
-    events.sort()
-    freq = {e.op.key: e.frequency for e in opset}
-    best: dict[str, float] = {}
-    out = []
-    for sec, key, lat in events:
-        if key in freq and lat < best.get(key, math.inf):
-            best[key] = lat
-            if len(best) == len(freq):
-                out.append((sec, sum(freq[k] * best[k] for k in freq)))
-    return out
+    return trajectory(db.results(), {e.op.key: e.frequency for e in opset}, target_key(target), since=since)
 
 
 def ms_best_and_same(traj: list[tuple[float, float]], ms_remeasured: float,
@@ -299,7 +293,8 @@ def seed_summary(group: dict, folder: str, progs: dict, lat: dict, opset, target
     runs = group["runs"]
     w = {m: weighted(opset, lat[m]) for m in runs}
     ms_db = Database(os.path.join(folder, MS), readonly=True)
-    best, same, threshold = ms_best_and_same(set_trajectory(ms_db, opset, target), w[MS], w[eto_name])
+    traj = set_trajectory(ms_db, opset, target, since=runs[MS]["started_unix"])
+    best, same, threshold = ms_best_and_same(traj, w[MS], w[eto_name])
     sec = {m: runs[m]["seconds"] for m in runs}
     est = {m: reuse_rows(Database(os.path.join(folder, m), readonly=True), target) for m in runs if m != MS}
     out = {
@@ -391,7 +386,7 @@ def assemble_result(args, opset, target, seeds: dict, control: dict | None, prog
     }
 
 
-def write_result(args, result: dict) -> None:
+def write_result(args, result: dict) -> str:
     """Write the result file (``--out`` or the default name) and print its headline numbers."""
     suffix = subset_tag(args) + ("" if args.variant == "plain" else f"_{args.variant}")
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
@@ -408,6 +403,28 @@ def write_result(args, result: dict) -> None:
         print(f"control (noise floor): time a/b {c['time_ratio_a_over_b']:.3f}, "
               f"latency a/b {c['latency_ratio_a_over_b']}")
     print(f"written {out}")
+    return out
+
+
+def write_plot(out: str, seeds: dict, work: str, opset, target) -> None:
+    """``<result>.png``: each run's best weighted latency so far against its seconds (every seed)."""
+    from eto.database import Database
+
+    curves = {}
+    for seed, group in seeds.items():
+        for m, run in group["runs"].items():
+            db = Database(os.path.join(work, group["folder"], m), readonly=True)
+            curves[f"{m}, seed {seed}"] = set_trajectory(db, opset, target, since=run["started_unix"])
+    from eto.plots import convergence_figure
+
+    try:
+        fig = convergence_figure(curves, title=f"{opset.name}: recorded weighted latency while tuning")
+    except ImportError as exc:  # matplotlib is an optional extra
+        print(f"no plot: {exc}")
+        return
+    path = out.removesuffix(".json") + ".png"
+    fig.savefig(path, dpi=120)
+    print(f"written {path}")
 
 
 def main(argv=None) -> int:
@@ -436,7 +453,8 @@ def main(argv=None) -> int:
             db = Database(os.path.join(work, control["folder"], m), readonly=True)
             progs[f"control/{m}"] = [db.best(e.op, target) for e in opset]
     lat = remeasure(progs, opset, target, args.rounds)
-    write_result(args, assemble_result(args, opset, target, seeds, control, progs, lat, work, warm_s))
+    out = write_result(args, assemble_result(args, opset, target, seeds, control, progs, lat, work, warm_s))
+    write_plot(out, seeds, work, opset, target)
     return 0
 
 

@@ -17,7 +17,9 @@ One module per concept:
 * :mod:`selector.solution` -- :class:`TreeSolution`, what solvers return;
 * :mod:`selector.plan` -- :func:`select_reuse_pairs`, :class:`Plan`, and :func:`replan`, which
   re-selects once some operators are tuned (e.g. ``Plan.replan_after``);
-* :mod:`selector.graphio` -- JSON instances (:func:`load_graph`).
+* :mod:`selector.graphio` -- JSON instances (:func:`load_graph`);
+* :mod:`selector.selective` -- Selective Tuning's clustering, the paper's set baseline
+  (:func:`selective_plan`).
 
 Imports only the standard library, numpy, networkx and OR-Tools; costs and sketch checks come in
 as caller-supplied functions.
@@ -32,6 +34,7 @@ from .loopnest import LoopNestOp
 from .ocgraph import ROOT, BackendCost, CostFn, build_oc_graph
 from .plan import BridgeMode, Plan, PlanEdge, SelectionRequest, replan, select_reuse_pairs
 from .reuse import dominates, is_reuse_pair, reuse_pair_indices, reuse_pairs
+from .selective import SIMILARITY_THRESHOLD, selective_clusters, selective_plan, similarity_rate
 from .solution import TreeSolution
 from .steiner import SolverName, solve, steiner_approx, steiner_exact
 
@@ -44,5 +47,6 @@ __all__ = [
     "edmonds", "min_cost_arborescence",
     "solve", "steiner_exact", "steiner_approx", "dual_ascent_bound", "TreeSolution", "SolverName",
     "Plan", "PlanEdge", "SelectionRequest", "BridgeMode", "select_reuse_pairs", "replan",
+    "similarity_rate", "selective_clusters", "selective_plan", "SIMILARITY_THRESHOLD",
     "GraphFormatError", "SteinerInstance", "load_graph", "dump_graph",
 ]

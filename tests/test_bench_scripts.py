@@ -99,3 +99,59 @@ def test_a_work_folder_is_bound_to_its_settings(tmp_path):
     _bench.bind_settings(str(tmp_path), {"trials": 8, "operators": [["a", 1]]})
     with pytest.raises(SystemExit, match="other settings"):
         _bench.bind_settings(str(tmp_path), {"trials": 16, "operators": [["a", 1]]})
+
+
+def test_set_trajectory_puts_every_result_on_one_wall_clock():
+    """A backend run's tasks share the scheduler's clock; a reuse search's points count from its own
+    start: each is placed by its commit time, and the set's curve starts once all have a program."""
+    from eto.report import set_trajectory
+
+    results = [  # two operators of one scheduler (both anchored at t = 100), then a reuse at t = 150
+        {"target": "t", "op_key": "a", "time": 160.0, "trajectory": [[10.0, 1, 4.0], [60.0, 2, 3.0]]},
+        {"target": "t", "op_key": "b", "time": 140.0, "trajectory": [[20.0, 1, 2.0], [40.0, 2, 1.0]]},
+        {"target": "t", "op_key": "bridge", "time": 105.0, "trajectory": [[1.0, 1, 9.0], [5.0, 2, 8.0]]},
+        {"target": "t", "op_key": "c", "time": 158.0, "trajectory": [[3.0, 1, 5.0], [8.0, 2, 0.5]]},
+        {"target": "other", "op_key": "c", "time": 90.0, "trajectory": [[1.0, 1, 0.1]]},
+    ]
+    freq = {"a": 1, "b": 2, "c": 1}
+    # events: a 110 (4), b 120 (2), b 140 (1), c 153 (5) -> all known, a 160 (3), c 158 (0.5)
+    assert set_trajectory(results, freq, "t", since=100.0) == [
+        (53.0, 4.0 + 2 * 1.0 + 5.0), (58.0, 4.0 + 2 * 1.0 + 0.5), (60.0, 3.0 + 2 * 1.0 + 0.5)]
+    # by default the clock starts at the run's first measured point (the bridge's, at t = 101)
+    assert set_trajectory(results, freq, "t")[0][0] == pytest.approx(52.0)
+    assert set_trajectory(results, {"a": 1, "z": 1}, "t") == []  # z never tuned: no complete set
+
+
+@pytest.mark.slow
+def test_e1_reuse_opportunity_at_scale_ci(tmp_path):
+    import reuse_opportunity
+
+    out = tmp_path / "e1.json"
+    assert reuse_opportunity.main(["--scale", "ci", "--work", str(tmp_path / "work"), "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    pairs = {(p["alpha"], p["beta"]): p for p in result["pairs"]}
+    assert len(pairs) == 6  # three batch matmuls whose loop nests dominate one another: every ordered pair
+    big, small = "BMM[2,64,64,32]", "BMM[2,32,32,16]"
+    assert pairs[(big, small)]["r1"] == pytest.approx(16 / 32) and pairs[(big, small)]["r2"] == pytest.approx(8.0)
+    for p in pairs.values():
+        assert p["good"] >= 1 and all(0 <= n <= p["good"] for n in p["phi"].values())
+    s = result["summary"]
+    assert s["pairs"] == 6 and all(0 <= v <= 1 for v in s["share_phi_nonempty"].values())
+    assert (tmp_path / "e1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_e8_vendor_roofline_at_scale_ci(tmp_path):
+    import vendor_roofline
+
+    out = tmp_path / "e8.json"
+    assert vendor_roofline.main(["--scale", "ci", "--work", str(tmp_path / "work"), "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["peak_gflops"] > 0 and result["bandwidth_gbs"] > 0
+    assert [r["op"] for r in result["rows"]] == ["BMM[2,32,32,16]", "BMM[2,64,32,32]"]
+    for r in result["rows"]:
+        assert set(r["latency_s"]) == {"eto", "pytorch"}
+        for k, lat in r["latency_s"].items():
+            assert r["gflops"][k] == pytest.approx(r["flops"] / lat / 1e9)
+    assert result["summary"]["throughput_vs_pytorch"]["eto"] > 0
+    assert (tmp_path / "e8.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

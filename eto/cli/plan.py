@@ -66,7 +66,7 @@ def _plan(args: argparse.Namespace) -> int:
         if args.opset:
             raise CLIError("give either --graph or --opset, not both")
         return _solve_graph(args)
-    from ..plan import plan_operator_set
+    from ..plan import plan_operator_set, plan_selective
 
     opset = load_opset(args.opset or "resnet50")
     db = target = None
@@ -78,9 +78,14 @@ def _plan(args: argparse.Namespace) -> int:
         from ..database import Database
 
         db = Database(args.db, readonly=True)
-    result = plan_operator_set(opset, budget=args.budget, bridges=args.bridges, solver=args.solver,
-                               database=db, target=target, time_limit=args.time_limit, cost=args.cost,
-                               strategy=args.strategy, top_k=top_k_of(args))
+    if args.method == "st":
+        from tuner.topk import DEFAULT_K
+
+        result = plan_selective(opset, budget=args.budget, k=DEFAULT_K, database=db, target=target)
+    else:
+        result = plan_operator_set(opset, budget=args.budget, bridges=args.bridges, solver=args.solver,
+                                   database=db, target=target, time_limit=args.time_limit, cost=args.cost,
+                                   strategy=args.strategy, top_k=top_k_of(args))
     if args.json:
         print(json.dumps(result.to_json(), indent=1))
     else:
@@ -107,6 +112,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("plan", help="select reuse pairs for an operator set (no tuning)")
     p.add_argument("--opset", help="built-in set name or JSON file (default: resnet50)")
     p.add_argument("--graph", help="solve a plain graph {root, terminals, arcs: [[u, v, cost], ...]} instead")
+    p.add_argument("--method", default="eto", choices=["eto", "st"],
+                   help="eto: the reuse pair selector (default); st: Selective Tuning's clusters (the paper's baseline)")
     p.add_argument("--bridges", default="1hop", choices=["none", "1hop", "all"])
     p.add_argument("--solver", default="auto", choices=["auto", "exact", "approx"])
     p.add_argument("--budget", type=int, default=1000, help="backend trials per operator (root edge cost)")

@@ -81,8 +81,12 @@ def _tune(args: argparse.Namespace) -> int:
     db = _open_database(paths)
     if args.method == "ansor" and (args.hot_share is not None or args.evolve or args.rpc or args.devices != 1):
         raise CLIError("--hot-share, --evolve, --rpc and --devices apply to --method eto only")
+    if args.method in ("topk", "st") and (args.hot_share is not None or args.evolve):
+        raise CLIError(f"--hot-share and --evolve apply to --method eto only, not {args.method}")
     todo = [e for e in opset if not db.attempted(e.op, target)]
-    how = "MetaSchedule for every operator" if args.method == "ansor" else "eto (reuse)"
+    how = {"ansor": "MetaSchedule for every operator", "eto": "eto (reuse)",
+           "topk": "eto's plan with TopK instead of the reuse tuner (baseline)",
+           "st": "Selective Tuning (baseline)"}[args.method]
     print(f"eto: {opset.name}: {len(opset)} operators, {len(opset) - len(todo)} already in {paths[0]}; "
           f"tuning {len(todo)} with {how}, backend budget {args.trials} trials, target {target}", file=sys.stderr)
     search = "evolutionary"
@@ -105,7 +109,7 @@ def _tune(args: argparse.Namespace) -> int:
                           num_trials_per_iter=args.trials_per_iter,
                           seed=args.seed, search=search, bridges=args.bridges, cost=args.cost,
                           strategy=args.strategy, top_k=top_k_of(args), on_batch=on_batch, hot_share=args.hot_share,
-                          hot_factor=args.hot_factor, evolve_trials=args.evolve,
+                          hot_factor=args.hot_factor, evolve_trials=args.evolve, method=args.method,
                           log=None if args.quiet else (lambda m: print(f"eto: {m}", file=sys.stderr, flush=True)))
         finally:
             for m in measurers or ():
@@ -161,9 +165,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``eto tune`` and its options."""
     p = subparsers.add_parser("tune", help="tune an operator set into a database")
     add_operator_options(p)
-    p.add_argument("--method", default="eto", choices=["eto", "ansor"],
+    p.add_argument("--method", default="eto", choices=["eto", "ansor", "topk", "st"],
                    help="eto: reuse pair selection + backend for roots + reuse tuner (default); "
-                        "ansor: MetaSchedule for every operator")
+                        "ansor: MetaSchedule for every operator; the paper's baselines: topk (eto's plan, "
+                        "each reuse by TopK: the parent's top 3 programs applied, no search), st (Selective "
+                        "Tuning: clusters by tuning-space overlap, one backend root each, the rest by TopK)")
     p.add_argument("--trials", type=int, default=64, help="measured candidates per backend-tuned operator")
     p.add_argument("--plan-budget", type=int, default=None,
                    help="backend cost per operator when planning (default: --trials) (eto)")

@@ -1,0 +1,178 @@
+"""E1, reuse opportunity (paper section 3): do good programs of α fall in the B/T/M windows around β's best?
+
+For every reuse pair (α, β) of a backend database's operators (same type and sketch set, one loop
+nest dominating the other: Definition 2), the programs of α within ``t`` = 90% of α's best
+(G_α(90%)) are compared with β's best program S*_β by the features the reuse tuner searches
+(:mod:`tuner.features`; on CPU B = parallel tasks, T = B x sub-tasks, M = bytes staged per cache
+block x B):
+
+    Φ_B = {S_α in G_α : B(S_α) / B(S*_β) in [r1, r2]},  Φ_T and Φ_M with the window [1, r2],
+
+r1 = |I(rL_β)| / |I(rL_α)|, r2 = |I(L_α)| / |I(L_β)| (a window is read between its two ends, so
+that pairs with a smaller α count too). The paper found |Φ| > 0 for 87% (B), 92% (T) and 89% (M)
+of 106 conv2d pairs on a P100; if the same holds here, searching inside the windows loses little.
+
+    python experiments/reuse_opportunity.py --scale small --db DB [--opset resnet50]
+    python experiments/reuse_opportunity.py --scale ci --work /tmp/e1 --out /tmp/e1.json
+
+Without ``--db`` the set is first tuned with MetaSchedule (``--trials`` per operator, every measured
+program kept), which is what scale ``ci`` does on three small batch matmuls. Writes the result
+JSON (per pair and summary) and a PNG next to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _env import environment  # noqa: E402
+
+SCALES = {
+    "ci": dict(opset="ci_bmm", trials=16),
+    "small": dict(opset="resnet50", trials=100),
+    "paper": dict(opset="resnet50", trials=1000),
+}
+#: G_α(t): α's programs at least this fraction of its best's performance (the paper's t)
+T_PERF = 0.9
+
+
+def ci_set():
+    from eto.operators import Operator
+    from eto.opsets import OperatorSet
+
+    return OperatorSet.from_layers("ci_bmm", [Operator.create("BMM", B=2, M=32, N=32, K=16),
+                                              Operator.create("BMM", B=2, M=32, N=32, K=32),
+                                              Operator.create("BMM", B=2, M=64, N=64, K=32)])
+
+
+def within(x: float, lo: float, hi: float, tol: float = 1e-9) -> bool:
+    lo, hi = min(lo, hi), max(lo, hi)
+    return lo * (1 - tol) <= x <= hi * (1 + tol)
+
+
+def pair_row(alpha, beta, programs: dict, kind: str) -> dict:
+    """Φ_B, Φ_T, Φ_M of one ordered pair, from α's good programs and β's best."""
+    from tuner.features import program_features
+
+    a_progs, (b_best, b_feat) = programs[alpha], programs[beta][0]
+    best_lat = a_progs[0][0].latency_s
+    good = [(p, f) for p, f in a_progs if p.latency_s <= best_lat / T_PERF]
+    r1 = math.prod(beta.reduction) / math.prod(alpha.reduction)
+    r2 = math.prod(alpha.extents) / math.prod(beta.extents)
+    cfg_b, nest_b = b_feat
+    counts = {"B": 0, "T": 0, "M": 0}
+    best_ratios = None
+    for p, (cfg, nest) in good:
+        ratios = {"B": cfg.B / cfg_b.B, "T": cfg.T / cfg_b.T, "M": cfg.M(nest) / cfg_b.M(nest_b)}
+        best_ratios = best_ratios or ratios  # α's best program (first: sorted by latency)
+        counts["B"] += within(ratios["B"], r1, r2)
+        counts["T"] += within(ratios["T"], 1.0, r2)
+        counts["M"] += within(ratios["M"], 1.0, r2)
+    return {"alpha": alpha.name, "beta": beta.name, "r1": r1, "r2": r2, "good": len(good),
+            "phi": counts, "alpha_best_ratios": best_ratios,
+            "alpha_best_in_window": {"B": within(best_ratios["B"], r1, r2), "T": within(best_ratios["T"], 1.0, r2),
+                                     "M": within(best_ratios["M"], 1.0, r2)}}
+
+
+def analyse(db, opset, target) -> list[dict]:
+    """Every ordered reuse pair of the set's operators that the database has programs for."""
+    from selector import is_reuse_pair
+    from tuner.features import kind_of, program_features
+
+    from eto.plan import loop_nest_op
+
+    kind = kind_of(target)
+    programs, nodes = {}, {}
+    for e in opset:
+        progs = sorted((p for p in db.programs(target=target, op=e.op) if p.method == "backend"),
+                       key=lambda p: p.latency_s)
+        feats = []
+        for p in progs:
+            try:
+                feats.append((p, program_features(p.tuning_record, kind)))
+            except (ValueError, KeyError):  # a sketch without multi-level tiling: no B/T/M
+                continue
+        if feats:
+            node = loop_nest_op(e.op.name, e.op, e.frequency, False)
+            programs[node], nodes[node.name] = feats, node
+    return [pair_row(a, b, programs, kind) for a in programs for b in programs if a is not b and is_reuse_pair(a, b)]
+
+
+def summary(rows: list[dict]) -> dict:
+    n = len(rows)
+    share = {k: (sum(r["phi"][k] > 0 for r in rows) / n if n else None) for k in ("B", "T", "M")}
+    best_in = {k: (sum(r["alpha_best_in_window"][k] for r in rows) / n if n else None) for k in ("B", "T", "M")}
+    return {"pairs": n, "share_phi_nonempty": share, "share_alpha_best_in_window": best_in,
+            "paper_share_phi_nonempty": {"B": 0.87, "T": 0.92, "M": 0.89}}
+
+
+def plot(result: dict, path: str) -> None:
+    from eto.plots import _figure
+
+    fig = _figure(6.4, 3.4)
+    ax = fig.add_subplot()
+    keys = ["B", "T", "M"]
+    s = result["summary"]
+    xs = range(len(keys))
+    ax.bar([x - 0.27 for x in xs], [100 * (s["share_phi_nonempty"][k] or 0) for k in keys], 0.27, label="|Φ| > 0 (here)")
+    ax.bar(list(xs), [100 * (s["share_alpha_best_in_window"][k] or 0) for k in keys], 0.27,
+           label="α's best in the window (here)")
+    ax.bar([x + 0.27 for x in xs], [100 * s["paper_share_phi_nonempty"][k] for k in keys], 0.27,
+           label="|Φ| > 0 (paper, P100)", color="#bbbbbb")
+    ax.set_xticks(list(xs), keys)
+    ax.set_ylabel("% of reuse pairs")
+    ax.set_ylim(0, 105)
+    ax.legend(fontsize=7, loc="upper center", ncols=3, bbox_to_anchor=(0.5, -0.1))
+    ax.set_title(f"E1 reuse opportunity: {result['opset']}, {s['pairs']} ordered pairs, {result['target_kind']}",
+                 fontsize=9)
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scale", choices=sorted(SCALES), default="small")
+    ap.add_argument("--opset", help="built-in set name or JSON file (default: the scale's)")
+    ap.add_argument("--db", help="a MetaSchedule run's eto database of the set (default: tune one into --work)")
+    ap.add_argument("--trials", type=int, help="MetaSchedule trials per operator when tuning")
+    ap.add_argument("--work", help="where the tuning run goes (default experiments/work/reuse_opportunity_<scale>)")
+    ap.add_argument("--out", help="result JSON (default experiments/results/reuse_opportunity_<scale>.json)")
+    args = ap.parse_args(argv)
+    cfg = SCALES[args.scale]
+    os.environ.setdefault("TVM_NUM_THREADS", "2")
+    from eto.database import Database
+    from eto.opsets import load_opset
+    from eto.target import parse_target
+    from eto.tuning import tune_with_backend
+    from tuner.features import kind_of
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    name = args.opset or cfg["opset"]
+    opset = ci_set() if name == "ci_bmm" else load_opset(name)
+    target = parse_target("cpu")
+    trials = args.trials or cfg["trials"]
+    if args.db:
+        db = Database(args.db, readonly=True)
+    else:
+        work = args.work or os.path.join(here, "work", f"reuse_opportunity_{args.scale}")
+        db = Database(os.path.join(work, "metaschedule"))
+        tune_with_backend(opset, target, db, trials=trials, seed=0)  # resumes: tuned operators are kept
+    rows = analyse(db, opset, target)
+    result = {"experiment": "E1 reuse opportunity (paper section 3)", "scale": args.scale, "opset": opset.name,
+              "db": args.db, "trials": None if args.db else trials, "t": T_PERF, "target": str(target),
+              "target_kind": kind_of(target), "environment": environment(), "summary": summary(rows), "pairs": rows}
+    out = args.out or os.path.join(here, "results", f"reuse_opportunity_{args.scale}.json")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(result, f, indent=1)
+    plot(result, out.removesuffix(".json") + ".png")
+    print(json.dumps(result["summary"], indent=1))
+    print(f"written {out} and {out.removesuffix('.json')}.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
