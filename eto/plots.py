@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .plan import OperatorPlan
 
-__all__ = ["plan_figure", "convergence_figure"]
+__all__ = ["plan_figure", "convergence_figure", "ratio_axis"]
 
 
 def _figure(width: float, height: float) -> "Figure":
@@ -23,6 +23,16 @@ def _figure(width: float, height: float) -> "Figure":
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise ImportError("eto's plots need matplotlib: pip install 'eto[experiments]'") from exc
     return Figure(figsize=(width, height), layout="constrained")
+
+
+def ratio_axis(ax, axis: str = "y") -> None:
+    """A log-scaled axis of ratios labelled ``2x``, ``5x``, not in powers of ten."""
+    from matplotlib.ticker import FormatStrFormatter
+
+    getattr(ax, f"set_{axis}scale")("log")
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_formatter(FormatStrFormatter("%gx"))
+    target.set_minor_formatter(FormatStrFormatter("%gx"))
 
 
 def _layout(parent: Mapping[str, str], extra: Sequence[str]) -> dict[str, tuple[float, float]]:

@@ -167,7 +167,39 @@ def main(argv=None) -> int:
     with open(out, "w") as f:
         json.dump(result, f, indent=1)
     print(f"written {out}")
+    try:
+        plot(result, out.removesuffix(".json") + ".png")
+    except ImportError as exc:  # matplotlib is an optional extra
+        print(f"no plot: {exc}")
     return 0
+
+
+def plot(result: dict, path: str) -> None:
+    """E7's figure: per new size, MetaSchedule's time over eto's (and over the instant programs'), and
+    the weighted throughput of eto, the instant programs and the padded program against MetaSchedule."""
+    from eto.plots import _figure, ratio_axis
+
+    shapes = result["shapes"]
+    xs = [str(s["value"]) for s in shapes]
+    fig = _figure(8.0, 3.6)
+    left, right = fig.subplots(1, 2)
+    left.plot(xs, [s["time_ratio_metaschedule_over_eto"] for s in shapes], "o-", label="eto (instant + reuse)")
+    left.plot(xs, [s["time_ratio_metaschedule_over_instant"] for s in shapes], "s--", label="instant only")
+    ratio_axis(left)
+    left.set_ylabel("MetaSchedule's time / method's")
+    left.set_xlabel(result["vary"])
+    left.legend(fontsize=7)
+    w = [s["weighted_latency_s"] for s in shapes]
+    for key, style in (("eto", "o-"), ("instant", "s--"), ("padded", "x:")):
+        if all(v.get(key) for v in w):
+            right.plot(xs, [v["metaschedule"] / v[key] for v in w], style, label=key)
+    right.axhline(1.0, color="black", linewidth=0.8)
+    right.set_ylabel("throughput vs MetaSchedule")
+    right.set_xlabel(result["vary"])
+    right.legend(fontsize=7)
+    fig.suptitle(f"E7: {result['opset']} at new sizes from a database, N = {result['trials_N']}", fontsize=9)
+    fig.savefig(path, dpi=120)
+    print(f"written {path}")
 
 
 if __name__ == "__main__":

@@ -448,7 +448,7 @@ def write_result(result: dict, ranges: dict, out_path: str) -> None:
 def write_plot(result: dict, path: str) -> None:
     """E2's figure (paper figures 7 and 8): per operator type, the median throughput of each strategy
     against MetaSchedule's best, and the median speed-up over MetaSchedule's time to its best."""
-    from eto.plots import _figure
+    from eto.plots import _figure, ratio_axis
 
     summary = result["summary"]
     types = sorted({t for s in summary.values() for t in s if t != "all"}) + ["all"]
@@ -463,11 +463,7 @@ def write_plot(result: dict, path: str) -> None:
     top.set_ylabel("throughput vs\nMetaSchedule (median)")
     bottom.axhline(1.0, color="black", linewidth=0.8)
     bottom.set_ylabel("speed-up vs MetaSchedule's\ntime to best (median)")
-    bottom.set_yscale("log")
-    from matplotlib.ticker import FormatStrFormatter
-
-    bottom.yaxis.set_major_formatter(FormatStrFormatter("%gx"))
-    bottom.yaxis.set_minor_formatter(FormatStrFormatter("%gx"))
+    ratio_axis(bottom)
     bottom.set_xticks(range(len(types)), types)
     top.legend(fontsize=8)
     top.set_title(f"E2 single reuse pairs, scale {result['scale']}, N = {result['trials_N']}", fontsize=9)

@@ -146,13 +146,13 @@ def run_mode(ops, mode, time_limit):
     return row
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale", choices=("ci", "small", "paper"), default="small")
     ap.add_argument("--time-limit", type=float, default=None,
                     help="solve time limit (s); default 5 for 1-hop, 30 for the closure (3 at ci)")
     ap.add_argument("--out", default=str(ROOT_DIR / "experiments" / "results" / "selector_scale.json"))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     ops, composition = conv2d_set()
     print(f"{len(ops)} conv2d operators: {composition}")
     rows = run_modes(ops, args.scale, args.time_limit)
@@ -171,6 +171,34 @@ def main() -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1))
     print(f"wrote {args.out}")
+    try:
+        plot(out, str(Path(args.out).with_suffix(".png")))
+    except ImportError as exc:  # matplotlib is an optional extra
+        print(f"no plot: {exc}")
+
+
+def plot(result: dict, path: str) -> None:
+    """E6's figure: per bridge mode, seconds for bridges, OC graph and solve (stacked), and the plan's
+    cost against tuning everything with the backend."""
+    from eto.plots import _figure
+
+    runs = result["runs"]
+    fig = _figure(7.0, 3.4)
+    left, right = fig.subplots(1, 2)
+    names = [r["bridges"] for r in runs]
+    bottom = [0.0] * len(runs)
+    for key, label in (("seconds_bridges", "bridges"), ("seconds_graph", "OC graph"), ("seconds_solve", "solve")):
+        vals = [r[key] for r in runs]
+        left.bar(names, vals, bottom=bottom, label=label)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    left.set_ylabel("seconds")
+    left.legend(fontsize=7)
+    left.set_title(f"{runs[0]['operators']} conv2d: selection time", fontsize=9)
+    right.bar(names, [100 * r["cost_ratio_vs_backend"] for r in runs], color="tab:green")
+    right.set_ylabel("plan cost, % of all-backend")
+    right.set_title("estimated tuning cost", fontsize=9)
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
 
 
 def run_modes(ops, scale: str, time_limit) -> list[dict]:

@@ -39,11 +39,12 @@ Estimator: per reused operator, the plan's estimated candidates against those th
 measured (and estimated against actual seconds when the database has ``estimated_seconds``).
 
 Usage: ``python experiments/set_bench.py [--scale ci|small|paper] [--opset bert_base] [--trials 64]
-[--seeds 3] [--variant hot|evolve|st|topk|nobridges|allbridges]``; results go to
-``experiments/results/set_bench_<opset>_N<trials>[_first<k>][_<variant>].json``. A variant (an option
-beyond the paper, a baseline of the paper's: ``st`` Selective Tuning, ``topk`` eto's plan with TopK
-reuses, or the bridge ablation: ``nobridges``, ``allbridges``) is run per seed beside MetaSchedule and
-plain eto (1-hop bridges).
+[--seeds 3] [--variant V ...]``; results go to
+``experiments/results/set_bench_<opset>_N<trials>[_first<k>][_<variant>...].json`` and a PNG of every
+run's convergence beside it. Variants run per seed beside MetaSchedule and plain eto, each compared
+with both (``variants`` per seed and in the aggregate): options beyond the paper (``hot``,
+``evolve``), the paper's baselines (``st`` Selective Tuning, ``topk`` eto's plan with TopK reuses) and
+its bridge ablation (``nobridges``, ``allbridges``; plain eto uses 1-hop bridges).
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ SCALES = {
     "paper": dict(opset="bert_base", trials=1000, seeds=3, rounds=4),
 }
 MS = "metaschedule"
+ETO = "eto"  # plain eto: the headline numbers
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -90,7 +92,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--control-trials", type=int, help="budget of the control row (default min(N, 32))")
     ap.add_argument("--no-control", action="store_true", help="skip the control row")
     ap.add_argument("--rounds", type=int, help="interleaved re-measurement rounds")
-    ap.add_argument("--variant", choices=sorted(VARIANTS), default="plain",
+    ap.add_argument("--variant", choices=sorted(VARIANTS), nargs="+", default=["plain"],
                     help="eto as in the paper (plain), or also with an option beyond it (hot, evolve), "
                          "a baseline of the paper's (st: Selective Tuning; topk: eto's plan with TopK reuses) "
                          "or another bridge mode (nobridges, allbridges)")
@@ -194,13 +196,22 @@ def run_group(folder: str, runs: list[tuple[str, str]], opset, target, trials: i
     return out
 
 
+def variants_of(args) -> list[str]:
+    """The variants run beside plain eto (``plain`` alone: none)."""
+    return [v for v in dict.fromkeys(args.variant) if v != "plain"]
+
+
+def variant_tag(args) -> str:
+    return "".join(f"_{v}" for v in variants_of(args))
+
+
 def run_all(args, opset, target, work: str) -> tuple[dict, dict | None]:
     """Every seed's runs (order rotated per seed) and the control pair, from ``work`` where finished."""
-    methods = [MS, "eto"] + ([f"eto_{args.variant}"] if args.variant != "plain" else [])
+    methods = [MS, "eto"] + [f"eto_{v}" for v in variants_of(args)]
     seeds = {}
     for i, seed in enumerate(args.seed_list):
         order = methods[i % len(methods):] + methods[: i % len(methods)]
-        folder = os.path.join(work, f"seed{seed}" + ("" if args.variant == "plain" else f"_{args.variant}"))
+        folder = os.path.join(work, f"seed{seed}{variant_tag(args)}")
         print(f"seed {seed}: {' then '.join(order)}", flush=True)
         seeds[seed] = run_group(folder, [(m, m) for m in order], opset, target, args.trials, seed, args.plan_budget)
     control = None
@@ -286,7 +297,7 @@ def _div(a: float | None, b: float | None) -> float | None:
 
 
 # -- the result --------------------------------------------------------------------------------------
-def seed_summary(group: dict, folder: str, progs: dict, lat: dict, opset, target, eto_name: str) -> dict:
+def seed_summary(group: dict, folder: str, progs: dict, lat: dict, opset, target) -> dict:
     """One seed's row: times, re-measured and recorded weighted latencies, speed-ups, estimator accuracy."""
     from eto.database import Database
 
@@ -294,7 +305,7 @@ def seed_summary(group: dict, folder: str, progs: dict, lat: dict, opset, target
     w = {m: weighted(opset, lat[m]) for m in runs}
     ms_db = Database(os.path.join(folder, MS), readonly=True)
     traj = set_trajectory(ms_db, opset, target, since=runs[MS]["started_unix"])
-    best, same, threshold = ms_best_and_same(traj, w[MS], w[eto_name])
+    best, same, threshold = ms_best_and_same(traj, w[MS], w[ETO])
     sec = {m: runs[m]["seconds"] for m in runs}
     est = {m: reuse_rows(Database(os.path.join(folder, m), readonly=True), target) for m in runs if m != MS}
     out = {
@@ -303,20 +314,25 @@ def seed_summary(group: dict, folder: str, progs: dict, lat: dict, opset, target
         "weighted_latency_s": w,
         "recorded_weighted_latency_s": {m: runs[m]["report"]["weighted_latency_s"] for m in runs},
         "same_threshold_recorded_scale_s": threshold,
-        "speedup": {"total": sec[MS] / sec[eto_name], "best": _div(best, sec[eto_name]),
-                    "same": _div(same, sec[eto_name])},
-        "throughput": _div(w[MS], w[eto_name]),
+        "speedup": {"total": sec[MS] / sec[ETO], "best": _div(best, sec[ETO]),
+                    "same": _div(same, sec[ETO])},
+        "throughput": _div(w[MS], w[ETO]),
         "candidates": {m: runs[m]["report"]["candidates"] for m in runs},
-        "eto_estimated_candidates": runs[eto_name]["report"].get("estimated_candidates"),
-        "eto_estimated_seconds": runs[eto_name]["report"].get("estimated_seconds"),
+        "eto_estimated_candidates": runs[ETO]["report"].get("estimated_candidates"),
+        "eto_estimated_seconds": runs[ETO]["report"].get("estimated_seconds"),
         "estimator": {m: {**estimator_summary(rows), "rows": rows} for m, rows in est.items()},
         "per_operator": [{"op": e.op.name, "frequency": e.frequency, **{f"{m}_latency_s": lat[m][i] for m in runs},
-                          "eto_method": getattr(progs[eto_name][i], "method", None),
-                          "eto_source": getattr(progs[eto_name][i], "source", None)} for i, e in enumerate(opset)],
+                          "eto_method": getattr(progs[ETO][i], "method", None),
+                          "eto_source": getattr(progs[ETO][i], "source", None)} for i, e in enumerate(opset)],
     }
-    if eto_name != "eto":
-        out["variant_vs_plain_eto"] = {"throughput": _div(w["eto"], w[eto_name]),
-                                       "seconds": _div(sec[eto_name], sec["eto"])}
+    out["variants"] = {}
+    for m in runs:
+        if m.startswith("eto_"):  # each variant against MetaSchedule (as eto above) and against plain eto
+            same_v = ms_best_and_same(traj, w[MS], w[m])[1]
+            out["variants"][m.removeprefix("eto_")] = {
+                "speedup": {"total": sec[MS] / sec[m], "best": _div(best, sec[m]), "same": _div(same_v, sec[m])},
+                "throughput": _div(w[MS], w[m]),
+                "vs_plain_eto": {"throughput": _div(w["eto"], w[m]), "seconds": _div(sec[m], sec["eto"])}}
     return out
 
 
@@ -334,7 +350,7 @@ def control_summary(group: dict, lat: dict, opset) -> dict:
                             "throughput": None if not w_ratio else max(w_ratio, 1 / w_ratio)}}
 
 
-def aggregate(per_seed: list[dict], control: dict | None, eto_name: str) -> dict:
+def aggregate(per_seed: list[dict], control: dict | None) -> dict:
     """Median, min and max over seeds, each headline ratio marked if it lies inside the control's noise."""
     agg = {name: spread([s["speedup"][name] for s in per_seed]) for name in ("total", "best", "same")}
     agg = {f"speedup_{k}": v for k, v in agg.items()}
@@ -348,11 +364,14 @@ def aggregate(per_seed: list[dict], control: dict | None, eto_name: str) -> dict
                            ("throughput", control["noise_floor"]["throughput"])):
             med = agg[key]["median"]
             agg[key]["inside_noise_floor"] = None if med is None or floor is None else 1 / floor <= med <= floor
-    rows = [r for s in per_seed for r in s["estimator"][eto_name]["rows"]]
+    rows = [r for s in per_seed for r in s["estimator"][ETO]["rows"]]
     agg["estimator"] = estimator_summary(rows)
-    if eto_name != "eto":
-        agg["variant_vs_plain_eto"] = {k: spread([s["variant_vs_plain_eto"][k] for s in per_seed])
-                                       for k in ("throughput", "seconds")}
+    agg["variants"] = {
+        v: {**{f"speedup_{k}": spread([s["variants"][v]["speedup"][k] for s in per_seed]) for k in ("total", "best", "same")},
+            "throughput": spread([s["variants"][v]["throughput"] for s in per_seed]),
+            **{f"vs_plain_eto_{k}": spread([s["variants"][v]["vs_plain_eto"][k] for s in per_seed])
+               for k in ("throughput", "seconds")}}
+        for v in per_seed[0].get("variants", {})}
     return agg
 
 
@@ -361,19 +380,18 @@ def assemble_result(args, opset, target, seeds: dict, control: dict | None, prog
     """The result file's contents: settings, environment, per-seed rows, the aggregate and the control row."""
     from _env import environment
 
-    eto_name = "eto" if args.variant == "plain" else f"eto_{args.variant}"
     per_seed = []
     for seed, group in seeds.items():
         unit = {m: f"seed{seed}/{m}" for m in group["runs"]}
         per_seed.append(seed_summary(group, os.path.join(work, group["folder"]), {m: progs[u] for m, u in unit.items()},
-                                     {m: lat[u] for m, u in unit.items()}, opset, target, eto_name))
+                                     {m: lat[u] for m, u in unit.items()}, opset, target))
     ctrl = None if control is None else control_summary(control, {m: lat[f"control/{m}"] for m in ("a", "b")}, opset)
-    agg = aggregate(per_seed, ctrl, eto_name)
+    agg = aggregate(per_seed, ctrl)
     return {
         "benchmark": "set_bench", "scale": args.scale, "opset": args.opset, "limit": args.limit, "pick": args.pick,
         "operators": [e.op.name for e in opset], "trials_N": args.trials, "plan_budget": args.plan_budget,
         "seeds": args.seed_list, "control_trials": None if args.no_control else args.control_trials,
-        "remeasure_rounds": args.rounds, "variant": args.variant, "variant_options": VARIANTS[args.variant],
+        "remeasure_rounds": args.rounds, "variants": variants_of(args), "variant_options": {v: VARIANTS[v] for v in variants_of(args)},
         "target": str(target), "environment": environment(), "work": os.path.abspath(work), "session": SESSION,
         "warmup_s": warm_s,
         # headline numbers: medians over seeds (older result files had one run's values here)
@@ -388,7 +406,7 @@ def assemble_result(args, opset, target, seeds: dict, control: dict | None, prog
 
 def write_result(args, result: dict) -> str:
     """Write the result file (``--out`` or the default name) and print its headline numbers."""
-    suffix = subset_tag(args) + ("" if args.variant == "plain" else f"_{args.variant}")
+    suffix = subset_tag(args) + variant_tag(args)
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                                    f"set_bench_{os.path.basename(args.opset).removesuffix('.json')}"
                                    f"_N{args.trials}{suffix}.json")

@@ -155,3 +155,38 @@ def test_e8_vendor_roofline_at_scale_ci(tmp_path):
             assert r["gflops"][k] == pytest.approx(r["flops"] / lat / 1e9)
     assert result["summary"]["throughput_vs_pytorch"]["eto"] > 0
     assert (tmp_path / "e8.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_e6_selector_scale_at_scale_ci(tmp_path):
+    import selector_scale
+
+    out = tmp_path / "e6.json"
+    selector_scale.main(["--scale", "ci", "--out", str(out)])
+    result = json.loads(out.read_text())
+    (run,) = result["runs"]  # ci: 1-hop bridges only
+    assert run["operators"] == 167 and run["bridges"] == "1hop" and run["bridge_operators"] > 0
+    assert run["lower_bound"] <= run["plan_cost"] <= run["baseline_cost_all_backend"]
+    assert (tmp_path / "e6.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_e5_pools_estimates_from_both_benchmarks(tmp_path):
+    import estimate_accuracy
+
+    pairs = {"benchmark": "reuse_pairs", "scale": "ci", "pairs": [
+        {"alpha": "a", "beta": "b", "strategy": "global", "estimate": 10.0, "candidates": 12, "estimated_seconds": 5.0,
+         "seconds": 5.0},
+        {"alpha": "a", "beta": "b", "strategy": "topk", "estimate": None, "candidates": 3}]}  # TopK: no estimate
+    sets = {"benchmark": "set_bench", "scale": "ci", "per_seed": [{"estimator": {"eto": {"rows": [
+        {"op": "c", "source": "d", "estimate": 20.0, "candidates": 10, "estimated_seconds": 4.0, "seconds": 8.0}]}}}]}
+    files = []
+    for i, r in enumerate((pairs, sets)):
+        files.append(tmp_path / f"r{i}.json")
+        files[-1].write_text(json.dumps(r))
+    out = tmp_path / "e5.json"
+    assert estimate_accuracy.main(["--inputs", *map(str, files), "--out", str(out)]) == 0
+    s = json.loads(out.read_text())["summary"]["all"]
+    assert s["candidates"]["n"] == 2 and s["candidates"]["mean_actual_over_estimate"] == pytest.approx((1.2 + 0.5) / 2)
+    assert s["candidates"]["within_0.67_1.5"] == 0.5
+    assert s["seconds"]["min"] == 1.0 and s["seconds"]["max"] == 2.0
+    assert (tmp_path / "e5.png").exists()

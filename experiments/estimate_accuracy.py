@@ -1,0 +1,118 @@
+"""E5, cost-estimate accuracy (paper section 6.1): the plan's estimates against what the reuse tuner did.
+
+Reads the per-reuse rows that E2 (``reuse_pairs.py``: ``estimate`` and ``estimated_seconds`` per
+pair) and E3 (``set_bench.py``: the ``estimator`` rows of every seed) recorded, pools them, and
+reports per source and overall the mean and spread of actual / estimated candidates and seconds and
+the share within [0.67, 1.5]; the PNG plots actual against estimated, log-log, with the diagonal.
+Nothing is tuned here: the numbers are those of the runs the inputs come from.
+
+    python experiments/estimate_accuracy.py --scale small          # every results file of that scale
+    python experiments/estimate_accuracy.py --inputs A.json B.json --out /tmp/e5.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import os
+import statistics
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def rows_of(result: dict) -> list[dict]:
+    """(estimated, actual) candidates and seconds of every reuse a result file recorded."""
+    out = []
+    if result.get("benchmark") == "reuse_pairs":
+        for r in result.get("pairs", []):
+            if r.get("strategy", "global") != "topk" and r.get("estimate") and r.get("candidates"):
+                out.append({"op": r["alpha"], "source": r["beta"], "estimated_candidates": r["estimate"],
+                            "candidates": r["candidates"], "estimated_seconds": r.get("estimated_seconds"),
+                            "seconds": r.get("seconds")})
+    elif result.get("benchmark") == "set_bench":
+        for seed in result.get("per_seed", []):
+            for r in seed.get("estimator", {}).get("eto", {}).get("rows", []):
+                if r.get("estimate") and r.get("candidates"):
+                    out.append({"op": r["op"], "source": r.get("source"), "estimated_candidates": r["estimate"],
+                                "candidates": r["candidates"], "estimated_seconds": r.get("estimated_seconds"),
+                                "seconds": r.get("seconds")})
+    return out
+
+
+def accuracy(rows: list[dict], what: str) -> dict:
+    """actual / estimated over the rows that have both: mean, median, min, max, share in [0.67, 1.5]."""
+    ratios = [r[what] / r[f"estimated_{what}"] for r in rows if r.get(what) and r.get(f"estimated_{what}")]
+    if not ratios:
+        return {"n": 0}
+    return {"n": len(ratios), "mean_actual_over_estimate": statistics.fmean(ratios),
+            "median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
+            "within_0.67_1.5": sum(0.67 <= x <= 1.5 for x in ratios) / len(ratios)}
+
+
+def plot(sources: dict[str, list[dict]], path: str) -> None:
+    from eto.plots import _figure
+
+    fig = _figure(8.0, 3.8)
+    axes = fig.subplots(1, 2)
+    for ax, what, unit in ((axes[0], "candidates", ""), (axes[1], "seconds", " (s)")):
+        lo, hi = math.inf, 0.0
+        for name, rows in sources.items():
+            pts = [(r[f"estimated_{what}"], r[what]) for r in rows if r.get(what) and r.get(f"estimated_{what}")]
+            if pts:
+                ax.scatter(*zip(*pts), s=12, alpha=0.7, label=name)
+                lo, hi = min(lo, *(min(p) for p in pts)), max(hi, *(max(p) for p in pts))
+        if hi > 0:
+            ax.plot([lo, hi], [lo, hi], "k--", linewidth=0.8)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+        ax.set_xlabel(f"estimated {what}{unit}")
+        ax.set_ylabel(f"actual {what}{unit}")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=6)
+    fig.suptitle("E5: the plan's estimates against the reuse tuner's runs", fontsize=9)
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scale", choices=("ci", "small", "paper"), default="small",
+                    help="pool every E2/E3 results file of this scale (default: small)")
+    ap.add_argument("--inputs", nargs="+", help="these results files instead")
+    ap.add_argument("--out", help="result JSON (default experiments/results/estimate_accuracy_<scale>.json)")
+    args = ap.parse_args(argv)
+    paths = args.inputs or sorted(glob.glob(os.path.join(HERE, "results", "reuse_pairs_*.json"))
+                                  + glob.glob(os.path.join(HERE, "results", "set_bench_*.json")))
+    sources: dict[str, list[dict]] = {}
+    for p in paths:
+        with open(p) as f:
+            result = json.load(f)
+        if args.inputs or result.get("scale") == args.scale:
+            rows = rows_of(result)
+            if rows:
+                sources[os.path.basename(p).removesuffix(".json")] = rows
+    if not sources:
+        ap.error(f"no reuse rows with estimates in {len(paths)} results files" +
+                 ("" if args.inputs else f" of scale {args.scale}"))
+    pooled = [r for rows in sources.values() for r in rows]
+    result = {"experiment": "E5 cost-estimate accuracy", "scale": None if args.inputs else args.scale,
+              "inputs": list(sources),
+              "summary": {"all": {w: accuracy(pooled, w) for w in ("candidates", "seconds")},
+                          **{k: {w: accuracy(v, w) for w in ("candidates", "seconds")} for k, v in sources.items()}},
+              "rows": sources}
+    out = args.out or os.path.join(HERE, "results", f"estimate_accuracy_{args.scale}.json")
+    with open(out, "w") as f:
+        json.dump(result, f, indent=1)
+    try:
+        plot(sources, out.removesuffix(".json") + ".png")
+    except ImportError as exc:  # matplotlib is an optional extra
+        print(f"no plot: {exc}")
+    print(json.dumps(result["summary"]["all"], indent=1))
+    print(f"written {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
