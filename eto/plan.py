@@ -262,7 +262,10 @@ def plan_selective(opset: OperatorSet, *, budget: int, k: int, database: "Databa
         estimates[(beta.name, alpha.name)] = float(k)
         return tm.reuse_seconds(k, gflops(alpha))
 
-    plan = selective_plan(nodes, backend_cost=root, reuse_cost=topk, threshold=threshold)
+    from tuner.estimate import LEVELS
+
+    # ST's knobs are the tile splits of the target's multi-level tiling: 4 + 2 levels on CPU, 5 + 3 on GPU
+    plan = selective_plan(nodes, backend_cost=root, reuse_cost=topk, threshold=threshold, levels=LEVELS[kind])
     return OperatorPlan(plan, {n.name: names[n.name] for n in nodes}, None, tm, estimates)
 
 
