@@ -36,7 +36,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Literal, Mapping, Sequence, get_args
 
 from selector import ROOT, Plan
 from tuner.faults import kill_point
@@ -193,8 +193,8 @@ def _check_options(*, trials: int, evolve_trials: int, hot_share: float | None, 
         raise ValueError(f"evolve_trials must be >= 0, got {evolve_trials}")
     if hot_factor < 1:
         raise ValueError(f"hot_factor must be >= 1, got {hot_factor}")
-    if method not in ("eto", "topk", "st"):
-        raise ValueError(f"method must be 'eto', 'topk' or 'st', got {method!r}")
+    if method not in get_args(Method):
+        raise ValueError(f"method must be one of {', '.join(get_args(Method))}, got {method!r}")
     if method != "eto" and (hot_share is not None or evolve_trials):
         raise ValueError(f"hot_share and evolve_trials apply to method 'eto' only, not {method!r}")
 

@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _env import environment  # noqa: E402
 
 SCALES = {
-    "ci": dict(opset="ci_bmm", trials=16),
+    "ci": dict(opset="ci_bmm", trials=8),
     "small": dict(opset="resnet50", trials=100),
     "paper": dict(opset="resnet50", trials=1000),
 }

@@ -117,7 +117,7 @@ def test_tuning_completes_when_candidates_crash_or_hang(target, measurer):
     assert res.time_to_best() is not None and res.time_to_reach(res.best_latency * 10) <= res.time_to_best()
 
 
-def test_warm_start_programs_seed_the_search_and_are_not_measured_again(target, measurer):
+def test_warm_start_programs_join_the_search_database_and_train_its_model(target, measurer):
     """Reuse-then-evolve's continuation: programs measured elsewhere join the search's database
     (so its best is at least theirs) and train its cost model. (MetaSchedule's evolutionary search
     skips what its database holds, but it did regenerate and measure one warm program again in a
