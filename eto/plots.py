@@ -114,17 +114,24 @@ def plan_figure(planned: "OperatorPlan", *, candidate_edges: bool = True, title:
 
 def convergence_figure(curves: Mapping[str, Sequence[tuple[float, float]]], *, title: str = "",
                        ylabel: str = "weighted latency (ms)", scale: float = 1e3) -> "Figure":
-    """Best weighted latency so far against tuning seconds, one step line per method (the picture
-    a user needs to choose a budget); each method's end marked with a dot."""
+    """Best weighted latency so far against tuning seconds, one step line per run (the picture a
+    user needs to choose a budget); each run's end marked with a dot. Runs named ``"method, ..."``
+    share the method's colour and differ in line style."""
     fig = _figure(6.4, 3.8)
     ax = fig.add_subplot()
+    colors: dict[str, str] = {}  # "method, seed 1": one colour per method, one line style per run of it
+    runs: dict[str, int] = {}
     for name, points in curves.items():
         if not points:
             continue
+        method = name.split(", ")[0]
+        colors.setdefault(method, f"C{len(colors)}")
+        runs[method] = runs.get(method, -1) + 1
         xs = [x for x, _ in points]
         ys = [y * scale for _, y in points]
-        line, = ax.step(xs, ys, where="post", label=name)
-        ax.plot(xs[-1:], ys[-1:], "o", color=line.get_color())
+        ax.step(xs, ys, where="post", label=name, color=colors[method],
+                linestyle=("-", "--", ":", "-.")[runs[method] % 4])
+        ax.plot(xs[-1:], ys[-1:], "o", color=colors[method])
     ax.set_xlabel("tuning time (s)")
     ax.set_ylabel(ylabel)
     ax.set_yscale("log")

@@ -176,7 +176,7 @@ def plot(result: dict, path: str) -> None:
     ax.set_xticks(range(len(rows)), [r["op"] for r in rows], rotation=70, fontsize=6)
     ax.set_ylabel("GFLOP/s")
     ax.set_yscale("log")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set_title(f"E8: {result['opset']} against PyTorch and the fp32 roofline "
                  f"(peak {result['peak_gflops']:.0f} GFLOP/s, {result['bandwidth_gbs']:.1f} GB/s)", fontsize=9)
     fig.savefig(path, dpi=120)
