@@ -27,12 +27,13 @@ def _figure(width: float, height: float) -> "Figure":
 
 def ratio_axis(ax, axis: str = "y") -> None:
     """A log-scaled axis of ratios labelled ``2x``, ``5x``, not in powers of ten."""
-    from matplotlib.ticker import FormatStrFormatter
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
     getattr(ax, f"set_{axis}scale")("log")
     target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     target.set_major_formatter(FormatStrFormatter("%gx"))
-    target.set_minor_formatter(FormatStrFormatter("%gx"))
+    target.set_minor_formatter(NullFormatter())
 
 
 def _layout(parent: Mapping[str, str], extra: Sequence[str]) -> dict[str, tuple[float, float]]:
