@@ -23,16 +23,16 @@ JSON (per pair and summary) and a PNG next to it.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _env import environment  # noqa: E402
+from _experiment import CI_SET, load_set, write_outputs  # noqa: E402
 
 SCALES = {
-    "ci": dict(opset="ci_bmm", trials=8),
+    "ci": dict(opset=CI_SET, trials=8),
     "small": dict(opset="resnet50", trials=100),
     "paper": dict(opset="resnet50", trials=1000),
 }
@@ -40,25 +40,14 @@ SCALES = {
 T_PERF = 0.9
 
 
-def ci_set():
-    from eto.operators import Operator
-    from eto.opsets import OperatorSet
-
-    return OperatorSet.from_layers("ci_bmm", [Operator.create("BMM", B=2, M=32, N=32, K=16),
-                                              Operator.create("BMM", B=2, M=32, N=32, K=32),
-                                              Operator.create("BMM", B=2, M=64, N=64, K=32)])
-
-
 def within(x: float, lo: float, hi: float, tol: float = 1e-9) -> bool:
     lo, hi = min(lo, hi), max(lo, hi)
     return lo * (1 - tol) <= x <= hi * (1 + tol)
 
 
-def pair_row(alpha, beta, programs: dict, kind: str) -> dict:
+def pair_row(alpha, beta, programs: dict) -> dict:
     """Φ_B, Φ_T, Φ_M of one ordered pair, from α's good programs and β's best."""
-    from tuner.features import program_features
-
-    a_progs, (b_best, b_feat) = programs[alpha], programs[beta][0]
+    a_progs, (_, b_feat) = programs[alpha], programs[beta][0]
     best_lat = a_progs[0][0].latency_s
     good = [(p, f) for p, f in a_progs if p.latency_s <= best_lat / T_PERF]
     r1 = math.prod(beta.reduction) / math.prod(alpha.reduction)
@@ -86,7 +75,7 @@ def analyse(db, opset, target) -> list[dict]:
     from eto.plan import loop_nest_op
 
     kind = kind_of(target)
-    programs, nodes = {}, {}
+    programs = {}
     for e in opset:
         progs = sorted((p for p in db.programs(target=target, op=e.op) if p.method == "backend"),
                        key=lambda p: p.latency_s)
@@ -98,8 +87,8 @@ def analyse(db, opset, target) -> list[dict]:
                 continue
         if feats:
             node = loop_nest_op(e.op.name, e.op, e.frequency, False)
-            programs[node], nodes[node.name] = feats, node
-    return [pair_row(a, b, programs, kind) for a in programs for b in programs if a is not b and is_reuse_pair(a, b)]
+            programs[node] = feats
+    return [pair_row(a, b, programs) for a in programs for b in programs if a is not b and is_reuse_pair(a, b)]
 
 
 def summary(rows: list[dict]) -> dict:
@@ -144,14 +133,13 @@ def main(argv=None) -> int:
     cfg = SCALES[args.scale]
     os.environ.setdefault("TVM_NUM_THREADS", "2")
     from eto.database import Database
-    from eto.opsets import load_opset
     from eto.target import parse_target
     from eto.tuning import tune_with_backend
     from tuner.features import kind_of
 
     here = os.path.dirname(os.path.abspath(__file__))
     name = args.opset or cfg["opset"]
-    opset = ci_set() if name == "ci_bmm" else load_opset(name)
+    opset = load_set(name)
     target = parse_target("cpu")
     trials = args.trials or cfg["trials"]
     if args.db:
@@ -165,12 +153,7 @@ def main(argv=None) -> int:
               "db": args.db, "trials": None if args.db else trials, "t": T_PERF, "target": str(target),
               "target_kind": kind_of(target), "environment": environment(), "summary": summary(rows), "pairs": rows}
     out = args.out or os.path.join(here, "results", f"reuse_opportunity_{args.scale}.json")
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump(result, f, indent=1)
-    plot(result, out.removesuffix(".json") + ".png")
-    print(json.dumps(result["summary"], indent=1))
-    print(f"written {out} and {out.removesuffix('.json')}.png")
+    write_outputs(result, out, plot)
     return 0
 
 

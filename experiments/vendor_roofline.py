@@ -32,21 +32,14 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _env import environment  # noqa: E402
+from _experiment import CI_SET, load_set, write_outputs  # noqa: E402
 
 SCALES = {
-    "ci": dict(opset="ci_bmm", trials=8, rounds=2),
+    "ci": dict(opset=CI_SET, trials=8, rounds=2),
     "small": dict(opset="resnet50", trials=100, rounds=3),
     "paper": dict(opset="resnet50", trials=1000, rounds=5),
 }
 CALLS = 7  # timed calls per round (after one warm-up call)
-
-
-def ci_set():
-    from eto.operators import Operator
-    from eto.opsets import OperatorSet
-
-    return OperatorSet.from_layers("ci_bmm", [Operator.create("BMM", B=2, M=32, N=32, K=16),
-                                              Operator.create("BMM", B=2, M=64, N=32, K=32)])
 
 
 def torch_call(op, inputs):
@@ -196,12 +189,11 @@ def main(argv=None) -> int:
     cfg = SCALES[args.scale]
     os.environ.setdefault("TVM_NUM_THREADS", "2")
     from eto.database import Database
-    from eto.opsets import load_opset
     from eto.target import cpu_info, parse_target
 
     here = os.path.dirname(os.path.abspath(__file__))
     name = args.opset or cfg["opset"]
-    opset = ci_set() if name == "ci_bmm" else load_opset(name)
+    opset = load_set(name)
     target = parse_target("cpu")
     dbs = {}
     for spec in args.db:
@@ -227,12 +219,7 @@ def main(argv=None) -> int:
               "vector_lanes_fp32": info.vector_lanes_fp32, "peak_gflops": peak / 1e9, "bandwidth_gbs": bandwidth / 1e9,
               "environment": environment(), "summary": summary(rows, list(dbs)), "rows": rows}
     out = args.out or os.path.join(here, "results", f"vendor_roofline_{args.scale}.json")
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump(result, f, indent=1)
-    plot(result, out.removesuffix(".json") + ".png")
-    print(json.dumps(result["summary"], indent=1))
-    print(f"written {out} and {out.removesuffix('.json')}.png")
+    write_outputs(result, out, plot)
     return 0
 
 
