@@ -31,3 +31,29 @@ def write_outputs(result: dict, out: str, plot: Callable[[dict, str], None]) -> 
     plot(result, png)
     print(json.dumps(result["summary"], indent=1))
     print(f"written {out} and {png}")
+
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def parser(doc: str, scales: dict, name: str):
+    """The options every analysis experiment has: ``--scale``, ``--opset``, ``--work``, ``--out``."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--scale", choices=sorted(scales), default="small")
+    ap.add_argument("--opset", help="built-in set name or JSON file (default: the scale's)")
+    ap.add_argument("--work", help=f"where a tuning run goes (default experiments/work/{name}_<scale>)")
+    ap.add_argument("--out", help=f"result JSON (default experiments/results/{name}_<scale>.json)")
+    return ap
+
+
+def setup(args, scales: dict, name: str):
+    """The scale's settings, the set, the CPU target, and the work folder and result path."""
+    from eto.target import parse_target
+
+    os.environ.setdefault("TVM_NUM_THREADS", "2")
+    cfg = scales[args.scale]
+    work = args.work or os.path.join(HERE, "work", f"{name}_{args.scale}")
+    out = args.out or os.path.join(HERE, "results", f"{name}_{args.scale}.json")
+    return cfg, load_set(args.opset or cfg["opset"]), parse_target("cpu"), work, out

@@ -22,14 +22,13 @@ JSON (per pair and summary) and a PNG next to it.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _env import environment  # noqa: E402
-from _experiment import CI_SET, load_set, write_outputs  # noqa: E402
+from _experiment import CI_SET, parser, setup, write_outputs  # noqa: E402
 
 SCALES = {
     "ci": dict(opset=CI_SET, trials=8),
@@ -122,37 +121,25 @@ def plot(result: dict, path: str) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scale", choices=sorted(SCALES), default="small")
-    ap.add_argument("--opset", help="built-in set name or JSON file (default: the scale's)")
+    ap = parser(__doc__, SCALES, "reuse_opportunity")
     ap.add_argument("--db", help="a MetaSchedule run's eto database of the set (default: tune one into --work)")
     ap.add_argument("--trials", type=int, help="MetaSchedule trials per operator when tuning")
-    ap.add_argument("--work", help="where the tuning run goes (default experiments/work/reuse_opportunity_<scale>)")
-    ap.add_argument("--out", help="result JSON (default experiments/results/reuse_opportunity_<scale>.json)")
     args = ap.parse_args(argv)
-    cfg = SCALES[args.scale]
-    os.environ.setdefault("TVM_NUM_THREADS", "2")
+    cfg, opset, target, work, out = setup(args, SCALES, "reuse_opportunity")
     from eto.database import Database
-    from eto.target import parse_target
     from eto.tuning import tune_with_backend
     from tuner.features import kind_of
 
-    here = os.path.dirname(os.path.abspath(__file__))
-    name = args.opset or cfg["opset"]
-    opset = load_set(name)
-    target = parse_target("cpu")
     trials = args.trials or cfg["trials"]
     if args.db:
         db = Database(args.db, readonly=True)
     else:
-        work = args.work or os.path.join(here, "work", f"reuse_opportunity_{args.scale}")
         db = Database(os.path.join(work, "metaschedule"))
         tune_with_backend(opset, target, db, trials=trials, seed=0)  # resumes: tuned operators are kept
     rows = analyse(db, opset, target)
     result = {"experiment": "E1 reuse opportunity (paper section 3)", "scale": args.scale, "opset": opset.name,
               "db": args.db, "trials": None if args.db else trials, "t": T_PERF, "target": str(target),
               "target_kind": kind_of(target), "environment": environment(), "summary": summary(rows), "pairs": rows}
-    out = args.out or os.path.join(here, "results", f"reuse_opportunity_{args.scale}.json")
     write_outputs(result, out, plot)
     return 0
 

@@ -21,7 +21,6 @@ what scale ``ci`` does for two small batch matmuls. Writes the result JSON and a
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -32,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _env import environment  # noqa: E402
-from _experiment import CI_SET, load_set, write_outputs  # noqa: E402
+from _experiment import CI_SET, parser, setup, write_outputs  # noqa: E402
 
 SCALES = {
     "ci": dict(opset=CI_SET, trials=8, rounds=2),
@@ -176,25 +175,16 @@ def plot(result: dict, path: str) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scale", choices=sorted(SCALES), default="small")
-    ap.add_argument("--opset", help="built-in set name or JSON file (default: the scale's)")
+    ap = parser(__doc__, SCALES, "vendor_roofline")
     ap.add_argument("--db", action="append", default=[], metavar="NAME=DIR", help="a database to compare (repeatable)")
     ap.add_argument("--trials", type=int, help="eto's backend trials per root when tuning (no --db)")
     ap.add_argument("--rounds", type=int, help="interleaved timing rounds")
     ap.add_argument("--fma-units", type=int, default=2, help="FMA units per core (for the peak)")
-    ap.add_argument("--work", help="where eto tunes the set without --db")
-    ap.add_argument("--out", help="result JSON (default experiments/results/vendor_roofline_<scale>.json)")
     args = ap.parse_args(argv)
-    cfg = SCALES[args.scale]
-    os.environ.setdefault("TVM_NUM_THREADS", "2")
+    cfg, opset, target, work, out = setup(args, SCALES, "vendor_roofline")
     from eto.database import Database
-    from eto.target import cpu_info, parse_target
+    from eto.target import cpu_info
 
-    here = os.path.dirname(os.path.abspath(__file__))
-    name = args.opset or cfg["opset"]
-    opset = load_set(name)
-    target = parse_target("cpu")
     dbs = {}
     for spec in args.db:
         label, sep, folder = spec.partition("=")
@@ -204,7 +194,6 @@ def main(argv=None) -> int:
     if not dbs:
         from eto.pipeline import tune
 
-        work = args.work or os.path.join(here, "work", f"vendor_roofline_{args.scale}")
         dbs["eto"] = Database(os.path.join(work, "eto"))
         tune(opset, target, dbs["eto"], trials=args.trials or cfg["trials"], plan_budget=max(64, args.trials or 0),
              seed=0)
@@ -218,7 +207,6 @@ def main(argv=None) -> int:
               "threads": threads, "clock_hz": clock_hz(), "fma_units": args.fma_units,
               "vector_lanes_fp32": info.vector_lanes_fp32, "peak_gflops": peak / 1e9, "bandwidth_gbs": bandwidth / 1e9,
               "environment": environment(), "summary": summary(rows, list(dbs)), "rows": rows}
-    out = args.out or os.path.join(here, "results", f"vendor_roofline_{args.scale}.json")
     write_outputs(result, out, plot)
     return 0
 
