@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
+    from .models.bench import BenchReport
     from .plan import OperatorPlan
 
-__all__ = ["plan_figure", "convergence_figure", "ratio_axis"]
+__all__ = ["plan_figure", "convergence_figure", "model_bench_figure", "ratio_axis"]
 
 
 def _figure(width: float, height: float) -> "Figure":
@@ -140,4 +141,24 @@ def convergence_figure(curves: Mapping[str, Sequence[tuple[float, float]]], *, t
     ax.legend()
     if title:
         ax.set_title(title, fontsize=10)
+    return fig
+
+
+def model_bench_figure(report: "BenchReport", *, title: str | None = None) -> "Figure":
+    """``eto bench``'s result: latency per method (median, p10-p90 bars) and tuning time per method."""
+    fig = _figure(8.0, 3.2)
+    lat, tun = fig.subplots(1, 2)
+    names = [r.method for r in report.results]
+    med = [r.median_s * 1e3 for r in report.results]
+    err = [[m - r.spread[0] * 1e3 for m, r in zip(med, report.results)],
+           [r.spread[1] * 1e3 - m for m, r in zip(med, report.results)]]
+    lat.bar(names, med, yerr=err, color="tab:blue", capsize=3)
+    lat.set_yscale("log")
+    lat.set_ylabel("latency (ms, log)")
+    lat.set_title("end-to-end latency")
+    tuned = [(r.method, r.tuning_s / 60) for r in report.results if r.tuning_s is not None]
+    tun.bar([m for m, _ in tuned], [t for _, t in tuned], color="tab:orange")
+    tun.set_ylabel("tuning time (min)")
+    tun.set_title("tuning time")
+    fig.suptitle(title or f"{report.model} on {report.target.split(',')[0]}")
     return fig

@@ -11,7 +11,7 @@ import argparse
 from typing import Sequence
 
 from .. import __version__
-from . import db, ops, plan, retune, target, tune
+from . import db, model, ops, plan, retune, target, tune
 from .errors import run_command, usage
 
 
@@ -20,7 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="eto", description="Reuse-driven operator tuning on TVM MetaSchedule.")
     parser.add_argument("--version", action="version", version=f"eto {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for group in (ops, target, tune, retune, plan, db):
+    for group in (ops, target, tune, retune, plan, db, model):
         group.register(subparsers)
     parser.set_defaults(func=usage(parser))
     return parser

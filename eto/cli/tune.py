@@ -20,6 +20,8 @@ from .ops import add_dim_option, parse_dims
 from .plan import add_strategy_option, top_k_of
 
 if TYPE_CHECKING:  # pragma: no cover
+    from tvm.target import Target
+
     from tuner.measure import Measurer
 
     from ..database import Database
@@ -47,7 +49,8 @@ def add_operator_options(p: argparse.ArgumentParser) -> None:
     """``--opset``, ``--op`` and ``--model`` (read by :func:`_operators`): one copy for tune and retune."""
     p.add_argument("--opset", help="built-in set name or JSON file (default: quickstart)")
     p.add_argument("--op", action="append", help="one operator, e.g. 'BMM(B=1,M=128,N=768,K=768)' (repeatable)")
-    p.add_argument("--model", help="an ONNX model or torch.export .pt2 file: its operator set")
+    p.add_argument("--model", help="an ONNX model or torch.export .pt2 file: eto tune tunes the fused tasks Relax "
+                   "compiles for it (eto build applies them), eto retune its operators")
     add_dim_option(p)
 
 
@@ -69,14 +72,27 @@ def _open_database(paths: Sequence[str]) -> "Database":
     return db
 
 
+def model_opset(path: str, dims: dict[str, int], target: "Target") -> OperatorSet:
+    """The fused tasks Relax compiles for the model (:mod:`eto.models.tasks`); those eto has no
+    operator type for are named on stderr: they keep TVM's default schedules."""
+    from ..models import load_relax
+    from ..models.tasks import model_tasks
+
+    tasks = model_tasks(load_relax(path, dims=dims), target)
+    for t in tasks.left_alone:
+        print(f"eto: {path}: not tuned: {t.weight} x {t.name} ({t.reason})", file=sys.stderr)
+    return tasks.opset
+
+
 def _tune(args: argparse.Namespace) -> int:
-    opset = _operators(args)
-    if args.trials < 1:
-        raise CLIError(f"--trials must be positive, got {args.trials}")
     from ..target import parse_target
     from ..tuning import progress_printer, tune_with_backend
 
     target = parse_target(args.target)
+    opset = model_opset(args.model, parse_dims(args.dim), target) if args.model and not (args.op or args.opset) \
+        else _operators(args)
+    if args.trials < 1:
+        raise CLIError(f"--trials must be positive, got {args.trials}")
     paths = args.db or [DEFAULT_DB]
     db = _open_database(paths)
     if args.method == "ansor" and (args.hot_share is not None or args.evolve or args.rpc or args.devices != 1):

@@ -194,6 +194,13 @@ class Operator:
 
     type: str
     params: tuple[tuple[str, ParamValue], ...]
+    #: A model's fused task (:mod:`eto.models.tasks`): the Relax ops fused into the function that
+    #: Relax compiles, e.g. ``"conv2d+add+relu"``; empty for the bare operator (the catalogue's TE
+    #: program). Part of identity and of the sketch key: reuse stays between tasks of one fusion.
+    fusion: str = ""
+    #: The fused task's PrimFunc (what Relax compiles); not part of identity: a database reloads the
+    #: operator without it, and the model supplies it again.
+    task: Any = field(default=None, repr=False, compare=False, hash=False)
     _p: dict = field(default=None, init=False, repr=False, compare=False, hash=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -230,13 +237,25 @@ class Operator:
             raise ValueError(f"{spec.name}: from_loop_nest needs structural parameter(s) {', '.join(missing)}")
         return cls.create(spec.name, **spec.params_from_loop_nest(extents, structural))
 
+    def with_fusion(self, fusion: str, task: "tirx.PrimFunc | None" = None) -> "Operator":
+        """This operator as the anchor of a fused task: ``fusion`` names the fused ops, ``task`` is
+        the function Relax compiles (needed to tune it; a database reads the operator without it)."""
+        if not re.fullmatch(r"[A-Za-z0-9_]+(\+[A-Za-z0-9_]+)*", fusion):
+            raise ValueError(f"fusion must be op names joined by '+', e.g. 'conv2d+add+relu', got {fusion!r}")
+        return Operator(self.type, self.params, fusion, task)
+
+    @property
+    def anchor(self) -> "Operator":
+        """The bare operator (no fusion): what the catalogue, bridges and numpy know."""
+        return Operator(self.type, self.params) if self.fusion else self
+
     @classmethod
     def parse(cls, text: str) -> "Operator":
         """Read the :attr:`key` form back: ``C2D(N=1,CI=64,H=56,W=56,CO=64,KH=3,KW=3,padding=1)``.
 
         Omitted parameters take their defaults; ``1x2`` gives a per-axis value.
         """
-        m = re.fullmatch(r"\s*([A-Za-z0-9]+)\s*\((.*)\)\s*", text)
+        m = re.fullmatch(r"\s*([A-Za-z0-9]+)\s*\((.*)\)\s*(?:\+\s*(\S+)\s*)?", text)
         if not m:
             raise ValueError(f"cannot read operator {text!r}: expected TYPE(name=value,...), e.g. "
                              "'BMM(B=1,M=128,N=768,K=768)'")
@@ -252,7 +271,8 @@ class Operator:
             except ValueError:  # more digits than int() reads
                 raise ValueError(f"cannot read operator {text!r}: parameter {name.strip()} is too large") from None
             params[name.strip()] = parts[0] if len(parts) == 1 else tuple(parts)
-        return cls.create(m.group(1), **params)
+        op = cls.create(m.group(1), **params)
+        return op.with_fusion(m.group(3)) if m.group(3) else op
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Operator":
@@ -261,14 +281,17 @@ class Operator:
         params = d.get("params", {})
         if not isinstance(params, Mapping):
             raise ValueError(f"{d['type']}: 'params' must be an object of name: value, got {params!r}")
-        return cls.create(d["type"], **params)
+        op = cls.create(d["type"], **params)
+        return op.with_fusion(d["fusion"]) if d.get("fusion") else op
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "params": {k: list(v) if isinstance(v, tuple) else v for k, v in self.params}}
+        d = {"type": self.type, "params": {k: list(v) if isinstance(v, tuple) else v for k, v in self.params}}
+        return {**d, "fusion": self.fusion} if self.fusion else d
 
     def replace(self, **params: Any) -> "Operator":
         """A copy with some parameters changed (e.g. another batch size), re-validated."""
-        return Operator.create(self.type, **{**self._p, **params})
+        op = Operator.create(self.type, **{**self._p, **params})
+        return op.with_fusion(self.fusion) if self.fusion else op
 
     # -- derived facts --------------------------------------------------------------------
     @property
@@ -298,11 +321,16 @@ class Operator:
 
     @property
     def input_shapes(self) -> list[tuple[int, ...]]:
-        return self.spec.input_shapes(self._p)
+        return self._task_shapes()[:-1] if self.fusion else self.spec.input_shapes(self._p)
 
     @property
     def output_shape(self) -> tuple[int, ...]:
-        return self.spec.output_shape(self._p)
+        return self._task_shapes()[-1] if self.fusion else self.spec.output_shape(self._p)
+
+    def _task_shapes(self) -> list[tuple[int, ...]]:
+        """A fused task's argument shapes, output last (Relax's destination-passing convention)."""
+        func = self.prim_func()
+        return [tuple(int(d) for d in p.shape) for p in func.params]
 
     @property
     def structural(self) -> dict[str, ParamValue]:
@@ -311,7 +339,8 @@ class Operator:
     def sketch_key(self, parallel_limit: int = DEFAULT_PARALLEL_LIMIT) -> str:
         """A TVM-free stand-in for the sketch set K: operators whose design spaces have the same
         sketch signatures (:attr:`tuner.sketch.Sketch.signature`) have the same key."""
-        return self.spec.sketch_key(self._p, parallel_limit)
+        key = self.spec.sketch_key(self._p, parallel_limit)
+        return f"{key}+{self.fusion}" if self.fusion else key
 
     def sketch_count(self, parallel_limit: int = DEFAULT_PARALLEL_LIMIT) -> int:
         return self.spec.sketch_count(self._p, parallel_limit)
@@ -319,7 +348,8 @@ class Operator:
     @property
     def key(self) -> str:
         """Unique, stable text form: ``C2D(N=1,CI=64,...,stride=1x1,...)``; used as database key."""
-        return f"{self.type}(" + ",".join(f"{k}={_fmt(v)}" for k, v in self.params) + ")"
+        key = f"{self.type}(" + ",".join(f"{k}={_fmt(v)}" for k, v in self.params) + ")"
+        return f"{key}+{self.fusion}" if self.fusion else key
 
     @property
     def name(self) -> str:
@@ -333,7 +363,8 @@ class Operator:
                     extra.append(f"{k[0] if k != 'output_padding' else 'op'}{_fmt(v)}")
             elif k in self.spec.structural:
                 extra.append(f"{k}{_fmt(v)}")
-        return f"{self.type}[{','.join(map(str, self.extents))}]" + ("/" + ",".join(extra) if extra else "")
+        name = f"{self.type}[{','.join(map(str, self.extents))}]" + ("/" + ",".join(extra) if extra else "")
+        return f"{name}+{self.fusion}" if self.fusion else name
 
     def __str__(self) -> str:
         return self.name
@@ -350,6 +381,13 @@ class Operator:
         """
         from tvm import te, tirx
 
+        if self.fusion:
+            if self.task is None:
+                raise ValueError(f"{self.name}: a fused task's program comes from its model (eto tune --model); "
+                                 "this operator was read without it")
+            if symbolic:
+                raise ValueError(f"{self.name}: a fused task has no symbolic form")
+            return self.task
         if not symbolic:
             return te.create_prim_func(self.te(dtype)).with_attr("global_symbol", "main")
         unknown = [k for k in symbolic if k not in self._p]
@@ -364,7 +402,17 @@ class Operator:
         return [rng.uniform(-1.0, 1.0, size=s).astype(dtype) for s in self.input_shapes]
 
     def reference(self, *inputs: np.ndarray) -> np.ndarray:
-        return self.spec.reference(self._p, *inputs)
+        """numpy's result; a fused task's is its unscheduled PrimFunc's, built for the CPU."""
+        if not self.fusion:
+            return self.spec.reference(self._p, *inputs)
+        from tvm.ir import IRModule
+
+        from tuner.apply import build, run_once
+        from ..target import cpu_target
+
+        func = self.prim_func()
+        lib = build(IRModule({"main": func}), cpu_target())
+        return run_once(lib, inputs, self.output_shape, str(func.params[-1].dtype))
 
 
 def _fmt(v: ParamValue) -> str:

@@ -1,0 +1,113 @@
+"""``eto build`` and ``eto bench``: a model compiled with a database, and what the tuning bought.
+
+Both read the model as ``eto tune --model`` does, so the fused tasks they look up are the ones it
+tuned (:mod:`eto.models.tasks`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from ..report import format_table
+from .errors import EXIT_OK, CLIError
+from .ops import add_dim_option, parse_dims
+
+
+def _load(args: argparse.Namespace):
+    from ..database import Database
+    from ..models import load_relax
+    from ..target import parse_target
+
+    if not os.path.isdir(args.db):
+        raise CLIError(f"--db {args.db}: no such database directory")
+    db = Database(args.db, readonly=True)
+    for p in db.problems:
+        print(f"eto: warning: {os.path.join(args.db, str(p))} (skipped)", file=sys.stderr)
+    return load_relax(args.model, dims=parse_dims(args.dim)), db, parse_target(args.target)
+
+
+def _build(args: argparse.Namespace) -> int:
+    from ..models.build import build_model
+
+    model, db, target = _load(args)
+    built = build_model(model, db, target)
+    for t in built.missing:
+        print(f"eto: warning: {t.name} ({t.op}, {t.weight} call(s)) has no program in {args.db}: "
+              "TVM's default schedule", file=sys.stderr)
+    for t in built.tasks.left_alone:
+        print(f"eto: {t.name}: default schedule ({t.reason})", file=sys.stderr)
+    built.executable.export_library(args.output)
+    print(f"eto: {model.name}: {len(built.applied)} of {len(built.applied) + len(built.missing)} tunable tasks run "
+          f"programs from {args.db} ({built.applied_flops_share:.1%} of their FLOPs), "
+          f"{len(built.tasks.left_alone)} other tasks default-scheduled; wrote {args.output}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from ..models.bench import bench_model
+
+    model, db, target = _load(args)
+    torch_module = _torch_module(args.model)
+    report = bench_model(model, target, database=db, torch_module=torch_module, ms_trials=args.ms_trials,
+                         ms_work_dir=args.ms_work, rounds=args.rounds,
+                         log=lambda m: print(f"eto: {m}", file=sys.stderr, flush=True))
+    if args.plot:
+        from ..plots import model_bench_figure
+
+        model_bench_figure(report).savefig(args.plot, dpi=120)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=1))
+        return EXIT_OK
+    base = report.result("untuned").median_s
+    rows = [[r.method, f"{r.median_s * 1e3:.3f}", f"{r.spread[0] * 1e3:.3f}-{r.spread[1] * 1e3:.3f}",
+             f"{base / r.median_s:.2f}x", "-" if r.tuning_s is None else f"{r.tuning_s:.0f}",
+             f"{r.max_abs_error:.2g}", "-" if r.applied_flops_share is None else f"{r.applied_flops_share:.0%}"]
+            for r in report.results]
+    print(format_table(["method", "median ms", "p10-p90 ms", "vs untuned", "tuning s", f"max err vs {report.reference}",
+                        "tuned FLOPs"], rows))
+    return EXIT_OK
+
+
+def _torch_module(path: str):
+    """PyTorch eager on the same weights, for ``torch.export`` archives (None for ONNX files)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    import zipfile
+
+    if not zipfile.is_zipfile(path):
+        return None
+    torch.set_num_threads(int(os.environ.get("TVM_NUM_THREADS", "0") or 0) or torch.get_num_threads())
+    return torch.export.load(path).module()
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="an ONNX model or torch.export .pt2 file")
+    p.add_argument("--db", required=True, help="the database eto tune --model wrote")
+    p.add_argument("--target", default="cpu", help="target the database was tuned for (default: cpu)")
+    add_dim_option(p)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("build", help="compile a model with a database's programs applied",
+                              description="Compile a model with the database's programs applied to its fused tasks; "
+                                          "tasks without one keep TVM's default schedules and are named.")
+    _common(p)
+    p.add_argument("-o", "--output", required=True, help="the compiled library to write (.so)")
+    p.set_defaults(func=_build)
+    p = subparsers.add_parser("bench", help="end-to-end latency of a model: eto's database against the baselines",
+                              description="Time the model built without tuning, with the database, with "
+                                          "MetaSchedule's own tuning (--ms-trials) and PyTorch eager (.pt2 files), "
+                                          "interleaved in one process; outputs compared with PyTorch's.")
+    _common(p)
+    p.add_argument("--ms-trials", type=int, default=None,
+                   help="also tune the same tasks with MetaSchedule, this many trials each (slow)")
+    p.add_argument("--ms-work", help="MetaSchedule's work directory: a finished run there is reused")
+    p.add_argument("--rounds", type=int, default=5, help="timing rounds, methods interleaved (default 5)")
+    p.add_argument("--plot", help="write a figure of latency and tuning time per method (PNG)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=_bench)

@@ -1,0 +1,203 @@
+"""``eto bench``: what a tuning run bought, end to end, against the baselines a user would try.
+
+One process builds the model several ways and times them interleaved, round by round, on the same
+inputs (so drift lands on every method alike): TVM without tuning (default schedules), with eto's
+database (:mod:`eto.models.build`), with MetaSchedule's own tuning of the same tasks
+(``tune_tasks`` on the tasks eto tunes, ``max_trials_per_task`` trials each, the gradient task
+scheduler; optional, it takes as long as MetaSchedule takes), and PyTorch eager on the same weights
+(for ``torch.export`` programs; oneDNN on the CPU). Every output is compared with PyTorch's (or, for
+ONNX files, with the untuned build's). Tuning time per method: eto's is the sum of the seconds its
+database recorded for the model's tasks; MetaSchedule's is its wall time in this process, measuring
+with eto's builder and runner (:class:`tuner.measure.Measurer`, as ``eto tune --method ansor``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import numpy as np
+
+from .build import BuiltModel, build_model, model_inputs
+from .tasks import ModelTasks, model_tasks
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tvm.target import Target
+
+    from ..database import Database
+    from .load import RelaxModel
+
+#: The file in a MetaSchedule work directory that keeps its tuning time, so a rerun reuses the run.
+MS_TIME_FILE = "eto_tuning_time.json"
+
+
+@dataclass(frozen=True)
+class MethodResult:
+    """One way of running the model: its latencies, tuning time and output error."""
+
+    method: str  # untuned | eto | metaschedule | pytorch
+    latencies_s: tuple[float, ...]
+    tuning_s: float | None = None
+    max_abs_error: float | None = None  # against the reference outputs
+    applied_flops_share: float | None = None  # TVM builds: tunable FLOPs running a tuned program
+    note: str = ""
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.latencies_s)
+
+    @property
+    def spread(self) -> tuple[float, float]:
+        """The 10th and 90th percentile latencies."""
+        q = np.percentile(self.latencies_s, [10, 90])
+        return float(q[0]), float(q[1])
+
+
+@dataclass(frozen=True)
+class BenchReport:
+    model: str
+    target: str
+    reference: str  # whose outputs the errors are against
+    results: tuple[MethodResult, ...]
+    tasks: list[dict] = field(default_factory=list)
+
+    def result(self, method: str) -> MethodResult | None:
+        return next((r for r in self.results if r.method == method), None)
+
+    def to_json(self) -> dict:
+        return {"model": self.model, "target": self.target, "reference": self.reference,
+                "results": [{**asdict(r), "median_s": r.median_s, "p10_s": r.spread[0], "p90_s": r.spread[1]}
+                            for r in self.results], "tasks": self.tasks}
+
+
+def bench_model(model: "RelaxModel", target: "Target", *, database: "Database | None",
+                torch_module: Callable[..., Any] | None = None, ms_trials: int | None = None,
+                ms_work_dir: str | None = None, rounds: int = 5, min_repeat_ms: int = 50,
+                log: Callable[[str], None] = lambda m: None) -> BenchReport:
+    """Build and time ``model`` every way that applies; see the module docstring."""
+    tasks = model_tasks(model, target)
+    inputs = model_inputs(tasks)
+    builds: dict[str, BuiltModel] = {"untuned": build_model(model, None, target, tasks=tasks)}
+    tuning: dict[str, float | None] = {"untuned": None}
+    if database is not None:
+        builds["eto"] = build_model(model, database, target, tasks=tasks)
+        tuning["eto"] = _eto_seconds(database, tasks, target)
+        for t in builds["eto"].missing:
+            log(f"warning: {t.name} ({t.op}) has no program in the database: default schedule")
+    if ms_trials:
+        ms_db, tuning["metaschedule"] = tune_metaschedule(tasks, target, ms_trials, ms_work_dir, log=log)
+        builds["metaschedule"] = _build_with(ms_db, tasks, target)
+    runners: dict[str, Callable[[], list[np.ndarray]]] = {m: (lambda b=b: b.run(inputs)) for m, b in builds.items()}
+    timers: dict[str, Callable[[], list[float]]] = {
+        m: (lambda b=b: b.time(inputs, repeat=3, min_repeat_ms=min_repeat_ms)) for m, b in builds.items()}
+    if torch_module is not None:
+        runners["pytorch"], timers["pytorch"] = _torch(torch_module, inputs, min_repeat_ms)
+    reference = "pytorch" if "pytorch" in runners else "untuned"
+    want = runners[reference]()
+    errors = {m: max(float(np.abs(np.asarray(g, dtype=np.float64) - w).max()) for g, w in zip(run(), want))
+              for m, run in runners.items()}
+    times: dict[str, list[float]] = {m: [] for m in timers}
+    for r in range(rounds):
+        for m in (timers if r % 2 == 0 else list(reversed(timers))):
+            times[m] += timers[m]()
+        log(f"round {r + 1}/{rounds}: " + ", ".join(f"{m} {statistics.median(t) * 1e3:.3f} ms" for m, t in times.items()))
+    results = tuple(MethodResult(m, tuple(times[m]), tuning.get(m), errors[m],
+                                 builds[m].applied_flops_share if m in builds and m != "untuned" else None)
+                    for m in timers)
+    return BenchReport(model.name, str(target), reference, results, [
+        {"task": t.name, "weight": t.weight, "operator": t.op.name if t.op else None, "gflop": t.flops / 1e9,
+         "reason": t.reason, "eto_program": t in builds["eto"].applied if "eto" in builds else None}
+        for t in tasks.tasks])
+
+
+def tune_metaschedule(tasks: ModelTasks, target: "Target", trials: int, work_dir: str | None, *,
+                      log: Callable[[str], None] = lambda m: None):
+    """MetaSchedule's own tuning of the tasks eto tunes; reuses a finished run in ``work_dir``."""
+    import tvm.s_tir.tensor_intrin  # noqa: F401  (the one-time import stays off the clock)
+    from tvm.s_tir import meta_schedule as ms
+
+    from tuner.measure import MeasureConfig, Measurer
+
+    if work_dir and os.path.exists(os.path.join(work_dir, MS_TIME_FILE)):
+        with open(os.path.join(work_dir, MS_TIME_FILE)) as f:
+            seconds = json.load(f)["seconds"]
+        log(f"MetaSchedule: reusing the finished run in {work_dir} ({seconds:.0f} s)")
+        return ms.database.JSONDatabase(work_dir=work_dir), seconds
+    work_dir = work_dir or _temp_dir()
+    extracted = [t for t in ms.relax_integration.extract_tasks(tasks.fused, target)
+                 if any(m.name == t.task_name for m in tasks.tasks if m.op is not None)]
+    log(f"MetaSchedule: tuning {len(extracted)} tasks, {trials} trials each")
+    # its task table goes to its log files, not to stdout (where eto bench --json prints)
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    with Measurer.local(MeasureConfig()) as measurer:  # eto's builder and runner: the same measurements
+        start = time.perf_counter()
+        contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(extracted, work_dir)
+        db = ms.relax_integration.tune_tasks(tasks=contexts, task_weights=weights, work_dir=work_dir,
+                                             max_trials_global=trials * len(contexts), max_trials_per_task=trials,
+                                             num_trials_per_iter=min(64, trials), builder=measurer.builder,
+                                             runner=measurer.runner)
+        seconds = time.perf_counter() - start
+    with open(os.path.join(work_dir, MS_TIME_FILE), "w") as f:
+        json.dump({"seconds": seconds, "trials_per_task": trials, "tasks": len(contexts)}, f)
+    return db, seconds
+
+
+def _build_with(ms_db, tasks: ModelTasks, target: "Target") -> BuiltModel:
+    from tvm.s_tir import meta_schedule as ms
+
+    applied = tuple(t for t in tasks.tasks if t.op is not None and ms_db.has_workload(t.mod))
+    missing = tuple(t for t in tasks.tasks if t.op is not None and t not in applied)
+    ex = ms.relax_integration.compile_relax(ms_db, tasks.bound, target, params=None)
+    return BuiltModel(ex, tasks, applied, missing, target)
+
+
+def _eto_seconds(database: "Database", tasks: ModelTasks, target: "Target") -> float:
+    """The tuning seconds the database recorded for the model's operators."""
+    from ..target import target_key
+
+    keys, tk = {t.op.key for t in tasks.tasks if t.op is not None}, target_key(target)
+    return sum(float(r.get("seconds", 0.0)) for r in database.results()
+               if r.get("op_key") in keys and r.get("target") == tk)
+
+
+def _torch(module: Callable[..., Any], inputs: Sequence[np.ndarray], min_repeat_ms: int):
+    import torch
+
+    args = [torch.from_numpy(np.ascontiguousarray(a)) for a in inputs]
+
+    def run() -> list[np.ndarray]:
+        with torch.no_grad():
+            return [t.detach().numpy() for t in _leaves(module(*args))]
+
+    def timer() -> list[float]:
+        out = []
+        with torch.no_grad():
+            for _ in range(3):
+                n, start = 0, time.perf_counter()
+                while True:
+                    module(*args)
+                    n += 1
+                    if (time.perf_counter() - start) * 1e3 >= min_repeat_ms:
+                        break
+                out.append((time.perf_counter() - start) / n)
+        return out
+
+    run()  # warm-up
+    return run, timer
+
+
+def _leaves(value: Any) -> list[Any]:
+    if hasattr(value, "detach"):
+        return [value]
+    return [a for v in value for a in _leaves(v)]
+
+
+def _temp_dir() -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="eto-ms-relax-")

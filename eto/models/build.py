@@ -1,0 +1,111 @@
+"""``eto build``: a model compiled with the database's programs applied to its fused tasks.
+
+The model is prepared as :mod:`eto.models.tasks` prepares it for tuning, each tunable task gets its
+operator's best stored program (the one eto's correctness gate passed), and MetaSchedule's
+``compile_relax`` compiles it: ``MetaScheduleApplyDatabase`` replaces every function it finds in the
+database, the rest keep TVM's default schedules. The tasks that got no program are named, with their
+share of the model's tunable FLOPs, so a stale or partial database is never silent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from .tasks import ModelTask, ModelTasks, model_tasks
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tvm.target import Target
+
+    from ..database import Database
+    from .load import RelaxModel
+
+
+@dataclass(frozen=True)
+class BuiltModel:
+    """A compiled model and which of its tasks run the database's programs."""
+
+    executable: Any  # tvm.relax.VMExecutable
+    tasks: ModelTasks
+    applied: tuple[ModelTask, ...]  # tunable tasks that run a stored program
+    missing: tuple[ModelTask, ...]  # tunable tasks with no stored program: default schedule
+    target: "Target"
+
+    @property
+    def applied_flops_share(self) -> float:
+        """Share of the model's tunable FLOPs (weighted by calls) that run a stored program."""
+        total = sum(t.flops * t.weight for t in self.applied + self.missing)
+        return sum(t.flops * t.weight for t in self.applied) / total if total else 1.0
+
+    def vm(self):
+        from tvm import relax
+
+        return relax.VirtualMachine(self.executable, _device(self.target))
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The model's outputs (flattened) on numpy inputs."""
+        return flatten(self.vm()["main"](*[_tensor(a, _device(self.target)) for a in inputs]))
+
+    def time(self, inputs: Sequence[np.ndarray], *, repeat: int = 10, min_repeat_ms: int = 100) -> list[float]:
+        """``repeat`` seconds-per-run, each the mean of runs filling ``min_repeat_ms``."""
+        vm, dev = self.vm(), _device(self.target)
+        timer = vm.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
+        return [float(t) for t in timer(*[_tensor(a, dev) for a in inputs]).results]
+
+
+def build_model(model: "RelaxModel", database: "Database | None", target: "Target", *,
+                tasks: ModelTasks | None = None) -> BuiltModel:
+    """Compile ``model`` for ``target`` with ``database``'s programs (None: TVM's defaults only)."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+
+    tasks = tasks or model_tasks(model, target)
+    ms_db = ms.database.MemoryDatabase()
+    applied, missing = [], []
+    for t in tasks.tasks:
+        if t.op is None:
+            continue
+        best = database.best(t.op, target, predicted=False) if database is not None else None
+        if best is None:
+            missing.append(t)
+            continue
+        rec = best.tuning_record
+        ms_db.commit_tuning_record(TuningRecord(rec.trace, ms_db.commit_workload(t.mod), rec.run_secs, target,
+                                                ArgInfo.from_prim_func(t.mod["main"])))
+        applied.append(t)
+    ex = ms.relax_integration.compile_relax(ms_db, tasks.bound, target, params=None)
+    return BuiltModel(ex, tasks, tuple(applied), tuple(missing), target)
+
+
+def model_inputs(tasks: ModelTasks, seed: int = 0) -> list[np.ndarray]:
+    """Random inputs of the model's input shapes and dtypes (weights are bound into the module)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for p in tasks.bound["main"].params[:tasks.num_inputs]:
+        shape = [int(d) for d in p.ty.shape]
+        dtype = str(p.ty.dtype)
+        out.append(rng.uniform(-1.0, 1.0, size=shape).astype(dtype) if "float" in dtype
+                   else rng.integers(0, 2, size=shape).astype(dtype))
+    return out
+
+
+def flatten(value: Any) -> list[np.ndarray]:
+    """A VM result (a tensor or nested tuples of them) as a flat list of numpy arrays."""
+    if hasattr(value, "numpy"):
+        return [value.numpy()]
+    return [a for v in value for a in flatten(v)]
+
+
+def _tensor(a: np.ndarray, dev) -> Any:
+    import tvm
+
+    return tvm.runtime.tensor(np.ascontiguousarray(a), dev)
+
+
+def _device(target: "Target"):
+    import tvm
+
+    return tvm.cpu() if target.kind.name == "llvm" else tvm.cuda()

@@ -1,0 +1,141 @@
+"""PyTorch models built in code (no downloads, random weights): what ``eto build``/``eto bench``
+are measured and tested on. Latency does not depend on the weights' values.
+
+``resnet(depth)`` is torchvision's ResNet v1.5 (18: basic blocks, 50: bottlenecks; batch norm in
+eval mode), ``bert_layer`` one BERT-Base encoder layer (self-attention with 12 heads, GELU
+feed-forward, post-layer-norm); ``tiny_cnn`` and ``tiny_transformer`` are their scale-``ci`` cousins.
+``example(name)`` gives a module and its example input. Needs ``torch`` (``pip install 'eto[torch]'``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def _nn():
+    import torch
+
+    return torch, torch.nn
+
+
+def resnet(depth: int = 50, num_classes: int = 1000, width: int = 64):
+    torch, nn = _nn()
+    layers = {18: [2, 2, 2, 2], 34: [3, 4, 6, 3], 50: [3, 4, 6, 3]}
+    if depth not in layers:
+        raise ValueError(f"resnet depth must be one of {sorted(layers)}, got {depth}")
+    bottleneck = depth >= 50
+
+    class Block(nn.Module):
+        expansion = 4 if bottleneck else 1
+
+        def __init__(self, cin: int, planes: int, stride: int) -> None:
+            super().__init__()
+            out = planes * self.expansion
+            if bottleneck:
+                convs = [nn.Conv2d(cin, planes, 1, bias=False), nn.BatchNorm2d(planes), nn.ReLU(),
+                         nn.Conv2d(planes, planes, 3, stride, 1, bias=False), nn.BatchNorm2d(planes), nn.ReLU(),
+                         nn.Conv2d(planes, out, 1, bias=False), nn.BatchNorm2d(out)]
+            else:
+                convs = [nn.Conv2d(cin, planes, 3, stride, 1, bias=False), nn.BatchNorm2d(planes), nn.ReLU(),
+                         nn.Conv2d(planes, out, 3, 1, 1, bias=False), nn.BatchNorm2d(out)]
+            self.body = nn.Sequential(*convs)
+            self.down = (nn.Sequential(nn.Conv2d(cin, out, 1, stride, bias=False), nn.BatchNorm2d(out))
+                         if stride != 1 or cin != out else nn.Identity())
+
+        def forward(self, x):
+            return torch.relu(self.body(x) + self.down(x))
+
+    mods: list[Any] = [nn.Conv2d(3, width, 7, 2, 3, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+                       nn.MaxPool2d(3, 2, 1)]
+    cin = width
+    for i, n in enumerate(layers[depth]):
+        for j in range(n):
+            block = Block(cin, width * 2**i, 2 if i > 0 and j == 0 else 1)
+            mods.append(block)
+            cin = width * 2**i * Block.expansion
+    mods += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, num_classes)]
+    return nn.Sequential(*mods).eval()
+
+
+def bert_layer(hidden: int = 768, heads: int = 12, ffn: int = 3072):
+    torch, nn = _nn()
+
+    class Layer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q, self.k, self.v = (nn.Linear(hidden, hidden) for _ in range(3))
+            self.o = nn.Linear(hidden, hidden)
+            self.ln1, self.ln2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+            self.ff1, self.ff2 = nn.Linear(hidden, ffn), nn.Linear(ffn, hidden)
+
+        def forward(self, x):
+            b, s, _ = x.shape
+            d = hidden // heads
+
+            def split(t):
+                return t.reshape(b, s, heads, d).permute(0, 2, 1, 3)
+
+            q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+            att = torch.softmax(torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(d), dim=-1)
+            ctx = torch.matmul(att, v).permute(0, 2, 1, 3).reshape(b, s, hidden)
+            x = self.ln1(x + self.o(ctx))
+            return self.ln2(x + self.ff2(torch.nn.functional.gelu(self.ff1(x))))
+
+    return Layer().eval()
+
+
+def tiny_cnn():
+    """Three convolutions (two with residual adds), a mean and a classifier: 16x16 inputs."""
+    torch, nn = _nn()
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c1, self.c2, self.c3 = nn.Conv2d(3, 16, 3, padding=1), nn.Conv2d(16, 16, 3, padding=1), \
+                nn.Conv2d(16, 16, 3, padding=1)
+            self.fc = nn.Linear(16, 10)
+
+        def forward(self, x):
+            y = torch.relu(self.c1(x))
+            z = torch.relu(self.c2(y) + y)
+            z = torch.relu(self.c3(z) + y)
+            return self.fc(z.mean((2, 3)))
+
+    return Net().eval()
+
+
+def tiny_transformer():
+    return bert_layer(hidden=64, heads=4, ffn=128)
+
+
+#: name -> (module factory, example input shape)
+EXAMPLES = {
+    "resnet50": (lambda: resnet(50), (1, 3, 224, 224)),
+    "resnet18": (lambda: resnet(18), (1, 3, 224, 224)),
+    "bert_layer": (bert_layer, (1, 128, 768)),
+    "tiny_cnn": (tiny_cnn, (1, 3, 16, 16)),
+    "tiny_transformer": (tiny_transformer, (1, 16, 64)),
+}
+
+
+def example(name: str, seed: int = 0):
+    """``(module, example input)`` of a built-in model, weights and input drawn from ``seed``."""
+    torch, _ = _nn()
+    if name not in EXAMPLES:
+        raise ValueError(f"unknown example model {name!r}; choose from {', '.join(EXAMPLES)}")
+    factory, shape = EXAMPLES[name]
+    torch.manual_seed(seed)
+    return factory(), torch.randn(*shape)
+
+
+def export(name: str, path: str, *, seed: int = 0, onnx: bool = False) -> str:
+    """Save a built-in model as a ``torch.export`` archive (``.pt2``) or an ONNX file; the path."""
+    torch, _ = _nn()
+    module, x = example(name, seed)
+    with torch.no_grad():
+        if onnx:
+            torch.onnx.export(module, (x,), path, dynamo=False, input_names=["input"])
+        else:
+            torch.export.save(torch.export.export(module, (x,)), path)
+    return path
