@@ -50,11 +50,16 @@ class BridgeCatalogue:
     def __call__(self, b: LoopNestOp) -> Operator | None:
         key = (b.type, b.sketch, b.space, b.reduction)
         if key not in self._built:
+            bare, _, fusion = b.sketch.partition("+")  # a model's fused task: eto.models.tasks
             try:
                 op = Operator.from_loop_nest(b.type, b.space + b.reduction,
                                              **self.structural.get((b.type, b.sketch), {}))
             except ValueError:
                 op = None
+            if op is not None and fusion:
+                from .models.tasks import bridge_task
+
+                op = bridge_task(op, fusion) if op.sketch_key() == bare else None
             self._built[key] = op if op is not None and op.sketch_key() == b.sketch else None
         return self._built[key]
 

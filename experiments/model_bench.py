@@ -2,7 +2,7 @@
 
 For each model built in code (:mod:`eto.models.examples`, random weights, exported with
 ``torch.export``): ``eto tune --model`` tunes the fused tasks Relax compiles (timed here, the
-one-time TVM import off the clock), then ``eto bench`` (:func:`eto.models.bench.bench_model`)
+process's one-time costs paid before, by ``_bench.warm_up``), then ``eto bench`` (:func:`eto.models.bench.bench_model`)
 builds the model untuned, with eto's database and with MetaSchedule's own tuning of the same tasks
 at the same per-task budget, and times them with PyTorch eager, interleaved in one process.
 
@@ -94,8 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
     args = ap.parse_args(argv)
     os.environ.setdefault("TVM_NUM_THREADS", "2")
-    import tvm.s_tir.tensor_intrin  # noqa: F401  (the one-time ~25 s import, before either clock)
+    sys.path.insert(0, HERE)
+    from _bench import warm_up
 
+    from eto.target import parse_target
+
+    warm_up(parse_target("cpu"))  # one-time imports and worker start-up, before either clock
     cfg = SCALES[args.scale]
     for name in args.models or cfg["models"]:
         run_model(name, args.trials or cfg["trials"], args.work, args.out_dir, rounds=args.rounds, search=args.search)

@@ -76,11 +76,16 @@ def model_opset(path: str, dims: dict[str, int], target: "Target") -> OperatorSe
     """The fused tasks Relax compiles for the model (:mod:`eto.models.tasks`); those eto has no
     operator type for are named on stderr: they keep TVM's default schedules."""
     from ..models import load_relax
-    from ..models.tasks import model_tasks
+    from ..models.tasks import NOTHING_TO_TUNE, model_tasks
 
     tasks = model_tasks(load_relax(path, dims=dims), target)
+    plain = [t.name for t in tasks.left_alone if t.reason == NOTHING_TO_TUNE]
     for t in tasks.left_alone:
-        print(f"eto: {path}: not tuned: {t.weight} x {t.name} ({t.reason})", file=sys.stderr)
+        if t.reason != NOTHING_TO_TUNE:
+            print(f"eto: {path}: not tuned: {t.weight} x {t.name} ({t.reason})", file=sys.stderr)
+    if plain:
+        print(f"eto: {path}: {len(plain)} element-wise/layout tasks keep TVM's default schedules: "
+              f"{', '.join(plain)}", file=sys.stderr)
     return tasks.opset
 
 

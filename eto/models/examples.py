@@ -131,11 +131,14 @@ def example(name: str, seed: int = 0):
 
 def export(name: str, path: str, *, seed: int = 0, onnx: bool = False) -> str:
     """Save a built-in model as a ``torch.export`` archive (``.pt2``) or an ONNX file; the path."""
+    import warnings
+
     torch, _ = _nn()
     module, x = example(name, seed)
-    with torch.no_grad():
-        if onnx:
-            torch.onnx.export(module, (x,), path, dynamo=False, input_names=["input"])
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if onnx:  # the TorchScript exporter: needs no onnxscript
+            torch.onnx.export(module, (x,), path, dynamo=False, opset_version=17, input_names=["input"])
         else:
             torch.export.save(torch.export.export(module, (x,)), path)
     return path

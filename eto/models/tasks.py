@@ -36,6 +36,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
 
 
+NOTHING_TO_TUNE = "no reduction (element-wise, reshape or layout): nothing to tune"
+
+
 @dataclass(frozen=True)
 class ModelTask:
     """One function Relax compiles for the model."""
@@ -72,13 +75,9 @@ class ModelTasks:
     def left_alone(self) -> list[ModelTask]:
         return [t for t in self.tasks if t.op is None]
 
-    def task_of(self, op: Operator) -> ModelTask:
-        return next(t for t in self.tasks if t.op == op)
-
 
 def prepare(model: RelaxModel, target: "Target") -> tuple["tvm.IRModule", "tvm.IRModule", int]:
     """The model with its weights bound, the same fused for the target, and its number of inputs."""
-    import tvm
     from tvm import relax
 
     mod = model.mod
@@ -117,7 +116,7 @@ def model_tasks(model: RelaxModel, target: "Target") -> ModelTasks:
         mod = t.dispatched[0]
         op, reason = _operator_of(mod, t.task_name, catalogue)
         if op is not None:
-            fusion = _fusion(t.task_name)
+            fusion = _fusion(t.task_name, mod)
             seen[(op, fusion)] += 1
             if seen[(op, fusion)] > 1:  # one name, another function (e.g. a bias add vs a residual add)
                 fusion = f"{fusion}+v{seen[(op, fusion)]}"
@@ -126,10 +125,53 @@ def model_tasks(model: RelaxModel, target: "Target") -> ModelTasks:
     return ModelTasks(model.name, tuple(tasks), bound, fused, num_inputs)
 
 
-def _fusion(task_name: str) -> str:
-    """``fused_conv2d1_add_add1_relu`` -> ``conv2d+add+add+relu``."""
+def _fusion(task_name: str, mod: "tvm.IRModule") -> str:
+    """``fused_conv2d1_add_add1_relu`` -> ``pad+conv2d+add+add+relu``: ``pad`` where the function
+    pads its input in a block of its own (TOPI's convolutions always do; a trace of a padded
+    function does not replay on an unpadded one)."""
     tokens = [re.sub(r"\d+$", "", t) for t in task_name.split("_") if t and t != "fused"]
-    return "+".join(t for t in tokens if t) or "task"
+    return "+".join([*(["pad"] if _pads(mod) else []), *(t for t in tokens if t)]) or "task"
+
+
+def _pads(mod: "tvm.IRModule") -> bool:
+    from tvm import s_tir
+
+    try:
+        s_tir.Schedule(mod).get_sblock("pad_temp")
+    except Exception:  # noqa: BLE001 -- no such block
+        return False
+    return True
+
+
+#: Fusions whose bridges :func:`bridge_task` builds: the anchor alone, as Relax legalizes it.
+BRIDGEABLE = {("C2D", "conv2d"), ("C2D", "pad+conv2d")}
+
+
+def bridge_task(anchor: Operator, fusion: str, target: "Target | None" = None) -> Operator | None:
+    """A bridge operator (section 6) for fused tasks of ``fusion``: ``anchor``'s loop nest as the
+    function Relax compiles for it. Only fusions of the anchor alone (``pad+conv2d``, a 2-D
+    convolution that batch norm was not folded into) have one: a bridge of a fusion with an epilogue would need
+    the epilogue rebuilt at the bridge's shape. None where no bridge can be built."""
+    if (anchor.type, fusion) not in BRIDGEABLE:
+        return None
+    from tvm import relax
+
+    from ..target import cpu_target
+
+    x, w = (relax.Var(n, relax.TensorType(s, "float32")) for n, s in zip("xw", anchor.input_shapes))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            y = bb.emit_output(bb.emit(relax.op.nn.conv2d(
+                x, w, strides=anchor["stride"], padding=anchor["padding"], dilation=anchor["dilation"])))
+        bb.emit_func_output(y)
+    target = target or cpu_target()
+    from tvm.s_tir import meta_schedule as ms
+
+    (task,) = ms.relax_integration.extract_tasks(fuse(bb.get(), target), target)
+    mod = task.dispatched[0]
+    op = anchor.with_fusion(_fusion(task.task_name, mod), mod["main"])
+    return op if op.fusion == fusion else None
 
 
 def _operator_of(mod: "tvm.IRModule", name: str, catalogue: Sequence[Operator]) -> tuple[Operator | None, str]:
@@ -137,7 +179,7 @@ def _operator_of(mod: "tvm.IRModule", name: str, catalogue: Sequence[Operator]) 
 
     block = find_anchor_sblock(mod)
     if block is None:
-        return None, "no reduction (element-wise, reshape or layout): nothing to tune"
+        return None, NOTHING_TO_TUNE
     kinds = [int(iv.iter_type) for iv in block.iter_vars]  # 0: data parallel, 2: reduction
     extents = [_int(iv.dom.extent) for iv in block.iter_vars]
     if any(e is None for e in extents):

@@ -1,0 +1,220 @@
+"""From a model file to a faster model (issue 17): fused tasks, eto tune --model, eto build, eto bench.
+
+Scale ci: a tiny CNN (convolutions with bias, ReLU and residual adds, a mean, a classifier) and a
+tiny transformer block (attention, softmax, layer norm, GELU feed-forward), random weights,
+exported with torch.export. Every built model's output is compared with PyTorch's.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from eto.cli import main
+from eto.operators import Operator
+
+torch = pytest.importorskip("torch")
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    from eto.target import parse_target
+
+    return parse_target("cpu")
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    from eto.models.examples import export
+
+    pytest.importorskip("onnx")
+    d = tmp_path_factory.mktemp("models")
+    files = {name: export(name, str(d / f"{name}.pt2")) for name in ("tiny_cnn", "tiny_transformer")}
+    return {**files, "tiny_cnn_onnx": export("tiny_cnn", str(d / "tiny_cnn.onnx"), onnx=True)}
+
+
+@pytest.fixture(scope="module")
+def tuned(files, tmp_path_factory):
+    """``eto tune --model`` on each model once (4 trials per task): name -> (database, JSON report)."""
+    import contextlib
+    import io
+
+    out: dict = {}
+
+    def get(name: str):
+        if name not in out:
+            db_dir, text, err = tmp_path_factory.mktemp(f"{name}_db"), io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(text), contextlib.redirect_stderr(err):
+                code = main(["tune", "--model", files[name], "--db", str(db_dir), "--trials", "4",
+                             "--trials-per-iter", "4", "--search", "light", "--json", "--quiet"])
+            assert code == 0, err.getvalue()[-2000:]
+            out[name] = (db_dir, json.loads(text.getvalue()))
+        return out[name]
+
+    return get
+
+
+def pytorch_outputs(name, inputs):
+    """The module the file was exported from, run eagerly (same seed: same weights)."""
+    from eto.models.examples import example
+
+    module, _ = example(name.removesuffix("_onnx"))
+    with torch.no_grad():
+        out = module(*[torch.from_numpy(a) for a in inputs])
+    return [t.numpy() for t in (out if isinstance(out, (tuple, list)) else [out])]
+
+
+# -- fused operators ------------------------------------------------------------------------------
+def test_a_fused_operator_is_its_own_operator_and_reads_back():
+    op = Operator.create("C2D", N=1, CI=16, H=16, W=16, CO=16, KH=3, KW=3, padding=1)
+    fused = op.with_fusion("conv2d+add+relu")
+    assert fused != op and fused.anchor == op and hash(fused) != hash(op)
+    assert fused.key.endswith("+conv2d+add+relu") and fused.name.endswith("+conv2d+add+relu")
+    assert Operator.parse(fused.key) == fused and Operator.from_dict(fused.to_dict()) == fused
+    # reuse stays between tasks of one fusion: the fusion is part of the sketch key
+    assert fused.sketch_key() != op.sketch_key() == fused.anchor.sketch_key()
+    assert fused.replace(CO=32).fusion == "conv2d+add+relu"
+    with pytest.raises(ValueError, match="comes from its model"):
+        fused.prim_func()  # read back from a database, without the model's function
+    with pytest.raises(ValueError, match="fusion must be"):
+        op.with_fusion("add relu")
+
+
+def test_fused_tasks_are_mapped_to_the_models_operators(files, cpu):
+    from eto.models import load_relax
+    from eto.models.tasks import NOTHING_TO_TUNE, model_tasks
+
+    tasks = model_tasks(load_relax(files["tiny_cnn"]), cpu)
+    tuned = {t.name: t.op for t in tasks.tasks if t.op is not None}
+    # three convolutions: bias + ReLU, bias + residual + ReLU (twice: the residual is another input)
+    assert sorted(op.fusion for op in tuned.values()) == ["matmul+add", "pad+conv2d+add+add+relu",
+                                                          "pad+conv2d+add+add+relu+v2", "pad+conv2d+add+relu"]
+    assert {op.anchor.type for op in tuned.values()} == {"C2D", "DENSE"}
+    first = next(op for op in tuned.values() if op.fusion == "pad+conv2d+add+relu")
+    assert first.anchor == Operator.create("C2D", N=1, CI=3, H=16, W=16, CO=16, KH=3, KW=3, padding=1)
+    assert first.input_shapes[0] == (1, 3, 16, 16) and first.output_shape == (1, 16, 16, 16)
+    # the mean has a reduction but no operator type: named with the reason, not dropped
+    (mean,) = [t for t in tasks.left_alone if "mean" in t.name]
+    assert "matches no catalogue operator" in mean.reason
+    assert all(t.reason == NOTHING_TO_TUNE for t in tasks.left_alone if t is not mean)
+    assert len(tasks.opset) == 4 and sum(e.frequency for e in tasks.opset) == 4
+    # a fused task's reference is its unscheduled function's output
+    inputs = first.random_inputs(seed=1)
+    x, w, b = inputs
+    conv = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1)
+    want = torch.relu(conv + torch.from_numpy(b)).numpy()
+    np.testing.assert_allclose(first.reference(*inputs), want, rtol=1e-4, atol=1e-4)
+
+
+def test_stride_is_told_apart_when_loop_nests_coincide(cpu):
+    """A 3x3 convolution at stride 1 on 8x8 and at stride 2 on 16x16 share a loop nest."""
+    from eto.models.load import torch_to_relax
+    from eto.models.tasks import model_tasks
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, 2, 1, bias=False), torch.nn.Conv2d(8, 8, 3, 1, 1, bias=False))
+    tasks = model_tasks(torch_to_relax(net, torch.randn(1, 8, 16, 16)), cpu)
+    strides = sorted(t.op.anchor["stride"] for t in tasks.tasks if t.op is not None)
+    assert strides == [(1, 1), (2, 2)]
+
+
+def test_bare_convolution_tasks_get_bridges_and_fused_ones_do_not(cpu):
+    """Bridges (section 6) for fused tasks: built where the task is the convolution alone."""
+    from eto.models.load import torch_to_relax
+    from eto.models.tasks import bridge_task, model_tasks
+    from eto.plan import plan_operator_set
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, 1, 1, bias=False), torch.nn.Conv2d(16, 32, 3, 1, 1, bias=False),
+                              torch.nn.Conv2d(32, 32, 1, 1, 0, bias=False))
+    tasks = model_tasks(torch_to_relax(net, torch.randn(1, 8, 12, 12)), cpu)
+    ops = [t.op for t in tasks.tasks if t.op is not None]
+    assert {op.fusion for op in ops} == {"pad+conv2d"}
+    bridge = bridge_task(Operator.from_loop_nest("C2D", [1, 32, 12, 12, 32, 3, 3]), "pad+conv2d", cpu)
+    assert bridge is not None and bridge.sketch_key() == ops[0].sketch_key()
+    assert tuple(int(d) for d in bridge.prim_func().params[0].shape) == (1, 32, 14, 14)
+    assert bridge_task(Operator.from_loop_nest("C2D", [1, 32, 12, 12, 32, 3, 3]), "pad+conv2d+add+relu") is None
+    planned = plan_operator_set(tasks.opset, budget=64, bridges="1hop", cost="analytic", target=cpu)
+    assert planned.plan.bridges  # the OC graph has bridges, each one the catalogue could build
+    built = [planned.bridges(b) for b in planned.plan.bridges]
+    assert built and all(op.fusion == "pad+conv2d" and op.task is not None for op in built)
+
+
+# -- tune, build, run ---------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["tiny_cnn", "tiny_transformer", "tiny_cnn_onnx"])
+def test_tune_build_and_run_a_model_matches_pytorch(name, files, tuned, cpu, capsys, tmp_path):
+    from tvm.s_tir import meta_schedule as ms
+
+    from eto.database import Database
+    from eto.models import load_relax
+    from eto.models.build import build_model, model_inputs
+
+    path, (db_dir, report) = files[name], tuned(name)
+    assert report["operators"] and all(r["status"] == "tuned" for r in report["operators"])
+    # the database is MetaSchedule's: its JSONDatabase finds every tuned task's function
+    model = load_relax(path)
+    built = build_model(model, Database(db_dir), cpu)
+    tuned = [t for t in built.tasks.tasks if t.op is not None]
+    ms_db = ms.database.JSONDatabase(work_dir=str(db_dir))
+    assert all(ms_db.has_workload(t.mod) for t in tuned)
+    assert len(built.applied) == len(tuned) and not built.missing and built.applied_flops_share == 1.0
+    inputs = model_inputs(built.tasks, seed=3)
+    for got, want in zip(built.run(inputs), pytorch_outputs(name, inputs)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    # eto build writes a library and names the tasks left to TVM's defaults
+    code, _, err = run(capsys, "build", "--model", path, "--db", db_dir, "-o", tmp_path / "model.so")
+    assert code == 0, err
+    assert (tmp_path / "model.so").stat().st_size > 0
+    assert f"{len(tuned)} of {len(tuned)} tunable tasks run programs" in err and "100.0% of their FLOPs" in err
+    left = "softmax" if name == "tiny_transformer" else "mean"
+    assert any(left in line and "default schedule" in line for line in err.splitlines())
+
+
+@pytest.mark.slow
+def test_a_task_without_a_program_builds_with_a_warning_and_correct_outputs(files, cpu, capsys, tmp_path):
+    from eto.database import Database
+    from eto.models import load_relax
+    from eto.models.build import build_model, model_inputs
+    from eto.models.tasks import model_tasks
+
+    path = files["tiny_cnn"]
+    tasks = model_tasks(load_relax(path), cpu)
+    dense = next(t.op for t in tasks.tasks if t.op is not None and t.op.type == "DENSE")
+    # tune only the classifier: the convolutions keep TVM's default schedules
+    code, _, err = run(capsys, "tune", "--op", dense.anchor.key, "--db", tmp_path / "db", "--trials", "2",
+                       "--trials-per-iter", "2", "--search", "light", "--quiet")
+    assert code == 0, err
+    code, _, err = run(capsys, "build", "--model", path, "--db", tmp_path / "db", "-o", tmp_path / "m.so")
+    assert code == 0, err
+    warned = [line for line in err.splitlines() if "has no program in" in line]
+    assert len(warned) == 4 and any("fused_conv2d_add_relu" in line for line in warned)
+    assert "0 of 4 tunable tasks" in err  # the bare DENSE is not the fused task Relax compiles
+    built = build_model(load_relax(path), Database(tmp_path / "db"), cpu)
+    assert built.applied_flops_share == 0.0
+    inputs = model_inputs(built.tasks)
+    np.testing.assert_allclose(built.run(inputs)[0], pytorch_outputs("tiny_cnn", inputs)[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_bench_compares_builds_with_pytorch(files, tuned, capsys, tmp_path):
+    path, (db_dir, _) = files["tiny_cnn"], tuned("tiny_cnn")
+    code, out, err = run(capsys, "bench", "--model", path, "--db", db_dir, "--rounds", "2", "--json",
+                         "--plot", tmp_path / "bench.png", "--ms-trials", "2", "--ms-work", tmp_path / "ms")
+    assert code == 0, err
+    report = json.loads(out)  # MetaSchedule's own logging stays off stdout
+    by = {r["method"]: r for r in report["results"]}
+    assert set(by) == {"untuned", "eto", "metaschedule", "pytorch"} and report["reference"] == "pytorch"
+    assert all(r["max_abs_error"] < 1e-4 for r in by.values())
+    assert by["eto"]["applied_flops_share"] == 1.0 and by["eto"]["tuning_s"] > 0
+    assert by["metaschedule"]["applied_flops_share"] == 1.0 and by["metaschedule"]["tuning_s"] > 0
+    assert by["eto"]["median_s"] < by["untuned"]["median_s"]  # tuned programs beat unscheduled loops
+    assert (tmp_path / "bench.png").stat().st_size > 0
+    code, _, err = run(capsys, "bench", "--model", path, "--db", tmp_path / "nowhere")
+    assert code == 2 and "no such database directory" in err
