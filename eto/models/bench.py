@@ -69,6 +69,13 @@ class BenchReport:
     def result(self, method: str) -> MethodResult | None:
         return next((r for r in self.results if r.method == method), None)
 
+    @classmethod
+    def from_json(cls, d: dict) -> "BenchReport":
+        fields = {f for f in MethodResult.__dataclass_fields__}
+        results = tuple(MethodResult(**{**{k: v for k, v in r.items() if k in fields},
+                                        "latencies_s": tuple(r["latencies_s"])}) for r in d["results"])
+        return cls(d["model"], d["target"], d["reference"], results, d.get("tasks", []))
+
     def to_json(self) -> dict:
         return {"model": self.model, "target": self.target, "reference": self.reference,
                 "results": [{**asdict(r), "median_s": r.median_s, "p10_s": r.spread[0], "p90_s": r.spread[1]}
