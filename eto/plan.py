@@ -43,23 +43,25 @@ class BridgeCatalogue:
     costing edges, and the plan while naming its bridges.
     """
 
-    def __init__(self, structural: Mapping[tuple[str, str], Mapping]) -> None:
-        self.structural = dict(structural)  # (type, sketch key) -> structural parameters of the kind
+    def __init__(self, members: Mapping[tuple[str, str], Operator]) -> None:
+        #: (type, sketch key) -> a set member of that kind: its structural parameters, and for a
+        #: model's fused task the function a bridge is rebuilt like (eto.models.tasks.bridge_task)
+        self.members = dict(members)
         self._built: dict[tuple, Operator | None] = {}
 
     def __call__(self, b: LoopNestOp) -> Operator | None:
         key = (b.type, b.sketch, b.space, b.reduction)
         if key not in self._built:
-            bare, _, fusion = b.sketch.partition("+")  # a model's fused task: eto.models.tasks
+            member = self.members.get((b.type, b.sketch))
             try:
                 op = Operator.from_loop_nest(b.type, b.space + b.reduction,
-                                             **self.structural.get((b.type, b.sketch), {}))
+                                             **(member.structural if member is not None else {}))
             except ValueError:
                 op = None
-            if op is not None and fusion:
+            if op is not None and member is not None and member.fusion:
                 from .models.tasks import bridge_task
 
-                op = bridge_task(op, fusion) if op.sketch_key() == bare else None
+                op = bridge_task(op, member) if op.sketch_key() == member.anchor.sketch_key() else None
             self._built[key] = op if op is not None and op.sketch_key() == b.sketch else None
         return self._built[key]
 
@@ -220,7 +222,9 @@ def plan_operator_set(
     kind = target_kind(target) if target is not None else "cpu"
     tuned = set(database.tuned(target)) if database is not None and target is not None else set()
     names, nodes = _nodes(opset, tuned)
-    catalogue = BridgeCatalogue({(n.type, n.sketch): names[n.name].structural for n in nodes})
+    # members with a function first: a prior database's fused task is read back without one
+    members = sorted((names[n.name] for n in nodes), key=lambda op: op.task is not None)
+    catalogue = BridgeCatalogue({(op.type, op.sketch_key()): op for op in members})
     if cost_fn is None and cost == "estimate":
         from tuner.cost_model import LearnedRanker
 

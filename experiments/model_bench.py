@@ -16,6 +16,8 @@ recorded wall times too). Results: ``experiments/results/model_bench_<model>_N<t
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import sys
@@ -44,15 +46,19 @@ def run_model(name: str, trials: int, work: str, out_dir: str, *, rounds: int, s
     db_dir, timing = os.path.join(work, f"{name}-eto-N{trials}"), os.path.join(work, f"{name}-eto-N{trials}.time.json")
     if os.path.exists(timing):
         with open(timing) as f:
-            eto_wall = json.load(f)["seconds"]
+            saved = json.load(f)
+        eto_wall, tune_report = saved["seconds"], saved.get("report")
     else:
+        text = io.StringIO()
         start = time.perf_counter()
-        rc = eto_main(["tune", "--model", path, "--trials", str(trials), "--db", db_dir, "--quiet", "--search", search])
+        with contextlib.redirect_stdout(text):
+            rc = eto_main(["tune", "--model", path, "--trials", str(trials), "--db", db_dir, "--json", "--search", search])
         eto_wall = time.perf_counter() - start
         if rc != 0:
             raise SystemExit(f"eto tune --model {path} exited {rc}")
+        tune_report = json.loads(text.getvalue())
         with open(timing, "w") as f:
-            json.dump({"seconds": eto_wall}, f)
+            json.dump({"seconds": eto_wall, "report": tune_report}, f)
     torch.set_num_threads(int(os.environ["TVM_NUM_THREADS"]))
     target = parse_target("cpu")
     report = bench_model(load_relax(path), target, database=Database(db_dir, readonly=True),
@@ -75,7 +81,9 @@ def run_model(name: str, trials: int, work: str, out_dir: str, *, rounds: int, s
         "eto_vs_pytorch_throughput": round(pt.median_s / eto.median_s, 3) if pt else None,
         "eto_applied_flops_share": eto.applied_flops_share,
         "max_abs_error_vs_pytorch": {r.method: r.max_abs_error for r in report.results},
+        **(plan_summary(tune_report) if tune_report else {}),
     }
+    result["eto_tune_report"] = tune_report
     out = os.path.join(out_dir, f"model_bench_{name}_N{trials}.json")
     os.makedirs(out_dir, exist_ok=True)
     with open(out, "w") as f:
@@ -83,6 +91,20 @@ def run_model(name: str, trials: int, work: str, out_dir: str, *, rounds: int, s
     plot(report, trials, out)
     print(json.dumps(result["summary"], indent=1))
     return result
+
+
+def plan_summary(report: dict) -> dict:
+    """How eto tuned the model (roots, reuses, bridges) and how the plan's estimates held."""
+    rows = [r for r in report["operators"] if r["status"] == "tuned"]
+    reused = [r for r in rows if r["method"] == "reuse" and r["estimated_seconds"]]
+    ratio = [r["seconds"] / r["estimated_seconds"] for r in reused]
+    cand = [r["candidates"] / r["estimated_candidates"] for r in reused if r["estimated_candidates"]]
+    return {"eto_plan": {m: sum(r["method"] == m for r in rows) for m in sorted({r["method"] for r in rows})},
+            "eto_bridges": sum(r["frequency"] == 0 for r in rows),
+            "eto_candidates": report["candidates"],
+            "eto_estimated_seconds": round(report["estimated_seconds"] or 0.0, 1),
+            "reuse_seconds_over_estimate_mean": round(sum(ratio) / len(ratio), 2) if ratio else None,
+            "reuse_candidates_over_estimate_mean": round(sum(cand) / len(cand), 2) if cand else None}
 
 
 def plot(report, trials: int, out: str) -> None:

@@ -125,8 +125,8 @@ def test_stride_is_told_apart_when_loop_nests_coincide(cpu):
     assert strides == [(1, 1), (2, 2)]
 
 
-def test_bare_convolution_tasks_get_bridges_and_fused_ones_do_not(cpu):
-    """Bridges (section 6) for fused tasks: built where the task is the convolution alone."""
+def test_bare_convolution_tasks_get_bridges(cpu):
+    """Bridges (section 6) for fused tasks: a convolution alone (no epilogue)."""
     from eto.models.load import torch_to_relax
     from eto.models.tasks import bridge_task, model_tasks
     from eto.plan import plan_operator_set
@@ -136,14 +136,74 @@ def test_bare_convolution_tasks_get_bridges_and_fused_ones_do_not(cpu):
     tasks = model_tasks(torch_to_relax(net, torch.randn(1, 8, 12, 12)), cpu)
     ops = [t.op for t in tasks.tasks if t.op is not None]
     assert {op.fusion for op in ops} == {"pad+conv2d"}
-    bridge = bridge_task(Operator.from_loop_nest("C2D", [1, 32, 12, 12, 32, 3, 3]), "pad+conv2d", cpu)
+    bridge = bridge_task(Operator.from_loop_nest("C2D", [1, 32, 12, 12, 32, 3, 3]), ops[0], cpu)
     assert bridge is not None and bridge.sketch_key() == ops[0].sketch_key()
     assert tuple(int(d) for d in bridge.prim_func().params[0].shape) == (1, 32, 14, 14)
-    assert bridge_task(Operator.from_loop_nest("C2D", [1, 32, 12, 12, 32, 3, 3]), "pad+conv2d+add+relu") is None
     planned = plan_operator_set(tasks.opset, budget=64, bridges="1hop", cost="analytic", target=cpu)
     assert planned.plan.bridges  # the OC graph has bridges, each one the catalogue could build
     built = [planned.bridges(b) for b in planned.plan.bridges]
     assert built and all(op.fusion == "pad+conv2d" and op.task is not None for op in built)
+
+
+def _shapes(op):
+    return [tuple(int(d) for d in p.shape) for p in op.prim_func().params]
+
+
+def test_fused_tasks_get_bridges_rebuilt_with_their_epilogue(files, cpu):
+    """A bridge of a fused task is the member's function at the bridge's loop nest: the same
+    epilogue (bias and residual broadcast as the member's are), the same layouts, the same blocks."""
+    from eto.models import load_relax
+    from eto.models.tasks import bridge_task, model_tasks
+
+    cnn = {t.op.fusion: t.op for t in model_tasks(load_relax(files["tiny_cnn"]), cpu).tasks if t.op is not None}
+    member = cnn["pad+conv2d+add+add+relu"]  # conv + bias + residual + ReLU
+    bridge = bridge_task(Operator.from_loop_nest("C2D", [1, 24, 10, 10, 16, 3, 3]), member, cpu)
+    assert bridge is not None and bridge.fusion == member.fusion and bridge.sketch_key() == member.sketch_key()
+    assert _shapes(bridge) == [(1, 16, 12, 12), (24, 16, 3, 3), (1, 24, 1, 1), (1, 24, 10, 10), (1, 24, 10, 10)]
+    x, w, b, r = bridge.random_inputs(seed=2)
+    conv = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w))
+    want = torch.relu(conv + torch.from_numpy(b) + torch.from_numpy(r)).numpy()
+    np.testing.assert_allclose(bridge.reference(x, w, b, r), want, rtol=1e-4, atol=1e-4)
+    # a task whose residual is its own input (+v2) has a function the recipe cannot tell apart: no bridge
+    assert bridge_task(Operator.from_loop_nest("C2D", [1, 24, 10, 10, 16, 3, 3]), cnn["pad+conv2d+add+add+relu+v2"],
+                       cpu) is None
+    # a matmul with its bias, the weight held K x N as the model holds it; M = N in the member, so the
+    # layout is read from the anchor block's indices, not from the sizes
+    tr = {t.op.name: t.op for t in model_tasks(load_relax(files["tiny_transformer"]), cpu).tasks if t.op is not None}
+    member = tr["BMM[1,16,64,64]+matmul+add"]
+    assert _shapes(member) == [(16, 64), (64, 64), (64,), (16, 64)]
+    bridge = bridge_task(Operator.create("BMM", B=1, M=16, N=32, K=48), member, cpu)
+    assert bridge is not None and _shapes(bridge) == [(16, 48), (48, 32), (32,), (16, 32)]
+    x, w, b = bridge.random_inputs(seed=3)
+    np.testing.assert_allclose(bridge.reference(x, w, b), x @ w + b, rtol=1e-4, atol=1e-4)
+    # loops of extent 1 in the member (its unit batch) cannot grow in a bridge
+    assert bridge_task(Operator.create("BMM", B=2, M=16, N=32, K=48), member, cpu) is None
+    attention = tr["BMM[4,16,16,16]+matmul"]
+    bridge = bridge_task(Operator.create("BMM", B=4, M=16, N=8, K=32), attention, cpu)
+    assert bridge is not None and _shapes(bridge) == [(4, 16, 32), (4, 32, 8), (4, 16, 8)]
+
+
+def test_batch_norms_are_folded_into_convolutions(cpu):
+    """Inference batch norm after a convolution becomes the convolution's bias: one fused task, and
+    the built model still computes what PyTorch does."""
+    from eto.models.build import build_model
+    from eto.models.load import torch_to_relax
+    from eto.models.tasks import model_tasks
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(4, 8, 3, 1, 1, bias=False), torch.nn.BatchNorm2d(8), torch.nn.ReLU())
+    with torch.no_grad():  # statistics other than the defaults, so a missed or wrong fold shows
+        net[1].running_mean.uniform_(-1, 1), net[1].running_var.uniform_(0.5, 2), net[1].weight.uniform_(0.5, 2)
+    net.eval()
+    x = torch.randn(1, 4, 10, 10)
+    model = torch_to_relax(net, x)
+    tasks = model_tasks(model, cpu)
+    assert [t.op.fusion for t in tasks.tasks if t.op is not None] == ["pad+conv2d+add+relu"]
+    assert not [t for t in tasks.tasks if "batch_norm" in t.name]
+    built = build_model(model, None, cpu, tasks=tasks)
+    with torch.no_grad():
+        want = net(x).numpy()
+    np.testing.assert_allclose(built.run([x.numpy()])[0], want, rtol=1e-4, atol=1e-4)
 
 
 # -- tune, build, run ---------------------------------------------------------------------------

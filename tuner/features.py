@@ -143,8 +143,8 @@ def loop_nest_of(mod: "IRModule", block: str) -> LoopNest:
     order = space + red
     inputs = []
     for r in blk.reads:
-        buf = _region_buffer(r)
-        if any(_region_buffer(w).same_as(buf) for w in blk.writes):  # the accumulator
+        buf = region_buffer(r)
+        if any(region_buffer(w).same_as(buf) for w in blk.writes):  # the accumulator
             continue
         rows = []
         for rng in r.region:
@@ -181,7 +181,7 @@ def producer_count(mod: "IRModule") -> int:
     return max(0, len(sch.get_child_blocks(sch.get_sblock("root"))) - 1)
 
 
-def _region_buffer(region):
+def region_buffer(region):
     return region.buffer if hasattr(region, "buffer") else region.source
 
 

@@ -223,12 +223,12 @@ def symbolic_dims(model: RelaxModel) -> dict[str, str]:
     it first appears (``"input x, axis 1"``), in the order of the inputs."""
     from tvm import tirx
 
-    from .mapping import _ty
+    from .mapping import relax_type
 
     found: dict[str, str] = {}
     main = model.mod["main"] if "main" in [gv.name_hint for gv in model.mod.functions] else None
     for param in (main.params if main is not None else []):
-        shape = getattr(_ty(param), "shape", None)
+        shape = getattr(relax_type(param), "shape", None)
         for axis, dim in enumerate(getattr(shape, "values", None) or ()):
             for var in tirx.analysis.undefined_vars(dim) if not isinstance(dim, tirx.Var) else [dim]:
                 found.setdefault(var.name, f"input {param.name}, axis {axis}")

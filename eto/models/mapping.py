@@ -79,7 +79,7 @@ def call_operators(call, bindings: Mapping[Any, Any]) -> list[Operator] | None:
 
 
 # -- reading Relax types ------------------------------------------------------------------------
-def _ty(expr):
+def relax_type(expr):
     """The Relax type of an expression (``ty`` in TVM 0.27; ``struct_info`` before)."""
     ty = getattr(expr, "ty", None)
     return ty if ty is not None else getattr(expr, "struct_info", None)
@@ -89,7 +89,7 @@ def _shape(expr) -> tuple[int, ...] | None:
     """The static shape of a tensor expression, or None when a dimension (or the rank) is unknown."""
     from tvm import tirx
 
-    shape = getattr(_ty(expr), "shape", None)
+    shape = getattr(relax_type(expr), "shape", None)
     values = getattr(shape, "values", None)
     if values is None:
         return None
@@ -99,11 +99,11 @@ def _shape(expr) -> tuple[int, ...] | None:
 
 
 def _dtype(expr) -> str:
-    return str(getattr(_ty(expr), "dtype", "?"))
+    return str(getattr(relax_type(expr), "dtype", "?"))
 
 
 def _fmt_shape(expr) -> str:
-    shape = getattr(_ty(expr), "shape", None)
+    shape = getattr(relax_type(expr), "shape", None)
     values = getattr(shape, "values", None)
     if values is None:
         return "?"
@@ -136,8 +136,8 @@ _CONV_ATTRS = ("strides", "padding", "output_padding", "dilation", "groups", "da
 
 def describe_call(call) -> str:
     """Shapes, dtype and window attributes of a call, for the unsupported list."""
-    args = ", ".join(f"{_fmt_shape(a)} {_dtype(a)}" for a in call.args if _ty(a) is not None
-                     and hasattr(_ty(a), "dtype"))
+    args = ", ".join(f"{_fmt_shape(a)} {_dtype(a)}" for a in call.args if relax_type(a) is not None
+                     and hasattr(relax_type(a), "dtype"))
     text = f"({args})" if args else "()"
     if call.attrs is not None and any(hasattr(call.attrs, n) for n in _CONV_ATTRS):
         text += " " + _attr_text(call.attrs, _CONV_ATTRS)

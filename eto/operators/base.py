@@ -398,8 +398,10 @@ class Operator:
         return te.create_prim_func(self.spec.te(p, dtype)).with_attr("global_symbol", "main")
 
     def random_inputs(self, seed: int = 0, dtype: str = "float32") -> list[np.ndarray]:
+        """Inputs in [-1, 1]; a fused task's in its own arguments' dtypes (a model may run in float16)."""
         rng = np.random.default_rng(seed)
-        return [rng.uniform(-1.0, 1.0, size=s).astype(dtype) for s in self.input_shapes]
+        dtypes = [str(p.dtype) for p in self.prim_func().params[:-1]] if self.fusion else [dtype] * len(self.input_shapes)
+        return [rng.uniform(-1.0, 1.0, size=s).astype(dt) for s, dt in zip(self.input_shapes, dtypes)]
 
     def reference(self, *inputs: np.ndarray) -> np.ndarray:
         """numpy's result; a fused task's is its unscheduled PrimFunc's, built for the CPU."""
