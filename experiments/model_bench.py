@@ -35,7 +35,7 @@ def run_model(name: str, trials: int, work: str, out_dir: str, *, rounds: int, s
     from eto.cli import main as eto_main
     from eto.database import Database
     from eto.models import load_relax
-    from eto.models.bench import bench_model
+    from eto.models.bench import bench_model, onnxruntime_session
     from eto.models.examples import export
     from eto.target import parse_target
 
@@ -60,9 +60,14 @@ def run_model(name: str, trials: int, work: str, out_dir: str, *, rounds: int, s
         with open(timing, "w") as f:
             json.dump({"seconds": eto_wall, "report": tune_report}, f)
     torch.set_num_threads(int(os.environ["TVM_NUM_THREADS"]))
+    onnx_path = os.path.join(work, f"{name}.onnx")  # the same weights, for ONNX Runtime
+    if not os.path.exists(onnx_path):
+        export(name, onnx_path, onnx=True)
     target = parse_target("cpu")
     report = bench_model(load_relax(path), target, database=Database(db_dir, readonly=True),
-                         torch_module=torch.export.load(path).module(), ms_trials=trials,
+                         torch_module=torch.export.load(path).module(),
+                         onnx_session=onnxruntime_session(onnx_path, int(os.environ["TVM_NUM_THREADS"])),
+                         ms_trials=trials,
                          ms_work_dir=os.path.join(work, f"{name}-ms-N{trials}"), rounds=rounds,
                          log=lambda m: print(f"[{name}] {m}", file=sys.stderr, flush=True))
     # eto's tuning time is its wall time, like MetaSchedule's (the database records per-task seconds)
@@ -70,7 +75,7 @@ def run_model(name: str, trials: int, work: str, out_dir: str, *, rounds: int, s
     report = replace(report, results=tuple(replace(r, tuning_s=eto_wall) if r.method == "eto" else r
                                            for r in report.results))
     result = report.to_json()
-    eto, ms, pt = (report.result(m) for m in ("eto", "metaschedule", "pytorch"))
+    eto, ms, pt, ort = (report.result(m) for m in ("eto", "metaschedule", "pytorch", "onnxruntime"))
     result["eto_tune_wall_s"] = eto_wall
     result["summary"] = {
         "model": name, "trials_per_task": trials, "tunable_tasks": sum(1 for t in result["tasks"] if t["operator"]),
@@ -79,6 +84,7 @@ def run_model(name: str, trials: int, work: str, out_dir: str, *, rounds: int, s
         "latency_ms": {r.method: round(r.median_s * 1e3, 3) for r in report.results},
         "eto_vs_metaschedule_throughput": round(ms.median_s / eto.median_s, 3),
         "eto_vs_pytorch_throughput": round(pt.median_s / eto.median_s, 3) if pt else None,
+        "eto_vs_onnxruntime_throughput": round(ort.median_s / eto.median_s, 3) if ort else None,
         "eto_applied_flops_share": eto.applied_flops_share,
         "max_abs_error_vs_pytorch": {r.method: r.max_abs_error for r in report.results},
         **(plan_summary(tune_report) if tune_report else {}),

@@ -265,12 +265,14 @@ def test_a_task_without_a_program_builds_with_a_warning_and_correct_outputs(file
 @pytest.mark.slow
 def test_bench_compares_builds_with_pytorch(files, tuned, capsys, tmp_path):
     path, (db_dir, _) = files["tiny_cnn"], tuned("tiny_cnn")
+    pytest.importorskip("onnxruntime")
     code, out, err = run(capsys, "bench", "--model", path, "--db", db_dir, "--rounds", "2", "--json",
-                         "--plot", tmp_path / "bench.png", "--ms-trials", "2", "--ms-work", tmp_path / "ms")
+                         "--plot", tmp_path / "bench.png", "--ms-trials", "2", "--ms-work", tmp_path / "ms",
+                         "--onnx", files["tiny_cnn_onnx"])
     assert code == 0, err
     report = json.loads(out)  # MetaSchedule's own logging stays off stdout
     by = {r["method"]: r for r in report["results"]}
-    assert set(by) == {"untuned", "eto", "metaschedule", "pytorch"} and report["reference"] == "pytorch"
+    assert set(by) == {"untuned", "eto", "metaschedule", "pytorch", "onnxruntime"} and report["reference"] == "pytorch"
     assert all(r["max_abs_error"] < 1e-4 for r in by.values())
     assert by["eto"]["applied_flops_share"] == 1.0 and by["eto"]["tuning_s"] > 0
     assert by["metaschedule"]["applied_flops_share"] == 1.0 and by["metaschedule"]["tuning_s"] > 0
@@ -278,3 +280,5 @@ def test_bench_compares_builds_with_pytorch(files, tuned, capsys, tmp_path):
     assert (tmp_path / "bench.png").stat().st_size > 0
     code, _, err = run(capsys, "bench", "--model", path, "--db", tmp_path / "nowhere")
     assert code == 2 and "no such database directory" in err
+    code, _, err = run(capsys, "bench", "--model", path, "--db", db_dir, "--onnx", tmp_path / "missing.onnx")
+    assert code == 2 and "missing.onnx: no such file" in err

@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+import zipfile
 
 from ..report import format_table
 from .errors import EXIT_OK, CLIError
@@ -47,11 +48,25 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from ..models.bench import bench_model
+    from ..models.bench import bench_model, onnxruntime_session
+    from ..target import num_threads
 
+    if args.onnx and not os.path.isfile(args.onnx):
+        raise CLIError(f"--onnx {args.onnx}: no such file")
     model, db, target = _load(args)
     torch_module = _torch_module(args.model)
-    report = bench_model(model, target, database=db, torch_module=torch_module, ms_trials=args.ms_trials,
+    onnx_file = args.onnx or (None if zipfile.is_zipfile(args.model) else args.model)  # .pt2 files are zips
+    try:
+        session = onnxruntime_session(onnx_file, num_threads()) if onnx_file else None
+    except Exception as e:  # noqa: BLE001 -- ONNX Runtime cannot run this model: the other baselines still can
+        if args.onnx:
+            raise CLIError(f"--onnx {args.onnx}: ONNX Runtime cannot load it: {e}") from None
+        print(f"eto: warning: ONNX Runtime cannot run {onnx_file} ({e}); benchmarking without it", file=sys.stderr)
+        session = None
+    if args.onnx and session is None:
+        raise CLIError("--onnx needs ONNX Runtime: pip install onnxruntime")
+    report = bench_model(model, target, database=db, torch_module=torch_module, onnx_session=session,
+                         ms_trials=args.ms_trials,
                          ms_work_dir=args.ms_work, rounds=args.rounds,
                          log=lambda m: print(f"eto: {m}", file=sys.stderr, flush=True))
     if args.plot:
@@ -77,11 +92,11 @@ def _torch_module(path: str):
         import torch
     except ImportError:
         return None
-    import zipfile
-
     if not zipfile.is_zipfile(path):
         return None
-    torch.set_num_threads(int(os.environ.get("TVM_NUM_THREADS", "0") or 0) or torch.get_num_threads())
+    from ..target import num_threads
+
+    torch.set_num_threads(num_threads())
     return torch.export.load(path).module()
 
 
@@ -107,6 +122,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ms-trials", type=int, default=None,
                    help="also tune the same tasks with MetaSchedule, this many trials each (slow)")
     p.add_argument("--ms-work", help="MetaSchedule's work directory: a finished run there is reused")
+    p.add_argument("--onnx", help="the same model as an ONNX file: ONNX Runtime joins the baselines (an .onnx "
+                   "--model is its own; needs onnxruntime)")
     p.add_argument("--rounds", type=int, default=5, help="timing rounds, methods interleaved (default 5)")
     p.add_argument("--plot", help="write a figure of latency and tuning time per method (PNG)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")

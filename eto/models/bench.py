@@ -5,8 +5,8 @@ inputs (so drift lands on every method alike): TVM without tuning (default sched
 database (:mod:`eto.models.build`), with MetaSchedule's own tuning of the same tasks
 (``tune_tasks`` on the tasks eto tunes, ``max_trials_per_task`` trials each, the gradient task
 scheduler; optional, it takes as long as MetaSchedule takes), and PyTorch eager on the same weights
-(for ``torch.export`` programs; oneDNN on the CPU). Every output is compared with PyTorch's (or, for
-ONNX files, with the untuned build's). Tuning time per method: eto's is the sum of the seconds its
+(for ``torch.export`` programs; oneDNN on the CPU) and ONNX Runtime (for ONNX files, where it is
+installed). Every output is compared with PyTorch's (or, for ONNX files, with the untuned build's). Tuning time per method: eto's is the sum of the seconds its
 database recorded for the model's tasks; MetaSchedule's is its wall time in this process, measuring
 with eto's builder and runner (:class:`tuner.measure.Measurer`, as ``eto tune --method ansor``).
 """
@@ -83,7 +83,8 @@ class BenchReport:
 
 
 def bench_model(model: "RelaxModel", target: "Target", *, database: "Database | None",
-                torch_module: Callable[..., Any] | None = None, ms_trials: int | None = None,
+                torch_module: Callable[..., Any] | None = None, onnx_session: Any = None,
+                ms_trials: int | None = None,
                 ms_work_dir: str | None = None, rounds: int = 5, min_repeat_ms: int = 50,
                 log: Callable[[str], None] = lambda m: None) -> BenchReport:
     """Build and time ``model`` every way that applies; see the module docstring."""
@@ -104,6 +105,8 @@ def bench_model(model: "RelaxModel", target: "Target", *, database: "Database | 
         m: (lambda b=b: b.time(inputs, repeat=3, min_repeat_ms=min_repeat_ms)) for m, b in builds.items()}
     if torch_module is not None:
         runners["pytorch"], timers["pytorch"] = _torch(torch_module, inputs, min_repeat_ms)
+    if onnx_session is not None:
+        runners["onnxruntime"], timers["onnxruntime"] = _onnxruntime(onnx_session, inputs, min_repeat_ms)
     reference = "pytorch" if "pytorch" in runners else "untuned"
     want = runners[reference]()
     errors = {m: max(float(np.abs(np.asarray(g, dtype=np.float64) - w).max()) for g, w in zip(run(), want))
@@ -182,20 +185,48 @@ def _torch(module: Callable[..., Any], inputs: Sequence[np.ndarray], min_repeat_
             return [t.detach().numpy() for t in _leaves(module(*args))]
 
     def timer() -> list[float]:
-        out = []
         with torch.no_grad():
-            for _ in range(3):
-                n, start = 0, time.perf_counter()
-                while True:
-                    module(*args)
-                    n += 1
-                    if (time.perf_counter() - start) * 1e3 >= min_repeat_ms:
-                        break
-                out.append((time.perf_counter() - start) / n)
-        return out
+            return _repeat(lambda: module(*args), min_repeat_ms)
 
     run()  # warm-up
     return run, timer
+
+
+def onnxruntime_session(path: str, threads: int):
+    """An ONNX Runtime CPU session on ``path`` with ``threads`` threads, or None where ONNX Runtime
+    is not installed (``pip install onnxruntime``)."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    return ort.InferenceSession(path, sess_options=opts, providers=["CPUExecutionProvider"])
+
+
+def _onnxruntime(session: Any, inputs: Sequence[np.ndarray], min_repeat_ms: int):
+    feed = {i.name: np.ascontiguousarray(a) for i, a in zip(session.get_inputs(), inputs)}
+
+    def run() -> list[np.ndarray]:
+        return [np.asarray(o) for o in session.run(None, feed)]
+
+    run()  # warm-up
+    return run, lambda: _repeat(lambda: session.run(None, feed), min_repeat_ms)
+
+
+def _repeat(call: Callable[[], Any], min_repeat_ms: int, repeat: int = 3) -> list[float]:
+    """``repeat`` seconds-per-call, each the mean of calls filling ``min_repeat_ms`` (TVM's
+    ``time_evaluator`` protocol, for the baselines outside TVM)."""
+    out = []
+    for _ in range(repeat):
+        n, start = 0, time.perf_counter()
+        while True:
+            call()
+            n += 1
+            if (time.perf_counter() - start) * 1e3 >= min_repeat_ms:
+                break
+        out.append((time.perf_counter() - start) / n)
+    return out
 
 
 def _leaves(value: Any) -> list[Any]:
