@@ -153,6 +153,7 @@ def model_bench_figure(report: "BenchReport", *, title: str | None = None) -> "F
     err = [[m - r.spread[0] * 1e3 for m, r in zip(med, report.results)],
            [r.spread[1] * 1e3 - m for m, r in zip(med, report.results)]]
     lat.bar(names, med, yerr=err, color="tab:blue", capsize=3)
+    lat.tick_params(axis="x", labelrotation=25)
     lat.set_yscale("log")
     lat.set_ylabel("latency (ms, log)")
     lat.set_title("end-to-end latency")
