@@ -35,7 +35,7 @@ def check_record(op: Operator, record: "TuningRecord", target: "Target", *, seed
         raise ValueError(f"numpy checks run on the CPU; {target.kind.name} programs are checked by the tuner")
     lib = build(scheduled_module(record), target)
     inputs = op.random_inputs(seed)
-    dtype = str(op.prim_func().params[-1].dtype) if op.fusion else "float32"
+    dtype = op.dtypes[-1]
     if dtype == "float16":  # both sides round to 11 bits, in different orders
         rtol, atol = max(rtol, 1e-2), max(atol, 1e-2)
     got = run_once(lib, inputs, op.output_shape, dtype).astype(np.float64)

@@ -23,6 +23,7 @@ the reason, never dropped: they get TVM's default schedules when the model is bu
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -157,13 +158,12 @@ def _pads(mod: "tvm.IRModule") -> bool:
     return True
 
 
-#: Epilogue ops a bridge can rebuild, by the token Relax's task names give them: element-wise with
-#: one operand (``relu``) or two (``add``: the second a bias, a residual, a scale, broadcast to the
-#: output).
+#: Epilogue ops a bridge can rebuild, by the token Relax's task names give them (the ``relax.op``
+#: attribute path): element-wise with one operand (``relu``) or two (``add``: the second a bias, a
+#: residual, a scale, broadcast to the output).
 _UNARY = {"relu": "nn.relu", "gelu": "nn.gelu", "silu": "nn.silu", "sigmoid": "sigmoid", "tanh": "tanh",
           "exp": "exp", "sqrt": "sqrt", "negative": "negative"}
-_BINARY = {"add": "add", "subtract": "subtract", "multiply": "multiply", "divide": "divide",
-           "maximum": "maximum", "minimum": "minimum"}
+_BINARY = {t: t for t in ("add", "subtract", "multiply", "divide", "maximum", "minimum")}
 #: The Relax op each operator type's anchor block comes from (Relax's legalization of it).
 _ANCHOR_OPS = {"C2D": "conv2d", "GRP": "conv2d", "DEP": "conv2d", "BMM": "matmul", "DENSE": "matmul"}
 
@@ -221,14 +221,13 @@ def _rebuild(anchor: Operator, template: Operator, target: "Target") -> Operator
     kind = _ANCHOR_OPS.get(template.type)
     if not tokens or tokens[0] != kind or any(t not in _UNARY and t not in _BINARY for t in tokens[1:]):
         return None
-    params = [tuple(int(d) for d in p.shape) for p in template.prim_func().params]
+    params, dtypes = [*template.input_shapes, template.output_shape], template.dtypes
     inputs = _anchor_inputs(anchor, template, kind)
     if inputs is None:
         return None
-    extras = params[len(inputs):-1]
+    extras, out_t = params[len(inputs):-1], params[-1]
     if sum(t in _BINARY for t in tokens[1:]) != len(extras):
         return None
-    out_t, dtypes = params[-1], [str(p.dtype) for p in template.prim_func().params]
     bb = relax.BlockBuilder()
     xs = [relax.Var(f"x{i}", relax.TensorType(s, dt)) for i, (s, dt) in enumerate(zip(inputs, dtypes))]
     if kind == "conv2d":
@@ -246,10 +245,7 @@ def _rebuild(anchor: Operator, template: Operator, target: "Target") -> Operator
         with bb.dataflow():
             y, rest = bb.emit(expr), iter(operands)
             for t in tokens[1:]:
-                op = _BINARY.get(t) or _UNARY[t]
-                fn = relax.op
-                for part in op.split("."):
-                    fn = getattr(fn, part)
+                fn = functools.reduce(getattr, (_BINARY.get(t) or _UNARY[t]).split("."), relax.op)
                 y = bb.emit(fn(y, next(rest)) if t in _BINARY else fn(y))
             y = bb.emit_output(y)
         bb.emit_func_output(y)

@@ -333,6 +333,14 @@ class Operator:
         return [tuple(int(d) for d in p.shape) for p in func.params]
 
     @property
+    def dtypes(self) -> list[str]:
+        """Argument dtypes, output last: a fused task's own (a model may run in float16), else the
+        catalogue's float32."""
+        if self.fusion:
+            return [str(p.dtype) for p in self.prim_func().params]
+        return ["float32"] * (len(self.input_shapes) + 1)
+
+    @property
     def structural(self) -> dict[str, ParamValue]:
         return {k: self._p[k] for k in self.spec.structural}
 
@@ -398,9 +406,9 @@ class Operator:
         return te.create_prim_func(self.spec.te(p, dtype)).with_attr("global_symbol", "main")
 
     def random_inputs(self, seed: int = 0, dtype: str = "float32") -> list[np.ndarray]:
-        """Inputs in [-1, 1]; a fused task's in its own arguments' dtypes (a model may run in float16)."""
+        """Inputs in [-1, 1]; a fused task's in its own arguments' dtypes (:attr:`dtypes`)."""
         rng = np.random.default_rng(seed)
-        dtypes = [str(p.dtype) for p in self.prim_func().params[:-1]] if self.fusion else [dtype] * len(self.input_shapes)
+        dtypes = self.dtypes[:-1] if self.fusion else [dtype] * len(self.input_shapes)
         return [rng.uniform(-1.0, 1.0, size=s).astype(dt) for s, dt in zip(self.input_shapes, dtypes)]
 
     def reference(self, *inputs: np.ndarray) -> np.ndarray:
@@ -412,9 +420,8 @@ class Operator:
         from tuner.apply import build, run_once
         from ..target import cpu_target
 
-        func = self.prim_func()
-        lib = build(IRModule({"main": func}), cpu_target())
-        return run_once(lib, inputs, self.output_shape, str(func.params[-1].dtype))
+        lib = build(IRModule({"main": self.prim_func()}), cpu_target())
+        return run_once(lib, inputs, self.output_shape, self.dtypes[-1])
 
 
 def _fmt(v: ParamValue) -> str:
