@@ -15,8 +15,9 @@ bridges.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Collection, Iterable, Literal, Mapping
+from typing import TYPE_CHECKING, Callable, Collection, Iterable, Literal, Mapping, Sequence
 
 from selector import SIMILARITY_THRESHOLD, LoopNestOp, Plan, replan, select_reuse_pairs, selective_plan
 from selector.costs import analytic_cost_fn
@@ -43,27 +44,54 @@ class BridgeCatalogue:
     costing edges, and the plan while naming its bridges.
     """
 
-    def __init__(self, members: Mapping[tuple[str, str], Operator]) -> None:
-        #: (type, sketch key) -> a set member of that kind: its structural parameters, and for a
-        #: model's fused task the function a bridge is rebuilt like (eto.models.tasks.bridge_task)
-        self.members = dict(members)
+    def __init__(self, members: Mapping[tuple[str, str], Sequence[Operator]]) -> None:
+        #: (type, sketch key) -> the set's members of that kind, preferred first: their structural
+        #: parameters, and for a model's fused tasks the function a bridge is rebuilt like
+        #: (eto.models.tasks.bridge_task; the first member whose recipe applies)
+        self.members = {k: tuple(v) for k, v in members.items()}
         self._built: dict[tuple, Operator | None] = {}
+
+    @classmethod
+    def of(cls, members: Sequence[Operator]) -> "BridgeCatalogue":
+        """Members grouped by kind. A bridge of fused tasks takes the fusion most of its kind's
+        members share (the epilogue its reuses will map least), members with a function first: a
+        prior database's fused task is read back without one."""
+        groups: dict[tuple[str, str], list[Operator]] = {}
+        for op in members:
+            groups.setdefault((op.type, op.sketch_key()), []).append(op)
+        for ops in groups.values():
+            share = Counter(op.fusion for op in ops)
+            ops.sort(key=lambda op: (op.task is None, -share[op.fusion]))
+        return cls(groups)
 
     def __call__(self, b: LoopNestOp) -> Operator | None:
         key = (b.type, b.sketch, b.space, b.reduction)
         if key not in self._built:
-            member = self.members.get((b.type, b.sketch))
-            try:
-                op = Operator.from_loop_nest(b.type, b.space + b.reduction,
-                                             **(member.structural if member is not None else {}))
-            except ValueError:
-                op = None
-            if op is not None and member is not None and member.fusion:
-                from .models.tasks import bridge_task
-
-                op = bridge_task(op, member) if op.sketch_key() == member.anchor.sketch_key() else None
-            self._built[key] = op if op is not None and op.sketch_key() == b.sketch else None
+            self._built[key] = self._build(b)
         return self._built[key]
+
+    def _build(self, b: LoopNestOp) -> Operator | None:
+        members = self.members.get((b.type, b.sketch), ())
+        try:
+            op = Operator.from_loop_nest(b.type, b.space + b.reduction,
+                                         **(members[0].structural if members else {}))
+        except ValueError:
+            return None
+        if op.sketch_key() != b.sketch:
+            return None
+        fused = [m for m in members if m.fusion and m.task is not None]
+        if not fused:
+            return op
+        from .models.tasks import bridge_task
+
+        tried = set()
+        for member in fused:
+            if member.fusion not in tried:
+                tried.add(member.fusion)
+                bridge = bridge_task(op, member)
+                if bridge is not None:
+                    return bridge
+        return None
 
 
 @dataclass(frozen=True)
@@ -222,9 +250,7 @@ def plan_operator_set(
     kind = target_kind(target) if target is not None else "cpu"
     tuned = set(database.tuned(target)) if database is not None and target is not None else set()
     names, nodes = _nodes(opset, tuned)
-    # members with a function first: a prior database's fused task is read back without one
-    members = sorted((names[n.name] for n in nodes), key=lambda op: op.task is not None)
-    catalogue = BridgeCatalogue({(op.type, op.sketch_key()): op for op in members})
+    catalogue = BridgeCatalogue.of([names[n.name] for n in nodes])
     if cost_fn is None and cost == "estimate":
         from tuner.cost_model import LearnedRanker
 

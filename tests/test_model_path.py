@@ -79,8 +79,8 @@ def test_a_fused_operator_is_its_own_operator_and_reads_back():
     assert fused != op and fused.anchor == op and hash(fused) != hash(op)
     assert fused.key.endswith("+conv2d+add+relu") and fused.name.endswith("+conv2d+add+relu")
     assert Operator.parse(fused.key) == fused and Operator.from_dict(fused.to_dict()) == fused
-    # reuse stays between tasks of one fusion: the fusion is part of the sketch key
-    assert fused.sketch_key() != op.sketch_key() == fused.anchor.sketch_key()
+    # reuse crosses epilogues: the fusion is not part of the sketch key
+    assert fused.sketch_key() == op.sketch_key() == fused.anchor.sketch_key()
     assert fused.replace(CO=32).fusion == "conv2d+add+relu"
     with pytest.raises(ValueError, match="comes from its model"):
         fused.prim_func()  # read back from a database, without the model's function
@@ -181,6 +181,29 @@ def test_fused_tasks_get_bridges_rebuilt_with_their_epilogue(files, cpu):
     attention = tr["BMM[4,16,16,16]+matmul"]
     bridge = bridge_task(Operator.create("BMM", B=4, M=16, N=8, K=32), attention, cpu)
     assert bridge is not None and _shapes(bridge) == [(4, 16, 32), (4, 32, 8), (4, 16, 8)]
+
+
+def test_one_bridge_kind_serves_every_epilogue_of_an_anchor(files, cpu):
+    """Reuse crosses epilogues, so a model's matmuls form one kind: its bridges are rebuilt like
+    the fusion most of its members share (``matmul+add``), and like another member's where that
+    recipe cannot build the loop nest (a batch the unit-batch ``matmul+add`` cannot grow to)."""
+    from selector import LoopNestOp
+
+    from eto.models import load_relax
+    from eto.models.tasks import model_tasks
+    from eto.plan import BridgeCatalogue
+
+    ops = [t.op for t in model_tasks(load_relax(files["tiny_transformer"]), cpu).tasks if t.op is not None]
+    assert {op.fusion for op in ops} == {"matmul", "matmul+add"} and len({op.sketch_key() for op in ops}) == 1
+    catalogue = BridgeCatalogue.of(ops)
+    assert [op.fusion for op in catalogue.members[("BMM", ops[0].sketch_key())]][0] == "matmul+add"
+
+    def node(b, m, n, k):
+        return LoopNestOp(name=f"bridge{b}", type="BMM", sketch=ops[0].sketch_key(), space=(b, m, n), reduction=(k,))
+
+    assert catalogue(node(1, 16, 32, 16)).fusion == "matmul+add"
+    grown = catalogue(node(4, 16, 8, 16))
+    assert grown is not None and grown.fusion == "matmul" and _shapes(grown) == [(4, 16, 16), (4, 16, 8), (4, 16, 8)]
 
 
 def test_batch_norms_are_folded_into_convolutions(cpu):

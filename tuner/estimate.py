@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass
 from typing import Sequence
 
-from .features import Kind, LoopNest, TileConfig
+from .features import Kind, LoopNest, TileConfig, align_loops
 from .space import (DEFAULT_STRATEGY, GPU_MAX_THREADS, GPU_MIN_THREADS, RangeName, ReuseSpace, Strategy,
                     default_ranges)
 from .tiling import random_tiling
@@ -149,7 +149,8 @@ def estimate_trials(kind: Kind, alpha: LoopNest, beta: LoopNest, *, samples: int
     counts = []
     for _ in range(samples):
         cfg = random_config(kind, beta, rng, max_threads=max_threads, max_shared_bytes=max_shared_bytes)
-        space = ReuseSpace(kind, alpha, beta, cfg, max_threads=max_threads, max_shared_bytes=max_shared_bytes,
+        beta_nest, cfg = align_loops(beta, cfg, alpha) or (beta, cfg)  # as the tuner sees β (another rank)
+        space = ReuseSpace(kind, alpha, beta_nest, cfg, max_threads=max_threads, max_shared_bytes=max_shared_bytes,
                            vector_lanes=vector_lanes, ranges=ranges or default_ranges(kind))
         counts.append(count_trials(space, unroll_values=unroll_values, fetch_lanes=fetch_lanes, n_fetch=n_fetch,
                                    beta_unroll=rng.randrange(len(unroll_values)), strategy=strategy,

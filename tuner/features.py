@@ -299,6 +299,32 @@ def program_features(record: "TuningRecord", kind: Kind, *,
     return cfg, loop_nest_of(record.workload.mod, sketch.main_tiles.block)
 
 
+def align_loops(nest: LoopNest, cfg: TileConfig, to: LoopNest) -> tuple[LoopNest, TileConfig] | None:
+    """β's loop nest and tiles on α's loop ranks: a program of a fused task of another rank (a
+    3-loop dense under ``matmul+add`` for a 4-loop batch matmul) speaks for α's loops.
+
+    Space loops pair from the innermost out (a batch or an unsqueezed unit dimension is outermost
+    in every anchor here); a loop α has and β lacks is a unit loop of β (one tile at every level),
+    a loop β has and α lacks is dropped. Reduction loops and tile levels must match, else None.
+    O(loops x inputs)."""
+    if len(nest.reduction) != len(to.reduction) or len({len(f) for f in cfg.space}) > 1:
+        return None
+    extra = len(to.space) - len(nest.space)
+    if extra == 0:
+        return nest, cfg
+    levels = len(cfg.space[0]) if cfg.space else 0
+    if extra > 0:
+        space = (1,) * extra + nest.space
+        tiles = ((1,) * levels,) * extra + cfg.space
+        inputs = tuple(Access(a.name, a.shape, tuple((0,) * extra + row for row in a.coeffs), a.dtype_bytes)
+                       for a in nest.inputs)
+    else:
+        space, tiles = nest.space[-extra:], cfg.space[-extra:]
+        inputs = tuple(Access(a.name, a.shape, tuple(row[-extra:] for row in a.coeffs), a.dtype_bytes)
+                       for a in nest.inputs)
+    return LoopNest(space, nest.reduction, inputs), TileConfig(cfg.kind, tiles, cfg.reduction)
+
+
 # -- reading B/T/M from a lowered CUDA function -------------------------------------------------
 @dataclass(frozen=True)
 class LoweredBTM:

@@ -112,7 +112,7 @@ class ReuseTuner:
         from tvm.ir import IRModule
         from tvm.s_tir import meta_schedule as ms
 
-        from .features import kind_of, loop_nest_of, program_features
+        from .features import align_loops, kind_of, loop_nest_of, program_features
         from .sketch import Sketch
         from .subsketch import SubSketches
 
@@ -122,9 +122,12 @@ class ReuseTuner:
         self.alpha_mod = IRModule({"main": alpha_func})
         self.ctx = ms.TuneContext(mod=self.alpha_mod, target=target, space_generator="post-order-apply",
                                   search_strategy="replay-trace", task_name="reuse", num_threads=1)
-        want = self.beta_sketch.signature
         sketches = [Sketch(s.trace) for s in self.ctx.generate_design_space()]
+        want = self.beta_sketch.signature
         self.sketch = next((sk for sk in sketches if sk.signature == want), None)
+        if self.sketch is None:  # another epilogue or rank of the same anchor (Sketch.family)
+            family = self.beta_sketch.family
+            self.sketch = next((sk for sk in sketches if sk.family == family), None)
         if self.sketch is None:
             raise ValueError("reuse condition 1 fails: the sketch of β's program is not in α's design space")
         self.sketch = self.sketch.with_values_of(self.beta_sketch)
@@ -139,7 +142,11 @@ class ReuseTuner:
         if self.has_mlt:
             t, bt = self.sketch.main_tiles, self.beta_sketch.main_tiles
             self.alpha = loop_nest_of(self.alpha_mod, t.block)
-            self.beta_cfg, self.beta = program_features(beta_record, self.kind, sketch=self.beta_sketch)
+            aligned = align_loops(*reversed(program_features(beta_record, self.kind, sketch=self.beta_sketch)),
+                                  self.alpha)
+            if aligned is None:
+                raise ValueError("reuse condition 1 fails: β's program tiles other reduction loops than α's")
+            self.beta, self.beta_cfg = aligned
             attrs = target.attrs
             self.space = ReuseSpace(
                 self.kind, self.alpha, self.beta, self.beta_cfg,
@@ -155,7 +162,11 @@ class ReuseTuner:
             self.beta_fetch = tuple(_index_of(self.sketch.insts[i][2][0], 1) for i in t.fetch)
             handled = set(t.space + t.reduction + t.fetch) | ({t.unroll} if t.unroll is not None else set())
         # everything else (composite parts, other sketch types) is tuned sub-sketch by sub-sketch
-        self.sub = SubSketches(self.sketch, self.beta_sketch, exclude=handled)
+        beta_handled: set[int] = set()
+        if self.has_mlt:
+            bt = self.beta_sketch.main_tiles
+            beta_handled = set(bt.space + bt.reduction + bt.fetch) | ({bt.unroll} if bt.unroll is not None else set())
+        self.sub = SubSketches(self.sketch, self.beta_sketch, exclude=handled, beta_exclude=beta_handled)
 
     # GetS -------------------------------------------------------------------------------------
     def schedule(self, cand: _Cand):
@@ -425,9 +436,9 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
 
 
 def _features(record: "TuningRecord", tuner: ReuseTuner) -> "tuple[TileConfig, LoopNest] | None":
-    """``record``'s tile configuration and loop nest when it is a multi-level tiling shaped like α's
-    (as many loops and tile levels), else None."""
-    from .features import program_features
+    """``record``'s tile configuration and loop nest on α's loops (:func:`~tuner.features.align_loops`)
+    when it is a multi-level tiling with α's tile levels, else None."""
+    from .features import align_loops, program_features
     from .sketch import Sketch
 
     if not tuner.has_mlt:
@@ -436,12 +447,14 @@ def _features(record: "TuningRecord", tuner: ReuseTuner) -> "tuple[TileConfig, L
         sketch = Sketch(record.trace)
         if not sketch.main_tiles:
             return None
-        cfg, nest = program_features(record, tuner.kind, sketch=sketch)
+        aligned = align_loops(*reversed(program_features(record, tuner.kind, sketch=sketch)), tuner.alpha)
     except (ValueError, KeyError, IndexError, AttributeError):
         return None
+    if aligned is None:
+        return None
+    nest, cfg = aligned
     levels = [len(f) for f in tuner.beta_cfg.space + tuner.beta_cfg.reduction]
-    if (len(nest.space), len(nest.reduction)) != (len(tuner.alpha.space), len(tuner.alpha.reduction)) or \
-            [len(f) for f in cfg.space + cfg.reduction] != levels:
+    if [len(f) for f in cfg.space + cfg.reduction] != levels:
         return None
     return cfg, nest
 

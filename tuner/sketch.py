@@ -37,6 +37,10 @@ FETCH_KEY = "meta_schedule.cooperative_fetch"
 #: annotations A, not of its sketch K, so signatures ignore the value and GetS takes β's.
 VALUE_KEYS = ("meta_schedule.parallel",)
 #: What is done to a block that only produces elements for another: placed, never tiled.
+#: Instructions a :attr:`Sketch.family` leaves out: which blocks and loops exist, how many tile
+#: splits there are, and how the write stage is created vary with the epilogue and the rank.
+_FAMILY_SKIP = frozenset({"GetSBlock", "GetLoops", "GetConsumers", "CacheWrite", "SamplePerfectTile", "Split",
+                          "Reorder"})
 PLACEMENT_KINDS = frozenset({"GetSBlock", "SampleComputeLocation", "ComputeAt", "ReverseComputeAt", "ComputeInline",
                              "ReverseComputeInline", "GetProducers", "GetConsumers", "Annotate", "Unannotate",
                              "GetLoops"})
@@ -208,6 +212,48 @@ class Sketch:
                 inputs = [inputs[0], "<value>"]
             seq.append([kind, norm(inputs), attrs, norm(outputs)])
         return hashlib.sha1(json.dumps(seq, sort_keys=True).encode()).hexdigest()[:16]
+
+    @property
+    def family(self) -> str:
+        """Hash of the sketch with its epilogue and loop counts abstracted: what a fused task shares
+        with the same anchor under another epilogue (``matmul`` and ``matmul+add``) or another rank
+        (a 3-loop dense, a 4-loop batch matmul).
+
+        MetaSchedule writes a tiled block's result back through a stage placed at one of its tile
+        loops: a cache it creates (``CacheWrite``) when the anchor has no element-wise consumer, the
+        consumer itself (``GetConsumers``) when it has one. Both are the same write stage here,
+        named by where it sits: its tile level and the loop's position counted from the innermost
+        space loop. Tile splits are named by their level count only, so one family spans loop nests
+        of different ranks. Defined for sketches with one multi-level tiled block and nothing else
+        tiled; others get their :attr:`signature`. O(trace length).
+        """
+        if len(self.tiles) != 1 or any(inst[0] == "SamplePerfectTile" for i, inst in enumerate(self.insts)
+                                       if i not in self._tainted and i not in self.tiles[0].space + self.tiles[0].reduction):
+            return self.signature
+        t = self.tiles[0]
+        level = self._space_levels()
+        seq: list = [t.structure]
+        for i, (kind, inputs, attrs, _outputs) in enumerate(self.insts):
+            if i in self._tainted or kind in _FAMILY_SKIP:
+                continue
+            if kind == "ReverseComputeAt":
+                seq.append(["write-stage", level.get(inputs[1], "?"), attrs])
+            elif kind == "Annotate":  # literal values only: sampled ones (variables) and VALUE_KEYS vary
+                value = inputs[1] if isinstance(inputs[1], int) and not _annotates_value(self.insts[i]) else None
+                seq.append([kind, attrs, value])
+            else:
+                seq.append([kind, attrs])
+        return hashlib.sha1(json.dumps(seq, sort_keys=True).encode()).hexdigest()[:16]
+
+    def _space_levels(self) -> dict[str, tuple[int, int]]:
+        """Per tile loop of the main block's space loops: (tile level, position from the innermost loop)."""
+        t = self.main_tiles
+        out = {}
+        for pos, i in enumerate(reversed(t.space)):
+            split = next(x for x in self.insts if x[0] == "Split" and x[1][1:] == self.insts[i][3])
+            for lvl, loop in enumerate(split[3]):
+                out[loop] = (lvl, pos)
+        return out
 
     def with_values_of(self, other: "Sketch") -> "Sketch":
         """This sketch with ``other``'s values of the :data:`VALUE_KEYS` annotations (in order)."""

@@ -104,16 +104,17 @@ class Slot:
 class SubSketches:
     """The sub-sketch decisions of α's sketch (those Algorithm 1 does not set), mapped from β's."""
 
-    def __init__(self, alpha: Sketch, beta: Sketch, *, exclude: frozenset[int] | set[int] = frozenset()) -> None:
-        a_slots = alpha.decision_slots()
-        b_slots = beta.decision_slots()
+    def __init__(self, alpha: Sketch, beta: Sketch, *, exclude: frozenset[int] | set[int] = frozenset(),
+                 beta_exclude: frozenset[int] | set[int] = frozenset()) -> None:
+        """``exclude``/``beta_exclude``: the decisions Algorithm 1 sets (the main tiling), in α's and
+        in β's sketch; they may differ in number when β's program has another rank (Sketch.family)."""
+        a_slots = [i for i in alpha.decision_slots() if i not in exclude]
+        b_slots = [j for j in beta.decision_slots() if j not in beta_exclude]
         if len(a_slots) != len(b_slots):
             raise ValueError("the two sketches have different decision structures")
         block_of = alpha.decision_blocks()
         self.slots: list[Slot] = []
         for i, j in zip(a_slots, b_slots):
-            if i in exclude:
-                continue
             kind_name = alpha.insts[i][0]
             b_dec = beta.decisions.get(j)
             if kind_name == "SamplePerfectTile":

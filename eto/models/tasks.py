@@ -14,8 +14,8 @@ Each task's anchor block (its conv/matmul reduction, ``find_anchor_sblock``) is 
 extents (unit loops ignored) to one of the catalogue operators the frontend walk
 (:mod:`eto.models.extract`) found in the same model; the task becomes that operator with the task's
 fusion and PrimFunc (:meth:`~eto.operators.Operator.with_fusion`), weighted by how often the model
-calls it. The selector and the reuse tuner then work on it as on any operator (reuse only between
-tasks of one fusion: the fusion is part of the sketch key); :func:`bridge_task` rebuilds a fused
+calls it. The selector and the reuse tuner then work on it as on any operator (reuse also across
+epilogues: the tuner maps the write stage, :attr:`tuner.sketch.Sketch.family`); :func:`bridge_task` rebuilds a fused
 task at a bridge's loop nest, epilogue included. Tasks without a catalogue operator
 (pooling, softmax, normalisation, element-wise) are kept in :attr:`ModelTasks.left_alone` with
 the reason, never dropped: they get TVM's default schedules when the model is built.

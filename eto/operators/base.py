@@ -196,7 +196,8 @@ class Operator:
     params: tuple[tuple[str, ParamValue], ...]
     #: A model's fused task (:mod:`eto.models.tasks`): the Relax ops fused into the function that
     #: Relax compiles, e.g. ``"conv2d+add+relu"``; empty for the bare operator (the catalogue's TE
-    #: program). Part of identity and of the sketch key: reuse stays between tasks of one fusion.
+    #: program). Part of identity, not of the sketch key: a program of one epilogue is reused for
+    #: another (the tuner maps the write stage, :attr:`tuner.sketch.Sketch.family`).
     fusion: str = ""
     #: The fused task's PrimFunc (what Relax compiles); not part of identity: a database reloads the
     #: operator without it, and the model supplies it again.
@@ -346,9 +347,10 @@ class Operator:
 
     def sketch_key(self, parallel_limit: int = DEFAULT_PARALLEL_LIMIT) -> str:
         """A TVM-free stand-in for the sketch set K: operators whose design spaces have the same
-        sketch signatures (:attr:`tuner.sketch.Sketch.signature`) have the same key."""
-        key = self.spec.sketch_key(self._p, parallel_limit)
-        return f"{key}+{self.fusion}" if self.fusion else key
+        sketch families (:attr:`tuner.sketch.Sketch.family`) have the same key. The fusion is not
+        part of it: an epilogue changes how a tiled block's result is written back, which the
+        reuse tuner maps, not how the anchor's loops are tiled."""
+        return self.spec.sketch_key(self._p, parallel_limit)
 
     def sketch_count(self, parallel_limit: int = DEFAULT_PARALLEL_LIMIT) -> int:
         return self.spec.sketch_count(self._p, parallel_limit)

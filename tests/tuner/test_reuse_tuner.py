@@ -468,3 +468,60 @@ def test_alternate_sources_lead_round_t_with_their_tiles_kept_on_alpha():
     from tvm_ffi import structural_equal
 
     assert any(structural_equal(lead, mod) for mod in m.first[:2])  # after β's own kept tiles
+
+
+# -- reuse across epilogues and ranks (fused tasks of a model) -------------------------------------
+def _dense_bias_relu(m: int, n: int, k: int):
+    """A fused task as Relax compiles ``relu(x @ w + b)``: a 2-D ``matmul`` block and its
+    element-wise consumers (MetaSchedule writes the tile back through them, not a cache)."""
+    from tvm import te
+
+    x = te.placeholder((m, k), "float32", name="X")
+    w = te.placeholder((k, n), "float32", name="W")
+    b = te.placeholder((n,), "float32", name="B")
+    r = te.reduce_axis((0, k), name="k")
+    mm = te.compute((m, n), lambda i, j: te.sum(x[i, r] * w[r, j], axis=r), name="matmul")
+    add = te.compute((m, n), lambda i, j: mm[i, j] + b[j], name="T_add")
+    out = te.compute((m, n), lambda i, j: te.max(add[i, j], te.const(0, "float32")), name="compute")
+    return te.create_prim_func([x, w, b, out])
+
+
+@pytest.mark.parametrize("index", [0, 1, 2])
+def test_a_program_with_an_epilogue_is_reused_for_a_bare_batch_matmul_of_another_rank(index):
+    """β: a 3-loop ``matmul+add+relu`` program (its epilogue is the write stage); α: a 4-loop batch
+    matmul (a cache write). Their sketch signatures differ; their families match, GetS replays α's
+    own sketch with β's tiles (a unit batch loop added) and the program matches numpy."""
+    from types import SimpleNamespace
+
+    from tvm.ir import IRModule
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+
+    from eto.verify import check_record
+    from tuner.sketch import Sketch
+
+    target = cpu_target()
+    beta_mod = IRModule({"main": _dense_bias_relu(32, 64, 48)})
+    ctx = ms.TuneContext(mod=beta_mod, target=target, space_generator="post-order-apply",
+                         search_strategy="replay-trace", task_name="beta", num_threads=1, rand_state=7)
+    sch = ctx.generate_design_space()[index]
+    record = TuningRecord(sch.trace, Workload(beta_mod), [1e-3], target, ArgInfo.from_prim_func(beta_mod["main"]))
+    alpha = Operator.create("BMM", B=3, M=32, N=64, K=48)
+    tuner = ReuseTuner(alpha.prim_func(), record, target)
+    beta = Sketch(record.trace)
+    assert tuner.sketch.signature != beta.signature and tuner.sketch.family == beta.family
+    assert tuner.beta.space == (1, 32, 64) and tuner.beta_cfg.space[0] == (1, 1, 1, 1)
+    kept = tuner.space.kept_tiles()
+    assert kept.space[0][0] == 3 and kept.space[1:] == tuple(
+        tuple(f) for f in beta.tile_decisions()[0])  # β's tiles on α's M and N, the batch outermost
+
+    class Fake:  # times nothing: this test is about GetS, not speed
+        def measure(self, mods, target):
+            return [SimpleNamespace(median=1e-3 + i * 1e-6) for i in range(len(mods))]
+
+    res = reuse_tune(alpha.prim_func(), record, target, Fake(), top_k=None)
+    assert res.record is not None and res.candidates > 0
+    check = check_record(alpha, res.record, target)
+    assert check.ok, f"max abs error {check.max_abs_error}"
+
