@@ -12,6 +12,11 @@ decisions, GetS) and checked by the target's postprocessors (``VerifyGPUCode`` o
 that fail verification are skipped, not measured. The enumeration does not measure anything, so
 :mod:`tuner.estimate` reuses it to predict the number of measurements (section 6.1).
 
+Beyond the paper, β may be a fused task with another epilogue or rank than α's (a ``matmul+add``
+program for a batch ``matmul``): GetS then replays α's own sketch of β's family
+(:attr:`tuner.sketch.Sketch.family`) with β's tiles put on α's loops
+(:func:`tuner.features.align_loops`).
+
 Rounds are batched across all B values (one build batch per round) — the same candidates
 Algorithm 1 measures, built in parallel.
 """
@@ -368,7 +373,9 @@ class _Session:
             self.trajectory.append(TrajectoryPoint(time.perf_counter() - self.start, self.trials, self.best_s))
         self.rounds[name] = self.rounds.get(name, 0) + len(batch)
         self.seen.extend(c for c in batch if math.isfinite(c.latency))
-        if self.ranker is not None:
+        if self.ranker is not None and not self.ranked:
+            # only a round measured whole is a fair sample of α's space: ranked picks, all near the
+            # best, would teach the ranker their tiles for every later operator
             self.ranker.observe(self.tuner.alpha_mod, [c.sch for c in batch], [c.latency for c in batch])
 
     def result(self, best: _Cand | None) -> ReuseResult:

@@ -12,6 +12,11 @@ padding does not change how its major loop nest is tiled. Blocks with tiling of 
 cross-thread reduction, Winograd's transforms) are sub-sketches: they stay in the signature and
 :mod:`tuner.subsketch` tunes their decisions.
 
+The **sketch family** (:attr:`Sketch.family`) abstracts further what differs between fused tasks of
+one anchor: the write stage (MetaSchedule's cache write, or the element-wise consumer it writes
+through) and the number of loops. The reuse tuner falls back to it when α's design space has no
+sketch with β's signature (a ``matmul`` reusing a ``matmul+add`` program).
+
 :class:`Sketch` wraps one trace (a design space of α, or β's best program) and can be applied to a
 workload with new decisions: that is the paper's GetS.
 """
