@@ -525,3 +525,20 @@ def test_a_program_with_an_epilogue_is_reused_for_a_bare_batch_matmul_of_another
     check = check_record(alpha, res.record, target)
     assert check.ok, f"max abs error {check.max_abs_error}"
 
+
+
+def test_align_loops_adds_unit_loops_drops_extra_ones_and_refuses_other_reductions():
+    """β's tiles on α's loop ranks: space loops pair from the innermost; a loop β lacks is a unit
+    loop of β (its bytes unchanged), one α lacks is dropped; other reduction loops: no alignment."""
+    from tuner.features import Access, align_loops
+
+    dense = LoopNest((32, 64), (48,), (Access("X", (32, 48), ((1, 0, 0), (0, 0, 1))),
+                                      Access("W", (48, 64), ((0, 0, 1), (0, 1, 0)))))
+    cfg = TileConfig("cpu", ((2, 4, 1, 4), (1, 2, 4, 8)), ((6, 8),))
+    bmm = LoopNest((3, 32, 64), (48,), ())
+    nest3, cfg3 = align_loops(dense, cfg, bmm)
+    assert nest3.space == (1, 32, 64) and cfg3.space == ((1, 1, 1, 1),) + cfg.space
+    assert cfg3.block_bytes(nest3) == cfg.block_bytes(dense) and cfg3.B == cfg.B
+    back, cfg2 = align_loops(nest3, cfg3, dense)
+    assert back == dense and cfg2 == cfg
+    assert align_loops(dense, cfg, LoopNest((32, 64), (3, 3, 48), ())) is None
