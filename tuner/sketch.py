@@ -255,8 +255,8 @@ class Sketch:
         t = self.main_tiles
         out = {}
         for pos, i in enumerate(reversed(t.space)):
-            split = next(x for x in self.insts if x[0] == "Split" and x[1][1:] == self.insts[i][3])
-            for lvl, loop in enumerate(split[3]):
+            split = next((x for x in self.insts if x[0] == "Split" and x[1][1:] == self.insts[i][3]), None)
+            for lvl, loop in enumerate(split[3] if split is not None else ()):
                 out[loop] = (lvl, pos)
         return out
 
