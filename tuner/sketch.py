@@ -42,13 +42,13 @@ FETCH_KEY = "meta_schedule.cooperative_fetch"
 #: annotations A, not of its sketch K, so signatures ignore the value and GetS takes β's.
 VALUE_KEYS = ("meta_schedule.parallel",)
 #: What is done to a block that only produces elements for another: placed, never tiled.
+PLACEMENT_KINDS = frozenset({"GetSBlock", "SampleComputeLocation", "ComputeAt", "ReverseComputeAt", "ComputeInline",
+                             "ReverseComputeInline", "GetProducers", "GetConsumers", "Annotate", "Unannotate",
+                             "GetLoops"})
 #: Instructions a :attr:`Sketch.family` leaves out: which blocks and loops exist, how many tile
 #: splits there are, and how the write stage is created vary with the epilogue and the rank.
 _FAMILY_SKIP = frozenset({"GetSBlock", "GetLoops", "GetConsumers", "CacheWrite", "SamplePerfectTile", "Split",
                           "Reorder"})
-PLACEMENT_KINDS = frozenset({"GetSBlock", "SampleComputeLocation", "ComputeAt", "ReverseComputeAt", "ComputeInline",
-                             "ReverseComputeInline", "GetProducers", "GetConsumers", "Annotate", "Unannotate",
-                             "GetLoops"})
 
 
 def plain(obj: Any) -> Any:
@@ -232,10 +232,11 @@ class Sketch:
         of different ranks. Defined for sketches with one multi-level tiled block and nothing else
         tiled; others get their :attr:`signature`. O(trace length).
         """
-        if len(self.tiles) != 1 or any(inst[0] == "SamplePerfectTile" for i, inst in enumerate(self.insts)
-                                       if i not in self._tainted and i not in self.tiles[0].space + self.tiles[0].reduction):
+        t = self.tiles[0] if len(self.tiles) == 1 else None
+        tiled = set(t.space + t.reduction) if t is not None else set()
+        if t is None or any(inst[0] == "SamplePerfectTile" and i not in self._tainted and i not in tiled
+                            for i, inst in enumerate(self.insts)):
             return self.signature
-        t = self.tiles[0]
         level = self._space_levels()
         seq: list = [t.structure]
         for i, (kind, inputs, attrs, _outputs) in enumerate(self.insts):
