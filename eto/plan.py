@@ -79,19 +79,16 @@ class BridgeCatalogue:
             return None
         if op.sketch_key() != b.sketch:
             return None
-        fused = [m for m in members if m.fusion and m.task is not None]
+        # one member per fusion, in order of preference: the first whose recipe builds op
+        fused: dict[str, Operator] = {}
+        for m in members:
+            if m.fusion and m.task is not None:
+                fused.setdefault(m.fusion, m)
         if not fused:
             return op
         from .models.tasks import bridge_task
 
-        tried = set()
-        for member in fused:
-            if member.fusion not in tried:
-                tried.add(member.fusion)
-                bridge = bridge_task(op, member)
-                if bridge is not None:
-                    return bridge
-        return None
+        return next((b for b in (bridge_task(op, m) for m in fused.values()) if b is not None), None)
 
 
 @dataclass(frozen=True)

@@ -144,11 +144,12 @@ class ReuseTuner:
         self.beta_unroll, self.beta_fetch = None, ()
         self.alpha = self.beta = self.beta_cfg = self.space = None
         handled: set[int] = set()
+        beta_handled: set[int] = set()
         if self.has_mlt:
             t, bt = self.sketch.main_tiles, self.beta_sketch.main_tiles
             self.alpha = loop_nest_of(self.alpha_mod, t.block)
-            aligned = align_loops(*reversed(program_features(beta_record, self.kind, sketch=self.beta_sketch)),
-                                  self.alpha)
+            beta_cfg, beta = program_features(beta_record, self.kind, sketch=self.beta_sketch)
+            aligned = align_loops(beta, beta_cfg, self.alpha)
             if aligned is None:
                 raise ValueError("reuse condition 1 fails: β's program tiles other reduction loops than α's")
             self.beta, self.beta_cfg = aligned
@@ -165,12 +166,8 @@ class ReuseTuner:
             # GetS defaults (Algorithm 1 tunes these last): β's unroll, no vectorised cooperative fetch
             self.beta_unroll = self.beta_sketch.decisions.get(bt.unroll) if bt.unroll is not None else None
             self.beta_fetch = tuple(_index_of(self.sketch.insts[i][2][0], 1) for i in t.fetch)
-            handled = set(t.space + t.reduction + t.fetch) | ({t.unroll} if t.unroll is not None else set())
+            handled, beta_handled = t.decisions, bt.decisions
         # everything else (composite parts, other sketch types) is tuned sub-sketch by sub-sketch
-        beta_handled: set[int] = set()
-        if self.has_mlt:
-            bt = self.beta_sketch.main_tiles
-            beta_handled = set(bt.space + bt.reduction + bt.fetch) | ({bt.unroll} if bt.unroll is not None else set())
         self.sub = SubSketches(self.sketch, self.beta_sketch, exclude=handled, beta_exclude=beta_handled)
 
     # GetS -------------------------------------------------------------------------------------
@@ -454,7 +451,8 @@ def _features(record: "TuningRecord", tuner: ReuseTuner) -> "tuple[TileConfig, L
         sketch = Sketch(record.trace)
         if not sketch.main_tiles:
             return None
-        aligned = align_loops(*reversed(program_features(record, tuner.kind, sketch=sketch)), tuner.alpha)
+        cfg, nest = program_features(record, tuner.kind, sketch=sketch)
+        aligned = align_loops(nest, cfg, tuner.alpha)
     except (ValueError, KeyError, IndexError, AttributeError):
         return None
     if aligned is None:

@@ -82,6 +82,11 @@ class TileLevels:
     def r_levels(self) -> int:
         return self.structure.count("R")
 
+    @property
+    def decisions(self) -> set[int]:
+        """The decisions Algorithm 1 sets on this block (tiles, unroll, cooperative fetch)."""
+        return set(self.space + self.reduction + self.fetch) | ({self.unroll} if self.unroll is not None else set())
+
 
 class Sketch:
     """One trace split into its instructions (the sketch) and decisions (the annotations)."""

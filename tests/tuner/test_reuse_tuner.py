@@ -526,7 +526,6 @@ def test_a_program_with_an_epilogue_is_reused_for_a_bare_batch_matmul_of_another
     assert check.ok, f"max abs error {check.max_abs_error}"
 
 
-
 def test_align_loops_adds_unit_loops_drops_extra_ones_and_refuses_other_reductions():
     """β's tiles on α's loop ranks: space loops pair from the innermost; a loop β lacks is a unit
     loop of β (its bytes unchanged), one α lacks is dropped; other reduction loops: no alignment."""
