@@ -89,8 +89,63 @@ def _table(report) -> str:
     return "\n".join(lines)
 
 
+def _dispatch(args: argparse.Namespace) -> int:
+    from ..dispatch import build_dispatch, parse_sizes, parse_symbolic, save, symbolic_dims
+    from ..operators import Operator
+
+    op = Operator.parse(args.op)
+    symbolic = symbolic_dims(op, parse_symbolic(args.symbolic))
+    sizes = parse_sizes(args.sizes)
+    if not os.path.isdir(args.db):
+        raise CLIError(f"--db {args.db}: no such database directory (tune the operator at some sizes first)")
+    if args.max_buckets is not None and args.max_buckets < 1:
+        raise CLIError(f"--max-buckets must be positive, got {args.max_buckets}")
+    from ..database import Database
+    from ..target import parse_target
+
+    target = parse_target(args.target)
+    if target.kind.name != "llvm":
+        raise CLIError(f"eto dispatch measures on this machine's CPU; --target {args.target} is {target.kind.name}")
+    log = None if args.quiet or args.json else (lambda m: print(f"eto: {m}", file=sys.stderr, flush=True))
+    fn, report = build_dispatch(op, symbolic, Database(args.db, readonly=True), target, sizes=sizes,
+                                max_buckets=args.max_buckets, tolerance=args.tolerance, log=log)
+    if args.output:
+        save(fn, report, args.output)
+        print(f"eto: wrote {args.output} (load: tvm.relax.VirtualMachine(tvm.runtime.load_module(PATH), tvm.cpu())) "
+              f"and {args.output}.json", file=sys.stderr)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=1))
+        return EXIT_OK
+    rows = [(b["from"], "-" if b["to"] is None else b["to"], b["candidate"], b["method"]) for b in report.buckets]
+    print(format_table(("from", "to", "program:kind", "method"), rows, align="rrll"))
+    best = [min(col) for col in zip(*report.latency_s)]
+    slow = [d / b for d, b in zip(report.dispatch_latency_s, best)]
+    print(f"{len(report.candidates)} candidates timed at {len(sizes)} sizes in {report.seconds:.1f} s; the function "
+          f"at a median {sorted(slow)[len(slow) // 2]:.2f}x (worst {max(slow):.2f}x) the best candidate per size")
+    for s in report.skipped:
+        print(f"  skipped {s}")
+    return EXIT_OK
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``eto retune`` and its options."""
+    """Add ``eto retune`` and ``eto dispatch`` and their options."""
+    d = subparsers.add_parser("dispatch", help="one compiled function for a symbolic size: stored programs per "
+                                               "bucket of sizes, chosen by measurement")
+    d.add_argument("--op", required=True, help="the operator at any one size, e.g. 'BMM(B=12,M=128,N=128,K=64)'")
+    d.add_argument("--symbolic", required=True, metavar="PARAM=NAME[,...]",
+                   help="parameters that become the symbolic dimension, e.g. M=seq,N=seq")
+    d.add_argument("--sizes", required=True, help="sizes to time the candidates at, e.g. 1,2,4,8,16:512:16; the "
+                                                  "largest bucket also serves larger sizes")
+    d.add_argument("--db", default=DEFAULT_DB, help="the database holding the operator's programs at some sizes")
+    d.add_argument("-o", "--output", help="write the function here as a shared library (and PATH.json)")
+    d.add_argument("--max-buckets", type=int, default=None, help="at most this many programs (default: no limit)")
+    d.add_argument("--tolerance", type=float, default=0.02,
+                   help="fewest buckets whose summed slowdown is within this of the best (default 0.02)")
+    d.add_argument("--target", default="cpu", help="cpu (this machine)")
+    d.add_argument("--json", action="store_true", help="print the report as JSON")
+    d.add_argument("--quiet", action="store_true", help="no progress lines")
+    d.set_defaults(func=_dispatch)
+
     p = subparsers.add_parser("retune", help="new sizes of a tuned set: instant programs, then reuse tuning")
     add_operator_options(p)
     p.add_argument("--vary", required=True, metavar="DIM=VALUES",
