@@ -143,3 +143,21 @@ def test_eto_dispatch_chooses_buckets_writes_a_loadable_library_and_names_bad_in
     assert code == 2 and "holds no program of BMM with M=seq at any size" in capsys.readouterr().err
     code = main(["dispatch", "--op", SMALL.key, "--symbolic", "Q=seq", "--sizes", "4", "--db", str(two_sizes_db)])
     assert code == 2 and "BMM has no parameter Q" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_serving_example_runs_on_a_stream_of_stored_lengths(two_sizes_db, tmp_path, capsys):
+    """examples/serve_stream.py on lengths the database holds: served tuned at once, outputs checked."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    import serve_stream
+
+    db = tmp_path / "db"
+    shutil.copytree(two_sizes_db, db)
+    assert serve_stream.main(["--db", str(db), "--op", SMALL.key, "--lengths", "48,8,48"]) == 0
+    out = capsys.readouterr().out
+    rows = [ln.split() for ln in out.splitlines() if ln.strip().split(" ")[0].isdigit()]
+    assert [(r[0], r[1]) for r in rows] == [("48", "tuned"), ("8", "tuned"), ("48", "tuned")] * 2
