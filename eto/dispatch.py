@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tvm.ir import IRModule
     from tvm.s_tir.meta_schedule.database import TuningRecord
     from tvm.target import Target
+    from tvm.tirx import PrimFunc
 
 
 @dataclass(frozen=True)
@@ -131,10 +132,15 @@ def candidates(op: Operator, symbolic: Mapping[str, str], database: Database, ta
 
 # -- the compiled function ------------------------------------------------------------------------
 def dispatch_module(op: Operator, symbolic: Mapping[str, str], buckets: Sequence[tuple[int, Candidate]],
-                    dtype: str = "float32") -> "IRModule":
+                    dtype: str = "float32") -> tuple["IRModule", dict[str, "PrimFunc"]]:
     """A Relax module whose ``main`` takes ``op``'s inputs at any size of the symbolic dimension and
     returns its output, running the candidate of the first bucket whose upper bound is >= the size
-    (the last bucket: every larger size too). O(buckets x trace length).
+    (the last bucket: every larger size too), and the PrimFuncs it calls by name (padding, kernel,
+    crop per bucket). O(buckets x trace length).
+
+    The PrimFuncs are compiled one per module (:func:`compile_dispatch`) and called with
+    ``call_dps_packed``: compiled together with other functions, LLVM inlines a kernel's body into
+    its packed wrapper and loses the pointers' ``noalias``, which cost a symbolic kernel 3-5x here.
     """
     import tvm
     from tvm.script import ir as I
@@ -147,32 +153,18 @@ def dispatch_module(op: Operator, symbolic: Mapping[str, str], buckets: Sequence
     var = {name: _var(name) for name in set(symbolic.values())}
     p_sym = {**dict(op.params), **{p: var[v] for p, v in symbolic.items()}}
     in_shapes, out_shape = op.spec.input_shapes(p_sym), op.spec.output_shape(p_sym)
-    funcs: dict[str, object] = {}
-    lines = []
+    funcs: dict[str, "PrimFunc"] = {}
     args = ", ".join(f"x{i}: R.Tensor({_shape_text(s, quoted=True)}, {dtype!r})" for i, s in enumerate(in_shapes))
-    lines.append(f"    @R.function\n    def main({args}) -> R.Tensor({_shape_text(out_shape, quoted=True)}, {dtype!r}):")
-    first_var = var[sorted(var)[0]]
+    lines = [f"    @R.function\n    def main({args}) -> R.Tensor({_shape_text(out_shape, quoted=True)}, {dtype!r}):"]
     body = []
     for b, (upper, cand) in enumerate(buckets):
         stmts, fs = _bucket(op, symbolic, var, cand, b, dtype)
         funcs.update(fs)
         body.append((upper, stmts))
-    lines += _if_chain(body, str(first_var), indent=8)
+    lines += _if_chain(body, str(var[sorted(var)[0]]), indent=8)
     lines.append("        return z")
-    stubs = "".join(f"    @T.prim_func(private=True)\n    def {name}({_stub_params(f)}):\n        T.evaluate(0)\n"
-                    for name, f in funcs.items())
-    src = "@I.ir_module(check_well_formed=False)\nclass Mod:\n" + stubs + "\n".join(lines) + "\n"
-    mod = tvm.script.from_source(src, extra_vars={"I": I, "T": T, "R": R}, check_well_formed=False)
-    for name, f in funcs.items():  # the stubs (no parameters) stood in for the real programs
-        mod[mod.get_global_var(name)] = f
-    return mod
-
-
-def _stub_params(func) -> str:
-    """A parameter list of ``func``'s arity for the stub the Relax text is parsed with: buffers as
-    handles, scalars as int64."""
-    return ", ".join(f"a{i}: T.handle" if "BufferType" in type(p.ty).__name__ else f"a{i}: T.int64"
-                     for i, p in enumerate(func.params))
+    src = "@I.ir_module\nclass Mod:\n" + "\n".join(lines) + "\n"
+    return tvm.script.from_source(src, extra_vars={"I": I, "T": T, "R": R}), funcs
 
 
 def _var(name: str):
@@ -209,14 +201,15 @@ def _bucket(op: Operator, symbolic: Mapping[str, str], var: Mapping, cand: Candi
     n_in = len(in_shapes)
     xs = ", ".join(f"x{i}" for i in range(n_in)) + ("," if n_in == 1 else "")
     if cand.kind == "mask":
-        func = _private(symbolic_module(op.prim_func(dtype, symbolic=dict(symbolic)), cand.record)["main"])
-        return [f"z = R.call_tir(Mod.k{b}, ({xs}), out_ty=R.Tensor({_shape_text(out_shape)}, {dtype!r}))"], {f"k{b}": func}
+        func = symbolic_module(op.prim_func(dtype, symbolic=dict(symbolic)), cand.record)["main"]
+        return [f"z = R.call_dps_packed({_name('k', b)!r}, ({xs}), out_ty=R.Tensor({_shape_text(out_shape)}, {dtype!r}))"], \
+            {_name("k", b): func}
     mult = tile_multiples(op.prim_func(dtype, symbolic={p: p for p in symbolic}), cand.record)
     q = {p: tirx.Var(f"q_{p}", "int64") for p in symbolic}
     p_pad = {**dict(op.params), **{p: q[p] * mult.get(p, 1) for p in symbolic}}
     tensors = op.spec.te(p_pad, dtype)  # inputs then the output; the tile counts come before it
     kernel = te.create_prim_func(tensors[:-1] + [q[p] for p in symbolic] + tensors[-1:])
-    funcs = {f"k{b}": _private(symbolic_module(kernel, cand.record)["main"])}
+    funcs = {_name("k", b): symbolic_module(kernel, cand.record)["main"]}
     # the padded extents, written in the dimension's variable
     padded = {**dict(op.params), **{p: tirx.ceildiv(var[v], mult.get(p, 1)) * mult.get(p, 1)
                                      for p, v in symbolic.items()}}
@@ -226,18 +219,20 @@ def _bucket(op: Operator, symbolic: Mapping[str, str], var: Mapping, cand: Candi
         if [str(d) for d in s] == [str(d) for d in sp]:
             names.append(f"x{i}")
             continue
-        funcs[f"p{b}_{i}"] = _private(_pad_func(s, sp, dtype))
-        stmts.append(f"xp{i} = R.call_tir(Mod.p{b}_{i}, (x{i},), out_ty=R.Tensor({_shape_text(sp)}, {dtype!r}))")
+        funcs[_name("p", b, i)] = _pad_func(s, sp, dtype)
+        stmts.append(f"xp{i} = R.call_dps_packed({_name('p', b, i)!r}, (x{i},), out_ty=R.Tensor({_shape_text(sp)}, {dtype!r}))")
         names.append(f"xp{i}")
     names += [f"R.prim_value({tirx.ceildiv(var[v], mult.get(p, 1))})" for p, v in symbolic.items()]
-    stmts.append(f"zp = R.call_tir(Mod.k{b}, ({', '.join(names)}), out_ty=R.Tensor({_shape_text(pad_out)}, {dtype!r}))")
-    funcs[f"c{b}"] = _private(_crop_func(pad_out, out_shape, dtype))
-    stmts.append(f"z = R.call_tir(Mod.c{b}, (zp,), out_ty=R.Tensor({_shape_text(out_shape)}, {dtype!r}))")
+    stmts.append(f"zp = R.call_dps_packed({_name('k', b)!r}, ({', '.join(names)}), "
+                 f"out_ty=R.Tensor({_shape_text(pad_out)}, {dtype!r}))")
+    funcs[_name("c", b)] = _crop_func(pad_out, out_shape, dtype)
+    stmts.append(f"z = R.call_dps_packed({_name('c', b)!r}, (zp,), out_ty=R.Tensor({_shape_text(out_shape)}, {dtype!r}))")
     return stmts, funcs
 
 
-def _private(func):
-    return func.without_attr("global_symbol")
+def _name(kind: str, *index: int) -> str:
+    """The symbol of a bucket's PrimFunc: ``eto_k0`` (kernel), ``eto_p0_1`` (padding of input 1)..."""
+    return "eto_" + kind + "_".join(str(i) for i in index)
 
 
 def _pad_func(shape, padded, dtype):
@@ -303,9 +298,15 @@ class DispatchFunction:
 
 def compile_dispatch(op: Operator, symbolic: Mapping[str, str], buckets: Sequence[tuple[int, Candidate]],
                      target: "Target") -> DispatchFunction:
+    """Build :func:`dispatch_module`: the Relax ``main``, each PrimFunc alone, linked into one library."""
     import tvm
+    from tvm.ir import IRModule
 
-    return DispatchFunction(tvm.compile(dispatch_module(op, symbolic, buckets), target=target), op, symbolic)
+    main, funcs = dispatch_module(op, symbolic, buckets)
+    executable = tvm.compile(main, target=target)
+    for name, f in funcs.items():
+        executable.mod.import_module(tvm.compile(IRModule({name: f.with_attr("global_symbol", name)}), target=target).mod)
+    return DispatchFunction(executable, op, symbolic)
 
 
 def check(fn: DispatchFunction, sizes: Sequence[int], *, seed: int = 0) -> None:
