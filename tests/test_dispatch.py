@@ -114,6 +114,8 @@ def test_a_dispatch_over_two_programs_matches_numpy_in_every_bucket(two_sizes_db
     check(fn, [1, 7, 8, 20, 21, 33, 40, 41, 48, 61, 97])
     x = at_size(SMALL, SEQ, 5).random_inputs(3)
     np.testing.assert_allclose(fn(*x), at_size(SMALL, SEQ, 5).reference(*x), rtol=1e-4, atol=1e-4)
+    # two padded programs side by side (their padded buffers once shared storage across branches)
+    check(compile_dispatch(SMALL, SEQ, [(12, small_pad), (64, cands[2])], target), [1, 12, 13, 30, 47, 64, 65])
 
 
 @pytest.mark.slow
@@ -161,3 +163,25 @@ def test_the_serving_example_runs_on_a_stream_of_stored_lengths(two_sizes_db, tm
     out = capsys.readouterr().out
     rows = [ln.split() for ln in out.splitlines() if ln.strip().split(" ")[0].isdigit()]
     assert [(r[0], r[1]) for r in rows] == [("48", "tuned"), ("8", "tuned"), ("48", "tuned")] * 2
+
+
+@pytest.mark.slow
+def test_the_symbolic_benchmark_runs_at_scale_ci(two_sizes_db, tmp_path):
+    """E7b at scale ci: every method timed, the summary and the plot written."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    import symbolic_bench
+
+    out = tmp_path / "e7b.json"
+    assert symbolic_bench.main(["--scale", "ci", "--db", str(two_sizes_db), "--op", f"{SMALL.key}@M=seq,N=seq",
+                                "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    (row,) = result["ops"]
+    assert row["stored_sizes"] == [8, 48] and row["sizes"] == [3, 13, 23, 33, 43, 53, 63]
+    lat = row["latency_s"]
+    assert set(lat["dispatch"]) == {str(s) for s in row["sizes"]} and all(v > 0 for v in lat["dispatch"].values())
+    assert set(lat["padded"]) == {"3", "13", "23", "33", "43"}  # sizes up to the largest stored one
+    assert set(lat["tvm"]) == {"3", "23", "43", "63"} and set(row["dispatch_over"]) >= {"per_size", "padded", "tvm"}
+    assert (tmp_path / "e7b.png").stat().st_size > 0

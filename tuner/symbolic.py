@@ -137,7 +137,7 @@ class BucketChoice:
 
 
 def choose_buckets(latency: Sequence[Sequence[float]], sizes: Sequence[int], *, max_buckets: int | None = None,
-                   tolerance: float = 0.02) -> BucketChoice:
+                   tolerance: float = 0.05) -> BucketChoice:
     """Buckets over the sorted ``sizes`` minimising the summed slowdown against the best candidate
     per size; ``latency[c][i]`` is candidate c's measured time at ``sizes[i]`` (inf: cannot run).
 
