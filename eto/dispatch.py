@@ -161,10 +161,9 @@ def dispatch_module(op: Operator, symbolic: Mapping[str, str], buckets: Sequence
     for b, (upper, cand) in enumerate(buckets):
         # one Relax function per bucket: Relax plans memory per function, and storage planned
         # across the branches of one function was reused at the wrong size (a crash at the split)
-        stmts, fs = _bucket(op, symbolic, var, cand, b, dtype)
+        defs, fs = _bucket(op, symbolic, var, cand, b, dtype, f"({args}) -> {ret}")
         funcs.update(fs)
-        lines.append(f"    @R.function\n    def bucket{b}({args}) -> {ret}:")
-        lines += [f"        {st}" for st in stmts] + ["        return z"]
+        lines += defs
         calls.append((upper, [f"z = Mod.bucket{b}({xs})"]))
     lines.append(f"    @R.function\n    def main({args}) -> {ret}:")
     lines += _if_chain(calls, str(var[sorted(var)[0]]), indent=8)
@@ -198,25 +197,34 @@ def _if_chain(body: list[tuple[int, list[str]]], v: str, indent: int) -> list[st
 
 
 def _bucket(op: Operator, symbolic: Mapping[str, str], var: Mapping, cand: Candidate, b: int,
-            dtype: str) -> tuple[list[str], dict]:
-    """Relax statements (ending in ``z = ...``) and private PrimFuncs of one bucket."""
+            dtype: str, header: str) -> tuple[list[str], dict]:
+    """The Relax function ``bucket{b}`` (text lines, with the helpers it calls) and the PrimFuncs
+    of one bucket. ``header`` is the functions' parameter list and return annotation."""
     from tvm import te, tirx
 
     p_sym = {**dict(op.params), **{p: var[v] for p, v in symbolic.items()}}
     in_shapes, out_shape = op.spec.input_shapes(p_sym), op.spec.output_shape(p_sym)
     n_in = len(in_shapes)
-    xs = ", ".join(f"x{i}" for i in range(n_in)) + ("," if n_in == 1 else "")
+    xs = ", ".join(f"x{i}" for i in range(n_in))
+    out_ty = f"R.Tensor({_shape_text(out_shape)}, {dtype!r})"
+
+    def function(name: str, body: list[str]) -> list[str]:
+        return [f"    @R.function\n    def {name}{header}:"] + [f"        {st}" for st in body] + ["        return z"]
+
     if cand.kind == "mask":
         func = symbolic_module(op.prim_func(dtype, symbolic=dict(symbolic)), cand.record)["main"]
-        return [f"z = R.call_dps_packed({_name('k', b)!r}, ({xs}), out_ty=R.Tensor({_shape_text(out_shape)}, {dtype!r}))"], \
-            {_name("k", b): func}
+        call = f"z = R.call_dps_packed({_name('k', b)!r}, ({xs}{',' if n_in == 1 else ''}), out_ty={out_ty})"
+        return function(f"bucket{b}", [call]), {_name("k", b): func}
     mult = tile_multiples(op.prim_func(dtype, symbolic={p: p for p in symbolic}), cand.record)
     q = {p: tirx.Var(f"q_{p}", "int64") for p in symbolic}
     p_pad = {**dict(op.params), **{p: q[p] * mult.get(p, 1) for p in symbolic}}
     tensors = op.spec.te(p_pad, dtype)  # inputs then the output; the tile counts come before it
     kernel = te.create_prim_func(tensors[:-1] + [q[p] for p in symbolic] + tensors[-1:])
     funcs = {_name("k", b): symbolic_module(kernel, cand.record)["main"]}
-    # the padded extents, written in the dimension's variable
+    counts = [f"R.prim_value({tirx.ceildiv(var[v], mult.get(p, 1))})" for p, v in symbolic.items()]
+    # a size that is already a tile multiple runs the kernel on the arguments themselves
+    exact = [f"z = R.call_dps_packed({_name('k', b)!r}, ({', '.join([f'x{i}' for i in range(n_in)] + counts)}), "
+             f"out_ty={out_ty})"]
     padded = {**dict(op.params), **{p: tirx.ceildiv(var[v], mult.get(p, 1)) * mult.get(p, 1)
                                      for p, v in symbolic.items()}}
     pad_in, pad_out = op.spec.input_shapes(padded), op.spec.output_shape(padded)
@@ -228,12 +236,15 @@ def _bucket(op: Operator, symbolic: Mapping[str, str], var: Mapping, cand: Candi
         funcs[_name("p", b, i)] = _pad_func(s, sp, dtype)
         stmts.append(f"xp{i} = R.call_dps_packed({_name('p', b, i)!r}, (x{i},), out_ty=R.Tensor({_shape_text(sp)}, {dtype!r}))")
         names.append(f"xp{i}")
-    names += [f"R.prim_value({tirx.ceildiv(var[v], mult.get(p, 1))})" for p, v in symbolic.items()]
-    stmts.append(f"zp = R.call_dps_packed({_name('k', b)!r}, ({', '.join(names)}), "
+    stmts.append(f"zp = R.call_dps_packed({_name('k', b)!r}, ({', '.join(names + counts)}), "
                  f"out_ty=R.Tensor({_shape_text(pad_out)}, {dtype!r}))")
     funcs[_name("c", b)] = _crop_func(pad_out, out_shape, dtype)
-    stmts.append(f"z = R.call_dps_packed({_name('c', b)!r}, (zp,), out_ty=R.Tensor({_shape_text(out_shape)}, {dtype!r}))")
-    return stmts, funcs
+    stmts.append(f"z = R.call_dps_packed({_name('c', b)!r}, (zp,), out_ty={out_ty})")
+    whole = tirx.all(*[tirx.floormod(var[v], mult.get(p, 1)) == 0 for p, v in symbolic.items()])
+    dispatch = [f"if R.prim_value({whole}):", f"    z = Mod.bucket{b}_exact({xs})", "else:",
+                f"    z = Mod.bucket{b}_padded({xs})"]
+    return (function(f"bucket{b}_exact", exact) + function(f"bucket{b}_padded", stmts)
+            + function(f"bucket{b}", dispatch)), funcs
 
 
 def _name(kind: str, *index: int) -> str:
