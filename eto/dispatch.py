@@ -15,6 +15,7 @@ checked against numpy in every bucket and exported as a shared library that
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
@@ -91,13 +92,17 @@ def symbolic_dims(op: Operator, symbolic: Mapping[str, str]) -> dict[str, str]:
     if unknown:
         raise ValueError(f"{op.type} has no parameter {', '.join(unknown)} (its parameters: "
                          f"{', '.join(k for k, _ in op.params)})")
-    for name in set(symbolic.values()):
-        if not name.isidentifier() or name in ("T", "R", "I"):
-            raise ValueError(f"symbolic dimension name {name!r} must be a Python identifier")
-        marker = {p: -(i + 1) for i, p in enumerate(symbolic)}
-        shapes = op.spec.input_shapes({**dict(op.params), **marker})
-        if not any(marker[p] in s for s in shapes for p, v in symbolic.items() if v == name):
-            raise ValueError(f"{name} is not a dimension of any input of {op.type}; cannot dispatch on it")
+    names = set(symbolic.values())
+    if len(names) != 1:
+        raise ValueError(f"a dispatch branches on one size: give every parameter the same name, not {sorted(names)}")
+    (name,) = names
+    if not name.isidentifier() or re.fullmatch(r"T|R|I|Mod|main|zp?|xp?\d+|bucket\d+.*", name):
+        raise ValueError(f"symbolic dimension name {name!r} must be a Python identifier other than the "
+                         "dispatch's own names (T, R, I, Mod, main, z, zp, x0, xp0, bucket0...)")
+    marker = {p: -(i + 1) for i, p in enumerate(symbolic)}
+    shapes = op.spec.input_shapes({**dict(op.params), **marker})
+    if not any(m in s for s in shapes for m in marker.values()):
+        raise ValueError(f"{name} is not a dimension of any input of {op.type}; cannot dispatch on it")
     return dict(symbolic)
 
 

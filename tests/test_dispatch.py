@@ -76,8 +76,13 @@ def test_parse_sizes_and_symbolic_parameters():
     bmm = Operator.create("BMM", B=2, M=16, N=16, K=8)
     with pytest.raises(ValueError, match="BMM has no parameter H"):
         symbolic_dims(bmm, {"H": "h"})
-    with pytest.raises(ValueError, match="must be a Python identifier"):
-        symbolic_dims(bmm, {"M": "1x"})
+    for bad in ("1x", "z", "x0", "bucket2"):
+        with pytest.raises(ValueError, match="must be a Python identifier other than"):
+            symbolic_dims(bmm, {"M": bad})
+    with pytest.raises(ValueError, match="branches on one size"):
+        symbolic_dims(bmm, {"M": "a", "N": "b"})
+    with pytest.raises(ValueError, match="p is not a dimension of any input of C2D"):
+        symbolic_dims(Operator.create("C2D", N=1, CI=4, H=8, W=8, CO=4, KH=3, KW=3), {"padding": "p"})
 
 
 # -- the dispatch (TVM, real tuning at scale ci) -------------------------------------------------
