@@ -344,6 +344,8 @@ def check(fn: DispatchFunction, sizes: Sequence[int], *, seed: int = 0) -> None:
 
 @dataclass(frozen=True)
 class DispatchReport:
+    """What ``eto dispatch`` measured and chose (written beside the library as ``PATH.json``)."""
+
     op: str
     symbolic: dict[str, str]
     sizes: tuple[int, ...]
