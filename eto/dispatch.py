@@ -245,7 +245,7 @@ def _bucket(op: Operator, symbolic: Mapping[str, str], var: Mapping, cand: Candi
                  f"out_ty=R.Tensor({_shape_text(pad_out)}, {dtype!r}))")
     funcs[_name("c", b)] = _crop_func(pad_out, out_shape, dtype)
     stmts.append(f"z = R.call_dps_packed({_name('c', b)!r}, (zp,), out_ty={out_ty})")
-    whole = tirx.all(*[tirx.floormod(var[v], mult.get(p, 1)) == 0 for p, v in symbolic.items()])
+    whole = " and ".join(sorted({f"{v} % {mult.get(p, 1)} == 0" for p, v in symbolic.items()}))
     dispatch = [f"if R.prim_value({whole}):", f"    z = Mod.bucket{b}_exact({xs})", "else:",
                 f"    z = Mod.bucket{b}_padded({xs})"]
     return (function(f"bucket{b}_exact", exact) + function(f"bucket{b}_padded", stmts)

@@ -121,6 +121,10 @@ def test_a_dispatch_over_two_programs_matches_numpy_in_every_bucket(two_sizes_db
     np.testing.assert_allclose(fn(*x), at_size(SMALL, SEQ, 5).reference(*x), rtol=1e-4, atol=1e-4)
     # two padded programs side by side (their padded buffers once shared storage across branches)
     check(compile_dispatch(SMALL, SEQ, [(12, small_pad), (64, cands[2])], target), [1, 12, 13, 30, 47, 64, 65])
+    # one symbolic parameter (a dense layer's tokens): padded and exact multiples
+    rows = {"M": "seq"}
+    (pad_rows,) = candidates(SMALL, rows, Database(two_sizes_db, readonly=True), target, kinds=("pad",))
+    check(compile_dispatch(SMALL, rows, [(64, pad_rows)], target), [1, 8, 16, 23])
 
 
 @pytest.mark.slow
