@@ -2,7 +2,7 @@
 
 Beyond the paper (issue 16). MetaSchedule cannot tune a PrimFunc with a symbolic dimension: its
 ``SamplePerfectTile`` needs a constant extent. A program tuned at one size still describes tiles
-for every size, so :func:`replay` applies its trace to a function of the same operator whose
+for every size, so :func:`symbolic_module` replays its trace on a function of the same operator whose
 extents may be symbolic: each tiling sampled on a symbolic loop becomes a literal ``split`` whose
 outermost factor is ``None`` (TVM derives ``ceil(n / inner)``); every other decision stays as
 recorded. Two ways to run such a program at a size ``n`` (``eto.dispatch`` builds both):
@@ -13,8 +13,8 @@ recorded. Two ways to run such a program at a size ``n`` (``eto.dispatch`` build
   inner tile factors on that loop (:func:`tile_multiples`), its inputs zero-padded and its output
   cropped. TVM proves the split exact, so there is no predicate; the cost is the padded work.
 
-Which program (and which way) serves which sizes is :func:`choose_buckets`: a shortest path over
-measured latencies.
+Which program (and which way) serves which sizes is :func:`choose_buckets`, from
+measured latencies: dynamic programming over contiguous ranges of the sampled sizes.
 """
 
 from __future__ import annotations
