@@ -39,8 +39,8 @@ Estimator: per reused operator, the plan's estimated candidates against those th
 measured (and estimated against actual seconds when the database has ``estimated_seconds``).
 
 Usage: ``python experiments/set_bench.py [--scale ci|small|paper] [--opset bert_base] [--trials 64]
-[--seeds 3] [--variant V ...]``; results go to
-``experiments/results/set_bench_<opset>_N<trials>[_first<k>][_<variant>...].json`` and a PNG of every
+[--seeds 3] [--variant V ...] [--target nvidia/nvidia-h100]``; results go to
+``experiments/results/set_bench_<opset>_N<trials>[_first<k>][_<gpu>][_<variant>...].json`` and a PNG of every
 run's convergence beside it. Variants run per seed beside MetaSchedule and plain eto, each compared
 with both (``variants`` per seed and in the aggregate): options beyond the paper (``hot``,
 ``evolve``), the paper's baselines (``st`` Selective Tuning, ``topk`` eto's plan with TopK reuses) and
@@ -96,6 +96,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="eto as in the paper (plain), or also with an option beyond it (hot, evolve), "
                          "a baseline of the paper's (st: Selective Tuning; topk: eto's plan with TopK reuses) "
                          "or another bridge mode (nobridges, allbridges)")
+    ap.add_argument("--target", default="cpu", help="cpu (this machine) or a CUDA tag, e.g. nvidia/nvidia-h100")
     ap.add_argument("--work", default=None, help="folder of the tuning runs (finished seeds are reused)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -120,10 +121,11 @@ def load_set(args):
 
 
 def subset_tag(args) -> str:
-    """The part of file and folder names that says which operators of the set ran."""
+    """The part of file and folder names that says which operators of the set ran (and on which GPU)."""
+    gpu = "" if args.target == "cpu" else "_" + args.target.split("/")[-1].replace("nvidia-", "")
     if args.pick:
-        return "_pick" + "-".join(map(str, args.pick))
-    return f"_first{args.limit}" if args.limit else ""
+        return "_pick" + "-".join(map(str, args.pick)) + gpu
+    return (f"_first{args.limit}" if args.limit else "") + gpu
 
 
 def set_trajectory(db, opset, target, since: float | None = None) -> list[tuple[float, float]]:
@@ -453,7 +455,7 @@ def main(argv=None) -> int:
     from eto.target import parse_target
 
     opset = load_set(args)
-    target = parse_target("cpu")
+    target = parse_target(args.target)
     work = args.work or os.path.join(os.path.dirname(os.path.abspath(__file__)), "work",
                                      f"set_bench_{opset.name}_N{args.trials}{subset_tag(args)}")
     bind_settings(work, {"operators": [[e.op.key, e.frequency] for e in opset], "trials": args.trials,
