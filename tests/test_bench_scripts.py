@@ -197,3 +197,48 @@ def test_e5_pools_estimates_from_both_benchmarks(tmp_path):
     assert s["candidates"]["within_0.67_1.5"] == 0.5
     assert s["seconds"]["min"] == 1.0 and s["seconds"]["max"] == 2.0
     assert (tmp_path / "e5.png").exists()
+
+
+@pytest.mark.slow
+def test_e2_single_pairs_at_scale_ci(tmp_path):
+    """E2: two convolutions, MetaSchedule on both, the reuse tuner on the pair, both re-measured."""
+    out = tmp_path / "e2.json"
+    assert reuse_pairs.main(["--scale", "ci", "--repeat", "1", "--work", str(tmp_path / "work"),
+                             "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["scale"] == "ci" and len(result["backend_runs"]) == 2
+    (row,) = result["pairs"]  # ci: one C2D pair
+    assert "error" not in row and row["candidates"] > 0 and row["estimate"] > 0
+    # the ratios are what the re-measured latencies and the backend's clock say
+    assert row["throughput"] == pytest.approx(row["latency_backend_s"] / row["latency_reuse_s"])
+    assert row["speedup"] == pytest.approx(row["backend_time_to_best_s"] / row["seconds"])
+    assert result["summary"]["global"]["all"]["pairs"] == 1
+    assert result["summary"]["global"]["all"]["median_throughput"] == pytest.approx(row["throughput"])
+    assert (tmp_path / "e2.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_e3_e4_set_bench_with_selective_tuning_and_the_bridge_ablation_at_scale_ci(tmp_path):
+    """E3 (eto, MetaSchedule, Selective Tuning on one set) and E4 (no bridges, 1-hop, all) in one
+    seed of the set benchmark: every method tunes every operator; the ratios are the runs' own."""
+    out = tmp_path / "e3.json"
+    assert set_bench.main(["--scale", "ci", "--seed-list", "0", "--no-control", "--rounds", "1",
+                           "--variant", "plain", "st", "nobridges", "allbridges",
+                           "--work", str(tmp_path / "work"), "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    (seed,) = result["per_seed"]
+    assert set(seed["variants"]) == {"st", "nobridges", "allbridges"}
+    assert len(seed["per_operator"]) == 2  # quickstart's two BMMs at ci
+    for row in seed["per_operator"]:
+        assert row["metaschedule_latency_s"] > 0 and row["eto_latency_s"] > 0
+    secs = seed["seconds"]
+    assert seed["speedup"]["total"] == pytest.approx(secs["metaschedule_total"] / secs["eto_total"])
+    assert seed["throughput"] == pytest.approx(seed["weighted_latency_s"]["metaschedule"]
+                                               / seed["weighted_latency_s"]["eto"])
+    for name, v in seed["variants"].items():  # each against MetaSchedule and plain eto, from its own run
+        total = secs[f"eto_{name}_total"]
+        assert v["speedup"]["total"] == pytest.approx(secs["metaschedule_total"] / total)
+        assert v["vs_plain_eto"]["seconds"] == pytest.approx(total / secs["eto_total"])
+        assert v["throughput"] == pytest.approx(seed["weighted_latency_s"]["metaschedule"]
+                                                / seed["weighted_latency_s"][f"eto_{name}"])
+    assert (tmp_path / "e3.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -195,3 +195,38 @@ def test_eto_retune_a_model_over_its_symbolic_dimension(tuned_db, tmp_path, caps
     code = main(["retune", "--model", str(model), "--vary", "len=8", "--db", str(db_dir), "--instant-only"])
     err = capsys.readouterr().err
     assert code == 2 and "has no symbolic dimension 'len'; its symbolic dimensions: seq (input t, axis 1)" in err
+
+
+@pytest.mark.slow
+def test_e7_retune_bench_at_scale_ci(tuned_db, tmp_path):
+    """E7: a new size retuned from the database against MetaSchedule from scratch, re-measured side by
+    side; the source database is copied, never written."""
+    import hashlib
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
+    import retune_bench
+
+    def digest():
+        return sorted((p.name, hashlib.sha256(p.read_bytes()).hexdigest()) for p in tuned_db.rglob("*") if p.is_file())
+
+    before = digest()
+    OperatorSet.from_layers("one", [KNOWN]).save(tmp_path / "set.json")
+    out = tmp_path / "e7.json"
+    assert retune_bench.main(["--scale", "ci", "--db", str(tuned_db), "--opset", str(tmp_path / "set.json"),
+                              "--vary", "M=48", "--rounds", "1", "--work", str(tmp_path / "work"),
+                              "--out", str(out)]) == 0
+    assert digest() == before
+    result = json.loads(out.read_text())
+    (shape,) = result["shapes"]
+    (row,) = shape["per_operator"]
+    assert shape["value"] == 48 and row["op"] == "BMM[2,48,32,16]" and row["instant_source"] == KNOWN.name
+    for m in ("instant", "eto", "metaschedule"):
+        assert row[f"{m}_latency_s"] > 0
+    secs = shape["seconds"]
+    assert 0 < secs["eto_instant"] <= secs["eto"]  # the instant program comes first, inside eto's clock
+    assert shape["time_ratio_metaschedule_over_eto"] == pytest.approx(secs["metaschedule"] / secs["eto"])
+    assert shape["throughput_eto_vs_metaschedule"] == pytest.approx(row["metaschedule_latency_s"] / row["eto_latency_s"])
+    assert result["median"]["time_ratio_metaschedule_over_eto"] == shape["time_ratio_metaschedule_over_eto"]
+    assert (tmp_path / "e7.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
