@@ -26,6 +26,7 @@ from tuner.symbolic import KINDS, Kind, choose_buckets, symbolic_module, tile_mu
 
 from .database import Database
 from .operators import Operator
+from .opsets import parse_ints
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.ir import IRModule
@@ -64,21 +65,7 @@ def parse_symbolic(text: str) -> dict[str, str]:
 
 def parse_sizes(text: str) -> list[int]:
     """``1,2,4,16:512:16``: sizes and inclusive ranges START:STOP[:STEP], sorted, distinct."""
-    out: set[int] = set()
-    for item in filter(None, (t.strip() for t in text.split(","))):
-        try:
-            parts = [int(v) for v in item.split(":")]
-        except ValueError:
-            raise ValueError(f"--sizes {text!r}: {item!r} is not an integer or START:STOP[:STEP]") from None
-        if len(parts) == 1:
-            out.add(parts[0])
-        elif len(parts) in (2, 3) and (len(parts) == 2 or parts[2] >= 1):
-            out.update(range(parts[0], parts[1] + 1, parts[2] if len(parts) == 3 else 1))
-        else:
-            raise ValueError(f"--sizes {text!r}: {item!r} is not START:STOP[:STEP] with a positive step")
-    if not out or min(out) < 1:
-        raise ValueError(f"--sizes {text!r}: give positive sizes")
-    return sorted(out)
+    return sorted(parse_ints(text, f"--sizes {text!r}"))
 
 
 def symbolic_dims(op: Operator, symbolic: Mapping[str, str]) -> dict[str, str]:

@@ -138,26 +138,34 @@ def load_opset(name_or_path: str) -> OperatorSet:
     return builtin_opset(name_or_path)
 
 
+def parse_ints(text: str, where: str) -> list[int]:
+    """``1,2,16:512:16``: integers and inclusive ranges START:STOP[:STEP], distinct, in the order
+    given, each in 1..MAX_PARAM; otherwise a ValueError that starts with ``where`` (the option and
+    the text the user gave)."""
+    out: list[int] = []
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        try:
+            parts = [int(v) for v in item.split(":")]
+        except ValueError:
+            raise ValueError(f"{where}: {item!r} is not an integer or START:STOP[:STEP]") from None
+        if len(parts) == 1:
+            out += parts
+        elif len(parts) in (2, 3) and (len(parts) == 2 or parts[2] >= 1):
+            out += range(parts[0], parts[1] + 1, parts[2] if len(parts) == 3 else 1)
+        else:
+            raise ValueError(f"{where}: {item!r} is not START:STOP[:STEP] with a positive step")
+    if not out or min(out) < 1 or max(out) > MAX_PARAM:
+        raise ValueError(f"{where}: values must lie in 1..{MAX_PARAM} (got {out[:4] or 'none'})")
+    return list(dict.fromkeys(out))
+
+
 def parse_vary(text: str) -> tuple[str, list[int]]:
-    """``DIM=VALUES``, VALUES a list ``1,2,4`` or an inclusive range ``START:STOP:STEP``."""
+    """``DIM=VALUES``, VALUES integers and inclusive ranges: ``1,2,4``, ``16:512:16`` (:func:`parse_ints`)."""
     dim, sep, values = text.partition("=")
     dim = dim.strip()
     if not sep or not dim or not values.strip():
         raise ValueError(f"--vary {text!r}: expected DIM=VALUES, e.g. seq=16:512:16 or batch=1,2,4")
-    try:
-        if ":" in values:
-            parts = [int(v) for v in values.split(":")]
-            if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] < 1):
-                raise ValueError
-            start, stop, step = parts[0], parts[1], parts[2] if len(parts) == 3 else 1
-            out = list(range(start, stop + 1, step))
-        else:
-            out = [int(v) for v in values.split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"--vary {text!r}: values must be integers, as 1,2,4 or START:STOP[:STEP]") from None
-    if not out or min(out) < 1 or max(out) > MAX_PARAM:
-        raise ValueError(f"--vary {text!r}: values must lie in 1..{MAX_PARAM} (got {out[:4] or 'none'})")
-    return dim, list(dict.fromkeys(out))
+    return dim, parse_ints(values, f"--vary {text!r}")
 
 
 def vary(opset: str | OperatorSet, dim: str, values: Iterable[int]) -> list[tuple[int, OperatorSet]]:
