@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 
-from tuner.symbolic import KINDS, Kind, choose_buckets, symbolic_module, tile_multiples
+from tuner.symbolic import KINDS, Kind, choose_buckets, symbolic_module, tile_multiples, traffic_weights
 
 from .database import Database
 from .operators import Operator
@@ -342,6 +342,7 @@ class DispatchReport:
     dispatch_latency_s: tuple[float, ...]  # the built function, re-timed per sampled size
     seconds: float
     skipped: tuple[str, ...] = ()  # candidates that could not be built, with the reason
+    weights: tuple[float, ...] | None = None  # per sampled size, from --traffic (None: all alike)
 
     def to_json(self) -> dict:
         from dataclasses import asdict
@@ -352,16 +353,22 @@ class DispatchReport:
 def build_dispatch(op: Operator, symbolic: Mapping[str, str], database: Database, target: "Target", *,
                    sizes: Sequence[int], max_buckets: int | None = None, tolerance: float = 0.05,
                    kinds: Sequence[Kind] = KINDS, log: Callable[[str], None] | None = None,
-                   min_repeat_ms: int = 20) -> tuple[DispatchFunction, DispatchReport]:
+                   min_repeat_ms: int = 20, traffic: Mapping[int, float] | None = None,
+                   ) -> tuple[DispatchFunction, DispatchReport]:
     """Measure every candidate of ``database`` at ``sizes``, choose the buckets, build and check the
-    function (see the module docstring). ValueError when the database holds no program of the
-    operator at any size of the dimension, or the built function differs from numpy."""
+    function (see the module docstring). ``traffic`` (size -> requests, e.g. from a serving log)
+    weights the choice towards the sizes users ask for (:func:`tuner.symbolic.traffic_weights`).
+    ValueError when the database holds no program of the operator at any size of the dimension, or
+    the built function differs from numpy."""
     say = log or (lambda _m: None)
     start = time.perf_counter()
     symbolic = symbolic_dims(op, symbolic)
     sizes = sorted(set(int(s) for s in sizes))
     if not sizes or sizes[0] < 1:
         raise ValueError("sizes must be positive integers")
+    weights = traffic_weights(sizes, traffic) if traffic else None
+    if weights is not None and not any(weights):
+        raise ValueError("traffic: no requests at any size")
     cands = candidates(op, symbolic, database, target, kinds)
     if not cands:
         dims = ", ".join(f"{p}={v}" for p, v in symbolic.items())
@@ -383,7 +390,7 @@ def build_dispatch(op: Operator, symbolic: Mapping[str, str], database: Database
         say(f"timed {c.name} at {len(sizes)} sizes ({len(usable)}/{len(cands)})")
     if not usable:
         raise ValueError(f"no stored program of {op.type} runs at a symbolic size: " + "; ".join(skipped))
-    choice = choose_buckets(rows, sizes, max_buckets=max_buckets, tolerance=tolerance)
+    choice = choose_buckets(rows, sizes, max_buckets=max_buckets, tolerance=tolerance, weights=weights)
     buckets = [(u, usable[c]) for u, c in zip(choice.uppers, choice.candidates)]
     fn = compile_dispatch(op, symbolic, buckets, target)
     edges = sorted({1, *[u for u, _ in buckets], *[u + 1 for u, _ in buckets[:-1]], sizes[-1]})
@@ -394,7 +401,8 @@ def build_dispatch(op: Operator, symbolic: Mapping[str, str], database: Database
         table.append({"from": lo, "to": u if i < len(buckets) - 1 else None, "candidate": c.name, "method": c.method})
         lo = u + 1
     report = DispatchReport(op.name, dict(symbolic), tuple(sizes), tuple(c.name for c in usable),
-                            tuple(rows), tuple(table), final, time.perf_counter() - start, tuple(skipped))
+                            tuple(rows), tuple(table), final, time.perf_counter() - start, tuple(skipped),
+                            None if weights is None else tuple(weights))
     return fn, report
 
 

@@ -16,18 +16,25 @@ from tuner.symbolic import choose_buckets
 
 
 # -- the choice of buckets (no TVM) --------------------------------------------------------------
-def _brute_force(latency, sizes, max_buckets):
-    """Every split of the sizes into at most max_buckets contiguous runs, each run its best candidate."""
+def _brute_force(latency, sizes, max_buckets, weights=None):
+    """Every split of the sizes into at most max_buckets contiguous runs, each run its best candidate
+    (a candidate that cannot run at some size of a run cannot serve it, whatever that size's weight)."""
     n = len(sizes)
+    w = weights or [1.0] * n
     best = [min(row[i] for row in latency) for i in range(n)]
+
+    def run_cost(row, a, b):
+        if any(math.isinf(row[i]) for i in range(a, b)):
+            return math.inf
+        return sum(w[i] * row[i] / best[i] for i in range(a, b))
+
     out = {}
     for cuts in itertools.product([0, 1], repeat=n - 1):
         bounds = [0] + [i + 1 for i, c in enumerate(cuts) if c] + [n]
         k = len(bounds) - 1
         if k > max_buckets:
             continue
-        cost = sum(min(sum(row[i] / best[i] for i in range(a, b)) for row in latency)
-                   for a, b in zip(bounds, bounds[1:]))
+        cost = sum(min(run_cost(row, a, b) for row in latency) for a, b in zip(bounds, bounds[1:]))
         out[k] = min(out.get(k, math.inf), cost)
     return out
 
@@ -50,6 +57,39 @@ def test_choose_buckets_is_the_brute_force_optimum(seed):
     # a tolerance trades a little cost for fewer buckets, never more than it allows
     loose = choose_buckets(latency, sizes, max_buckets=kmax, tolerance=0.1)
     assert len(loose.uppers) <= len(choice.uppers) and loose.cost <= min(exact.values()) * 1.1 + 1e-9
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_weighted_choice_with_sizes_a_candidate_cannot_run_is_the_brute_force_optimum(seed):
+    rng = random.Random(100 + seed)
+    n, cands = rng.randint(2, 7), rng.randint(2, 4)
+    sizes = sorted(rng.sample(range(1, 600), n))
+    latency = [[rng.uniform(1, 10) if rng.random() > 0.25 else math.inf for _ in range(n)] for _ in range(cands)]
+    for i in range(n):  # every size has a program that runs
+        latency[rng.randrange(cands)][i] = rng.uniform(1, 10)
+    weights = [rng.choice([0.0, 0.5, 1.0, 7.0]) for _ in range(n)]
+    weights[rng.randrange(n)] = 3.0
+    kmax = rng.randint(1, n)
+    exact = _brute_force(latency, sizes, kmax, weights)
+    choice = choose_buckets(latency, sizes, max_buckets=kmax, tolerance=0.0, weights=weights)
+    assert choice.cost == pytest.approx(min(exact.values()))
+    assert all(math.isfinite(latency[choice.candidate_for(s)][i]) for i, s in enumerate(sizes))
+
+
+def test_traffic_weights_give_each_sampled_size_the_requests_it_stands_for():
+    from tuner.symbolic import traffic_weights
+
+    # 1..8 -> 8, 9..64 -> 64, beyond 64 -> 64 as well (the largest bucket serves larger sizes)
+    assert traffic_weights([8, 64], {1: 5, 8: 1, 9: 2, 64: 3, 500: 4}) == [6.0, 9.0]
+    with pytest.raises(ValueError, match="traffic: size 0"):
+        traffic_weights([8], {0: 1})
+    # mostly short requests: a program fast at short sizes wins the single bucket it would lose unweighted
+    sizes, short, long = [8, 64, 512], [1, 4, 8], [2, 1, 1]
+    assert choose_buckets([short, long], sizes, max_buckets=1).candidates == (1,)
+    assert choose_buckets([short, long], sizes, max_buckets=1,
+                          weights=traffic_weights(sizes, {4: 90, 100: 5})).candidates == (0,)
+    with pytest.raises(ValueError, match="weights must be 3"):
+        choose_buckets([short], sizes, weights=[0, 0, 0])
 
 
 def test_choose_buckets_prefers_one_program_when_it_wins_everywhere_and_splits_where_another_wins():
@@ -133,12 +173,15 @@ def test_eto_dispatch_chooses_buckets_writes_a_loadable_library_and_names_bad_in
     from tvm import relax
 
     out = tmp_path / "bmm_seq.so"
+    traffic = tmp_path / "traffic.json"  # requests per size, as a serving log would count them
+    traffic.write_text(json.dumps({"3": 5, "30": 1, "64": 2, "100": 1}))
     code = main(["dispatch", "--op", SMALL.key, "--symbolic", "M=seq,N=seq", "--sizes", "1,8,24,48,64",
-                 "--db", str(two_sizes_db), "-o", str(out), "--json"])
+                 "--db", str(two_sizes_db), "-o", str(out), "--traffic", str(traffic), "--json"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     report = json.loads(captured.out)
     assert report["sizes"] == [1, 8, 24, 48, 64] and len(report["candidates"]) == 4
+    assert report["weights"] == [0.0, 5.0, 0.0, 1.0, 3.0]  # 3 -> 8, 30 -> 48, 64 and beyond -> 64
     assert len(report["latency_s"]) == 4 and all(len(r) == 5 for r in report["latency_s"])
     assert report["buckets"][0]["from"] == 1 and report["buckets"][-1]["to"] is None
     assert json.loads((tmp_path / "bmm_seq.so.json").read_text())["buckets"] == report["buckets"]
@@ -154,6 +197,10 @@ def test_eto_dispatch_chooses_buckets_writes_a_loadable_library_and_names_bad_in
     assert code == 2 and "holds no program of BMM with M=seq at any size" in capsys.readouterr().err
     code = main(["dispatch", "--op", SMALL.key, "--symbolic", "Q=seq", "--sizes", "4", "--db", str(two_sizes_db)])
     assert code == 2 and "BMM has no parameter Q" in capsys.readouterr().err
+    traffic.write_text("[1, 2]")  # not an object of size -> requests
+    code = main(["dispatch", "--op", SMALL.key, "--symbolic", "M=seq", "--sizes", "4", "--db", str(two_sizes_db),
+                 "--traffic", str(traffic)])
+    assert code == 2 and f"--traffic {traffic}: expected a JSON object of size -> requests" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Sequence
+from typing import TYPE_CHECKING, Literal, Mapping, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.ir import IRModule
@@ -137,9 +137,11 @@ class BucketChoice:
 
 
 def choose_buckets(latency: Sequence[Sequence[float]], sizes: Sequence[int], *, max_buckets: int | None = None,
-                   tolerance: float = 0.05) -> BucketChoice:
+                   tolerance: float = 0.05, weights: Sequence[float] | None = None) -> BucketChoice:
     """Buckets over the sorted ``sizes`` minimising the summed slowdown against the best candidate
     per size; ``latency[c][i]`` is candidate c's measured time at ``sizes[i]`` (inf: cannot run).
+    ``weights[i]`` (default all 1) is how much size i counts, e.g. how often it is requested
+    (:func:`traffic_weights`): a program slow only at sizes nobody asks for costs nothing.
 
     Each extra bucket is one more program in the function and one more branch, so the number is the
     smallest whose cost is within ``tolerance`` (relative) of the best cost with up to
@@ -151,20 +153,30 @@ def choose_buckets(latency: Sequence[Sequence[float]], sizes: Sequence[int], *, 
         raise ValueError("choose_buckets needs at least one size and one candidate")
     if list(sizes) != sorted(set(sizes)):
         raise ValueError("sizes must be increasing and distinct")
+    w = [1.0] * n if weights is None else [float(x) for x in weights]
+    if len(w) != n or not all(x >= 0 and math.isfinite(x) for x in w) or not any(w):
+        raise ValueError(f"weights must be {n} finite non-negative numbers, not all zero")
     best = [min(latency[c][i] for c in range(cands)) for i in range(n)]
     if not all(math.isfinite(b) and b > 0 for b in best):
         bad = [sizes[i] for i in range(n) if not (math.isfinite(best[i]) and best[i] > 0)]
         raise ValueError(f"no candidate runs at size(s) {bad}")
-    prefix = []
+    # per candidate, prefix sums of its weighted slowdown and of the sizes it cannot run at (kept
+    # apart: inf - inf would be nan); a weightless size must still be served, so it counts there too
+    prefix, fails = [], []
     for c in range(cands):
-        acc, row = 0.0, [0.0]
+        acc, bad, row, nrow = 0.0, 0, [0.0], [0]
         for i in range(n):
-            acc += latency[c][i] / best[i]
+            if math.isfinite(latency[c][i]):
+                acc += w[i] * latency[c][i] / best[i]
+            else:
+                bad += 1
             row.append(acc)
+            nrow.append(bad)
         prefix.append(row)
+        fails.append(nrow)
 
     def seg(i: int, j: int) -> tuple[float, int]:  # sizes[i:j] served by one candidate
-        return min((prefix[c][j] - prefix[c][i], c) for c in range(cands))
+        return min((prefix[c][j] - prefix[c][i] if fails[c][j] == fails[c][i] else math.inf, c) for c in range(cands))
 
     kmax = min(max_buckets or n, n)
     inf = math.inf
@@ -189,3 +201,17 @@ def choose_buckets(latency: Sequence[Sequence[float]], sizes: Sequence[int], *, 
         chosen.append(c)
         j = i
     return BucketChoice(tuple(reversed(uppers)), tuple(reversed(chosen)), cost[k][n])
+
+
+def traffic_weights(sizes: Sequence[int], traffic: Mapping[int, float]) -> list[float]:
+    """Each of the sorted ``sizes``' weight from observed requests ``traffic`` (size -> count): the
+    requests it stands for, those above the sampled size below it up to itself (the largest also
+    takes those beyond it). O(t log n) for n sizes and t traffic entries."""
+    import bisect
+
+    out = [0.0] * len(sizes)
+    for size, count in traffic.items():
+        if size < 1 or not (count >= 0 and math.isfinite(count)):
+            raise ValueError(f"traffic: size {size} with count {count}: sizes must be positive, counts non-negative")
+        out[min(bisect.bisect_left(sizes, size), len(sizes) - 1)] += count
+    return out

@@ -106,9 +106,10 @@ def _dispatch(args: argparse.Namespace) -> int:
     target = parse_target(args.target)
     if target.kind.name != "llvm":
         raise CLIError(f"eto dispatch measures on this machine's CPU; --target {args.target} is {target.kind.name}")
+    traffic = _traffic(args.traffic) if args.traffic else None
     log = None if args.quiet or args.json else (lambda m: print(f"eto: {m}", file=sys.stderr, flush=True))
     fn, report = build_dispatch(op, symbolic, Database(args.db, readonly=True), target, sizes=sizes,
-                                max_buckets=args.max_buckets, tolerance=args.tolerance, log=log)
+                                max_buckets=args.max_buckets, tolerance=args.tolerance, log=log, traffic=traffic)
     if args.output:
         save(fn, report, args.output)
         print(f"eto: wrote {args.output} (load: tvm.relax.VirtualMachine(tvm.runtime.load_module(PATH), tvm.cpu())) "
@@ -127,6 +128,20 @@ def _dispatch(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _traffic(path: str) -> dict[int, float]:
+    """``--traffic FILE``: a JSON object of size -> requests, e.g. ``{"12": 840, "128": 95}``."""
+    try:
+        with open(path) as f:
+            raw = json.load(f)
+        traffic = {int(k): float(v) for k, v in raw.items()}
+    except (OSError, ValueError, AttributeError, TypeError) as exc:
+        raise CLIError(f"--traffic {path}: expected a JSON object of size -> requests, e.g. "
+                       f'{{"12": 840, "128": 95}} ({exc})') from None
+    if any(k < 1 or not v >= 0 for k, v in traffic.items()) or not any(traffic.values()):
+        raise CLIError(f"--traffic {path}: sizes must be positive and counts non-negative, with some requests")
+    return traffic
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``eto retune`` and ``eto dispatch`` and their options."""
     d = subparsers.add_parser("dispatch", help="one compiled function for a symbolic size: stored programs per "
@@ -142,6 +157,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d.add_argument("--tolerance", type=float, default=0.05,
                    help="fewest buckets whose summed slowdown is within this of the best (default 0.05: "
                         "timings here vary by a few percent, so a smaller gain is noise)")
+    d.add_argument("--traffic", metavar="FILE",
+                   help="JSON object of size -> requests (e.g. from a serving log): the buckets favour the "
+                        "sizes users ask for; each sampled size stands for the sizes above the one before it")
     d.add_argument("--target", default="cpu", help="cpu (this machine)")
     d.add_argument("--json", action="store_true", help="print the report as JSON")
     d.add_argument("--quiet", action="store_true", help="no progress lines")
