@@ -46,6 +46,7 @@ from tuner.space import DEFAULT_STRATEGY
 from .database import PREDICTED, Database
 from .operators import Operator
 from .opsets import OperatorEntry, OperatorSet
+from .leads import alternate_sources, runner_ups
 from .plan import BridgeOption, CostModel, OperatorPlan, hot_operators, plan_operator_set, plan_selective
 from .target import target_key
 from .tuning import OperatorReport, SetProgress, TuneReport, checkable_here, gated, report_row, tune_with_backend
@@ -325,6 +326,7 @@ def _reuse_claimed(alpha: Operator, beta: Operator, run: _Run, measurer: "Measur
     # α's instant program (eto.instant) joins round T's first batch: the search never ends worse
     seeds = [p.tuning_record for p in run.database.programs(target=run.target, op=alpha) if p.method == PREDICTED]
     alternates = [p.tuning_record for p in alternate_sources(alpha, beta, run.database, run.target)]
+    alternates += runner_ups(beta, source, run.database, run.target)
 
     on_batch, shown = run.backend_kw.get("on_batch"), {"n": len(known), "best": min(known.values(), default=math.inf)}
 
@@ -379,25 +381,6 @@ def _topk_claimed(alpha: Operator, beta: Operator, run: _Run, measurer: "Measure
                                                                  "trajectory": [p.to_json() for p in res.trajectory]})
     run.say(f"topk: {alpha.name} <- {beta.name}: {res.candidates} measured ({res.invalid} did not apply), "
             f"{res.seconds:.1f} s, {res.latency_s * 1e6:.1f} us")
-
-
-#: Tuned programs besides β whose tiles lead a reuse search's round T (:func:`alternate_sources`).
-ALTERNATE_SOURCES = 2
-
-
-def alternate_sources(alpha: Operator, beta: Operator, database: Database, target, k: int = ALTERNATE_SOURCES) -> list:
-    """The ``k`` tuned operators nearest α (log distance of the loop extents) of α's type and sketch,
-    with α's loops of extent 1, besides α and β: their programs' tiles are measured first in the
-    reuse search beside β's, so a derived program does not rest on one source, a bridge's say,
-    whose best program the backend found by luck. Measured on ResNet-50 (README, "Whole sets")."""
-    from tuner.tiling import log_distance
-
-    unit = [e == 1 for e in alpha.extents]
-    found = [p for p in database.sources(op_type=alpha.type, target=target, sketch=alpha.sketch_key())
-             if p.op not in (alpha, beta) and len(p.op.extents) == len(unit)
-             and [e == 1 for e in p.op.extents] == unit]
-    found.sort(key=lambda p: (log_distance(p.op.extents, alpha.extents), p.op.key))
-    return found[:k]
 
 
 def _commit_reuse(alpha: Operator, beta: Operator, res: "ReuseResult", run: _Run, measurer: "Measurer", *,

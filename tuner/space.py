@@ -128,10 +128,12 @@ class ReuseSpace:
                      [t for t in achievable_products(bshape, GPU_MIN_THREADS, self.max_threads)][:1]
         return values
 
-    def config(self, bshape: Sequence[int], threads: Sequence[int], lshape: Sequence[int]) -> TileConfig:
-        """A full tile configuration: inner splits follow β's innermost factors."""
+    def config(self, bshape: Sequence[int], threads: Sequence[int], lshape: Sequence[int],
+               like: TileConfig | None = None) -> TileConfig:
+        """A full tile configuration: inner splits follow β's innermost factors, or ``like``'s."""
+        inner = self._beta_inner if like is None else _inner_factors(like)
         return _tile_config(self.kind, self.alpha.space, self.alpha.reduction, tuple(bshape), tuple(threads),
-                            tuple(lshape), self._beta_inner, self.free_vector)
+                            tuple(lshape), inner, self.free_vector)
 
     def tshape(self, t: int, bshape: Sequence[int], lshape: Sequence[int]) -> TileConfig | None:
         """GetTShape: of the ways to spread ``t`` threads over the BShape, the one with the lowest cost."""
@@ -190,7 +192,7 @@ class ReuseSpace:
     @cached_property
     def _beta_inner(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """β's innermost tile factor per space loop and per reduction loop (inner splits follow them)."""
-        return tuple(f[-1] for f in self.beta_cfg.space), tuple(f[-1] for f in self.beta_cfg.reduction)
+        return _inner_factors(self.beta_cfg)
 
     def valid(self, cfg: TileConfig) -> bool:
         return self._fits(cfg.threads_per_block, cfg.block_bytes(self.alpha))
@@ -261,8 +263,9 @@ class ReuseSpace:
         return [i for i, n in enumerate(lanes) if i != current and n * width in (2, 4, 8, 16)]
 
     def m_round(self, best: TileConfig) -> list[TileConfig]:
-        """Round M: other LShapes of ``best`` whose M lies in the equation-3 range."""
-        return [self.config(best.bshape, best.thread_counts, ls) for ls in self.m_lshapes(best)]
+        """Round M: other LShapes of ``best`` whose M lies in the equation-3 range, ``best``'s inner
+        (register and vector) tiles kept: round T's winner may be a lead with tiles other than β's."""
+        return [self.config(best.bshape, best.thread_counts, ls, like=best) for ls in self.m_lshapes(best)]
 
     def m_lshapes(self, best: TileConfig) -> list[tuple[int, ...]]:
         """Round M's LShapes, closest M first (the estimator counts them without building configs)."""
@@ -277,6 +280,11 @@ class ReuseSpace:
                 options.append((abs(math.log(max(m, 1) / best_m)), ls))
         options.sort(key=lambda x: x[0])
         return [ls for _, ls in options[: self.max_lshapes]]
+
+
+def _inner_factors(cfg: TileConfig) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The innermost tile factor per space loop and per reduction loop of ``cfg``."""
+    return tuple(f[-1] for f in cfg.space), tuple(f[-1] for f in cfg.reduction)
 
 
 # -- the Get*Shape choices, as pure functions of their inputs: cached, because the estimator asks

@@ -1,0 +1,69 @@
+"""Where a reuse search's lead tiles come from, besides β's best program (beyond the paper).
+
+Algorithm 1 derives every candidate from one program, β's best, and so inherits its luck: a bridge
+whose backend run happened on tiles that suit its own small size hands them to every operator
+derived from it. Round T is therefore led by a few other tile configurations, kept on α's loops
+and measured first: the best programs of other tuned operators of α's type and sketch
+(:func:`alternate_sources`), and β's runner-up programs with other inner tiles (:func:`runner_ups`).
+"""
+
+from __future__ import annotations
+
+from .database import Database
+from .operators import Operator
+
+#: Tuned programs besides β whose tiles lead a reuse search's round T (:func:`alternate_sources`).
+ALTERNATE_SOURCES = 2
+#: β's other programs whose inner tiles lead round T too (:func:`runner_ups`): how many, and how much
+#: slower than β's best on β they may be.
+RUNNER_UPS, RUNNER_UP_RATIO = 2, 1.5
+
+
+def runner_ups(beta: Operator, source, database: Database, target, k: int = RUNNER_UPS,
+               ratio: float = RUNNER_UP_RATIO) -> list:
+    """Up to ``k`` of β's measured programs within ``ratio`` of its best ``source``, fastest first,
+    each with inner (register and vector) tiles other than the best's and each other's.
+
+    Every candidate of a reuse search keeps β's best program's inner tiles, and those suit β's size,
+    not α's: a 2 MFLOP bridge with 64 columns vectorised all 64 (its best by 1.24x over 8-wide
+    tiles), and BERT-Base's feed-forward matmuls derived from it kept the 64-wide tile in all 15
+    candidates, at 0.10 and 0.24 of MetaSchedule's throughput (set benchmark, N = 200). β's
+    runner-ups with other inner tiles lead round T beside β's own tiles, and the rounds after T keep
+    the winner's inner tiles (:meth:`tuner.space.ReuseSpace.m_round`). O(r) in β's r programs."""
+    from tuner.features import kind_of, program_features
+
+    if source is None:
+        return []
+    kind = kind_of(target)
+
+    def inner(record):
+        try:
+            cfg, _ = program_features(record, kind)
+        except (ValueError, KeyError, IndexError, AttributeError):
+            return None
+        return tuple(f[-1] for f in cfg.space)
+
+    seen, out = {inner(source.tuning_record)}, []
+    for p in sorted(database.programs(target=target, op=beta), key=lambda p: p.latency_s):
+        if len(out) >= k or p.latency_s > ratio * source.latency_s:
+            break
+        tiles = inner(p.tuning_record)
+        if tiles is not None and tiles not in seen:
+            seen.add(tiles)
+            out.append(p.tuning_record)
+    return out
+
+
+def alternate_sources(alpha: Operator, beta: Operator, database: Database, target, k: int = ALTERNATE_SOURCES) -> list:
+    """The ``k`` tuned operators nearest α (log distance of the loop extents) of α's type and sketch,
+    with α's loops of extent 1, besides α and β: their programs' tiles are measured first in the
+    reuse search beside β's, so a derived program does not rest on one source, a bridge's say,
+    whose best program the backend found by luck. Measured on ResNet-50 (README, "Whole sets")."""
+    from tuner.tiling import log_distance
+
+    unit = [e == 1 for e in alpha.extents]
+    found = [p for p in database.sources(op_type=alpha.type, target=target, sketch=alpha.sketch_key())
+             if p.op not in (alpha, beta) and len(p.op.extents) == len(unit)
+             and [e == 1 for e in p.op.extents] == unit]
+    found.sort(key=lambda p: (log_distance(p.op.extents, alpha.extents), p.op.key))
+    return found[:k]
