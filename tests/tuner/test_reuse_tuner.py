@@ -541,3 +541,56 @@ def test_align_loops_adds_unit_loops_drops_extra_ones_and_refuses_other_reductio
     back, cfg2 = align_loops(nest3, cfg3, dense)
     assert back == dense and cfg2 == cfg
     assert align_loops(dense, cfg, LoopNest((32, 64), (3, 3, 48), ())) is None
+
+
+def test_runner_ups_bring_betas_other_inner_tiles_and_round_m_keeps_the_winners(tmp_path):
+    """β's measured programs within 1.5x of its best with inner tiles other than the best's (and each
+    other's) lead round T; round M then varies the winner's reduction tiles, not β's inner tiles."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.ir import IRModule
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+
+    from eto.database import Database
+    from eto.leads import runner_ups
+    from tuner.features import program_features
+    from tuner.reuse import _kept_from
+
+    target = cpu_target()
+    beta = Operator.create("BMM", B=1, M=32, N=64, K=32)
+    mod = IRModule({"main": beta.prim_func()})
+    records, seen = [], set()
+    for state in range(40):  # design-space samples with distinct inner tiles stand in for a backend run
+        ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                             search_strategy="replay-trace", task_name="beta", num_threads=1, rand_state=state)
+        trace = ctx.generate_design_space()[0].trace
+        cfg, _ = program_features(TuningRecord(trace, Workload(mod), [1.0], target, ArgInfo.from_prim_func(mod["main"])),
+                                  "cpu")
+        inner = tuple(f[-1] for f in cfg.space)
+        if inner not in seen:
+            seen.add(inner)
+            records.append((trace, inner))
+        if len(records) == 4:
+            break
+    assert len(records) == 4
+    # the best (1.0 ms), one with the best's inner tiles again, two others at 1.2 and 1.4 ms, one at 2 ms
+    times = [1e-3, 1.2e-3, 1.4e-3, 2e-3]
+    recs = [TuningRecord(t, Workload(mod), [s], target, ArgInfo.from_prim_func(mod["main"]))
+            for (t, _), s in zip(records, times)]
+    same = TuningRecord(records[0][0], Workload(mod), [1.1e-3], target, ArgInfo.from_prim_func(mod["main"]))
+    db = Database(tmp_path / "db")
+    db.commit(beta, target, recs + [same], method="backend", candidates=5, seconds=1.0)
+    best = db.best(beta, target)
+    def inner(recs):
+        return [tuple(f[-1] for f in program_features(r, "cpu")[0].space) for r in recs]
+
+    ups = runner_ups(beta, best, db, target)
+    assert inner(ups) == [records[1][1], records[2][1]]  # fastest first; the best's tiles and the 2 ms one left out
+    assert inner(runner_ups(beta, best, db, target, ratio=1.3)) == [records[1][1]]
+
+    alpha = Operator.create("BMM", B=1, M=64, N=256, K=128)
+    tuner = ReuseTuner(alpha.prim_func(), best.tuning_record, target)
+    lead = _kept_from(ups[0], tuner)
+    assert [f[-1] for f in lead.space] == list(records[1][1]) != [f[-1] for f in tuner.beta_cfg.space]
+    m_round = tuner.space.m_round(lead)
+    assert m_round and all([f[-1] for f in cfg.space] == list(records[1][1]) for cfg in m_round)
