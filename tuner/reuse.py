@@ -247,20 +247,28 @@ class ReuseTuner:
         does not beat the best so far by ``min_gain`` (see :func:`ranked_batches`). Without one
         (or ``top_k=None``) every candidate is measured, as in the paper.
 
-        Round T is led by β's kept tiles (:meth:`ReuseSpace.kept_extra`) and ``seeds``, α's own
-        tile configurations from elsewhere (e.g. its instant program), measured in the first batch.
+        Round T is led by β's kept tiles (:meth:`ReuseSpace.kept_extra`) and ``seeds``, tile
+        configurations from elsewhere (α's instant program, other operators', β's runner-ups), all
+        measured first. When a lead with inner tiles other than β's wins, round T's candidates take
+        its inner tiles instead of β's (beyond the paper: a small bridge's inner tiles can be far from
+        right for a large α, see :func:`eto.leads.runner_ups`).
         """
         session = _Session(self, measure, ranker, top_k, min_gain)
         run = session.run
         if not self.has_mlt:  # section 5.2: β's decisions transferred, then sub-sketch rounds
             measured = run([self._cand(None)], "transfer")
-        else:  # β's kept tiles and the seeds first (measured in the first batch), then round T's
-            t_round = self.space.t_round()
+        else:  # β's kept tiles and the seeds first (measured first, all of them), then round T's
+            kept = self.space.kept_extra()
             lead: list[TileConfig] = []
-            for c in [self.space.kept_extra(), *seeds]:
-                if c is not None and c not in lead and c not in t_round and self._fits(c):
+            for c in [kept, *seeds]:
+                if c is not None and c not in lead and self._fits(c):
                     lead.append(c)
-            measured = run([self._cand(c) for c in lead + t_round], "T", first=len(lead))
+            measured = run([self._cand(c) for c in lead], "T", first=len(lead)) if lead else []
+            won = min((c for c in measured if math.isfinite(c.latency)), key=lambda c: c.latency, default=None)
+            # a lead with inner (register, vector) tiles other than β's won: round T takes them
+            like = won.cfg if won is not None and won.cfg != kept else None
+            t_round = [c for c in self.space.t_round(like=like) if c not in lead]
+            measured += run([self._cand(c) for c in t_round], "T", won.latency if won is not None else math.inf)
         if not measured and self.has_mlt:
             # no B/T in range is admissible for α: start from β's own shape scaled to α
             measured = run([self._cand(c) for c in self._fallback()], "fallback")

@@ -135,9 +135,12 @@ class ReuseSpace:
         return _tile_config(self.kind, self.alpha.space, self.alpha.reduction, tuple(bshape), tuple(threads),
                             tuple(lshape), inner, self.free_vector)
 
-    def tshape(self, t: int, bshape: Sequence[int], lshape: Sequence[int]) -> TileConfig | None:
-        """GetTShape: of the ways to spread ``t`` threads over the BShape, the one with the lowest cost."""
-        return _best_tshape(self.kind, self.alpha, t, tuple(bshape), tuple(lshape), self._beta_inner,
+    def tshape(self, t: int, bshape: Sequence[int], lshape: Sequence[int],
+               like: TileConfig | None = None) -> TileConfig | None:
+        """GetTShape: of the ways to spread ``t`` threads over the BShape, the one with the lowest cost
+        (inner splits following β's innermost factors, or ``like``'s)."""
+        inner = self._beta_inner if like is None else _inner_factors(like)
+        return _best_tshape(self.kind, self.alpha, t, tuple(bshape), tuple(lshape), inner,
                             self.vector_lanes, self.free_vector)
 
     def kept_tiles(self) -> TileConfig:
@@ -202,11 +205,12 @@ class ReuseSpace:
         return self.kind != "cuda" or (GPU_MIN_THREADS <= threads_per_block <= self.max_threads
                                        and staged_bytes <= self.max_shared_bytes)
 
-    def t_round(self) -> list[TileConfig]:
-        """Round T: for every B, the best TShape of every admissible thread count."""
+    def t_round(self, like: TileConfig | None = None) -> list[TileConfig]:
+        """Round T: for every B, the best TShape of every admissible thread count (inner tiles
+        β's, or ``like``'s: a lead of the search that beat β's own tiles)."""
         slots = self.t_slots()
         lshape = {bs: self.lshape(bs) for bs, _ in slots}
-        return [self.tshape(t, bs, lshape[bs]) for bs, t in slots]  # type: ignore[misc]
+        return [self.tshape(t, bs, lshape[bs], like) for bs, t in slots]  # type: ignore[misc]
 
     def t_slots(self) -> list[tuple[tuple[int, ...], int]]:
         """Round T before its LShapes and TShapes are chosen: (BShape, threads per block), in order."""
