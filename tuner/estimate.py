@@ -102,12 +102,13 @@ def count_trials(space: ReuseSpace, *, unroll_values: Sequence[int], fetch_lanes
     n_slots = sum(len(threads) for _, threads in groups)
     if not n_slots:
         return 3  # the reuse tuner's fallback measures at most three configurations
-    n_round_t = n_slots + (space.kept_extra() is not None)  # β's kept tiles join round T
+    lead = int(space.kept_extra() is not None)  # β's kept tiles lead round T, measured on their own first
 
     def later(n: int) -> float:
         return ranked_count(n, top_k, open_round=strategy == "per-b", continue_rate=continue_rate)
 
-    total = ranked_count(n_round_t, top_k, open_round=True, continue_rate=continue_rate)
+    # after a lead, round T has an incumbent: its first batch is measured, the rest only if it improves
+    total = lead + ranked_count(n_slots, top_k, open_round=not lead, continue_rate=continue_rate)
     current = len(unroll_values) - 1 if beta_unroll is None else beta_unroll
     one = fetch_lanes.index(1) if 1 in fetch_lanes else None
     for bs, t in _followed(groups, n_slots, per_b=strategy == "per-b"):

@@ -54,7 +54,8 @@ def ranked_batches(ranked: Sequence[Any], k: int, incumbent: float, min_gain: fl
 
     Each yielded batch must have its ``latency`` set by the caller before the next is asked for;
     the round ends after the first batch whose best is not below ``incumbent x (1 - min_gain)``.
-    Round T starts from ``incumbent = inf``, so it always measures a second batch when it has one.
+    Round T without a lead starts from ``incumbent = inf``, so it then always measures a second batch
+    when it has one; after a lead (β's kept tiles) it starts from the lead's best.
     """
     if k < 1:
         raise ValueError(f"top_k must be positive, got {k}")
