@@ -14,7 +14,7 @@ import math
 import threading
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from .features import LoopNest, TileConfig
+from .features import LoopNest, TileConfig, iterations
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.ir import IRModule
@@ -72,14 +72,27 @@ class LearnedRanker:
     programs of other shapes train it without being compared to α's in seconds.
 
     ``min_samples``: below this many training programs the model is not trusted (``rank`` returns
-    None and the tuner measures every candidate, as Algorithm 1 does).
+    None). ``reach`` and ``near_samples``: the model ranks a workload only once it was trained on
+    ``near_samples`` programs of workloads within ``reach`` x its loop iterations (:meth:`knows`);
+    otherwise the reuse tuner samples the round at random instead (:class:`tuner.reuse.ReuseTuner`).
     """
 
     MIN_SAMPLES = 32
+    #: Trained on a 2 MFLOP bridge's 200 programs alone, the model ranked BERT-Base's 288x larger
+    #: feed-forward matmul's round-T candidates worse than chance: its 12 top-ranked ran at 12.6-37 ms,
+    #: a random 48 of the same 2,453 at 6.0-60 ms, the fastest of them ranked 1,328-1,750th
+    #: (/tmp experiment on the N = 200 set benchmark's databases, README "Whole sets"). Per-store
+    #: features carry absolute sizes, which do not extrapolate an order of magnitude away.
+    REACH = 8.0
+    NEAR_SAMPLES = 8
 
-    def __init__(self, target: "Target", *, min_samples: int = MIN_SAMPLES) -> None:
+    def __init__(self, target: "Target", *, min_samples: int = MIN_SAMPLES, reach: float = REACH,
+                 near_samples: int = NEAR_SAMPLES) -> None:
         self.target = target
         self.min_samples = min_samples
+        self.reach = reach
+        self.near_samples = near_samples
+        self._trained_on: dict[str, list] = {}  # workload hash -> [loop iterations or None, programs]
         self._model = None
         self._lock = threading.RLock()  # scale-out tunes subtrees in threads that share one ranker
         self._contexts: dict[Any, Any] = {}
@@ -110,21 +123,39 @@ class LearnedRanker:
         key = shash2hex(mod)
         if key not in self._contexts:
             self._contexts[key] = ms.TuneContext(mod=mod, target=self.target, num_threads=1)
+            self._trained_on.setdefault(key, [iterations(mod), 0])
         return self._contexts[key]
+
+    def knows(self, mod: "IRModule") -> bool:
+        """Whether the model is trained and has seen ``near_samples`` programs of workloads whose
+        loop iterations are within ``reach`` x ``mod``'s: only then is its order worth following.
+        A workload whose loop nest cannot be read is trusted as before. O(workloads seen)."""
+        if not self.trained:
+            return False
+        size = iterations(mod)
+        if size is None:
+            return True
+        with self._lock:
+            near = sum(n for s, n in self._trained_on.values()
+                       if s is not None and max(s, size) <= self.reach * min(s, size))
+        return near >= self.near_samples
 
     def observe(self, mod: "IRModule", schedules: Sequence[Any], seconds: Sequence[float]) -> None:
         """Train on measured programs of one workload (postprocessed schedules, seconds; inf: failed)."""
         from tvm.s_tir.meta_schedule.arg_info import ArgInfo
         from tvm.s_tir.meta_schedule.runner import RunnerResult
         from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+        from tvm.s_tir.meta_schedule.utils import shash2hex
 
         pairs = [(s, t) for s, t in zip(schedules, seconds) if s is not None]
         if not pairs:
             return
         args = ArgInfo.from_prim_func(mod["main"])
         with self._lock:
+            ctx = self._context(mod)
+            self._trained_on[shash2hex(mod)][1] += len(pairs)
             self._ensure_model().update(
-                self._context(mod), [MeasureCandidate(s, args) for s, _ in pairs],
+                ctx, [MeasureCandidate(s, args) for s, _ in pairs],
                 [RunnerResult([float(t)] if math.isfinite(t) else None, None if math.isfinite(t) else "failed")
                  for _, t in pairs])
 

@@ -172,6 +172,15 @@ def major_block(mod: "IRModule") -> str:
     return max(blocks, key=lambda b: (any(int(iv.iter_type) != 0 for iv in b.iter_vars), len(b.iter_vars))).name_hint
 
 
+def iterations(mod: "IRModule") -> int | None:
+    """Loop iterations of ``mod``'s major loop nest (its size, for a matmul half its FLOPs); None
+    if it cannot be read. What tells a learned ranker whether it has seen workloads of α's size."""
+    try:
+        return math.prod(loop_nest_of(mod, major_block(mod)).extents)
+    except Exception:  # not a loop nest the reader knows (dynamic extents, no blocks)
+        return None
+
+
 def producer_count(mod: "IRModule") -> int:
     """Blocks besides the major loop nest's (e.g. a convolution's padding stage): a reuse from a
     program without them places them in a round of its own (:mod:`tuner.subsketch`, "place")."""

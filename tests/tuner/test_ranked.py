@@ -67,6 +67,9 @@ def test_ranked_tuner_measures_the_top_k_and_the_estimator_counts_it():
         trained = True
         observed = 0
 
+        def knows(self, mod):
+            return True
+
         def rank(self, mod, schedules):
             first = len(t_round) // 2 if len(schedules) == len(t_round) else 0
             return [first] + [i for i in range(len(schedules)) if i != first]
@@ -89,6 +92,62 @@ def test_ranked_tuner_measures_the_top_k_and_the_estimator_counts_it():
                                   unroll_values=tuner.unroll_values, beta_unroll=tuner.beta_unroll, ranges="cpu",
                                   top_k=k, continue_rate=0.0)
     assert estimated == res.candidates
+
+
+def test_a_ranker_that_does_not_know_alphas_size_gets_a_random_sample_and_learns_from_it():
+    """Batches as ranked ones are, but in a random order that a rerun repeats; the ranker is not
+    asked to rank, and it is trained on every batch (a random sample is a fair one)."""
+    from tests.tuner.test_reuse_tuner import sampled_record
+    from tuner.reuse import ReuseTuner
+
+    target = cpu_target()
+    beta = Operator.create("C2D", N=1, CI=64, H=14, W=14, CO=64, KH=3, KW=3, padding=1)
+    alpha = Operator.create("C2D", N=1, CI=32, H=14, W=14, CO=32, KH=3, KW=3, padding=1)
+    tuner = ReuseTuner(alpha.prim_func(), sampled_record(beta, target), target, ranges="cpu")
+    k = 3
+
+    class Stranger:
+        trained = True
+
+        def __init__(self):
+            self.observed = []
+
+        def knows(self, mod):
+            return False
+
+        def rank(self, mod, schedules):
+            raise AssertionError("a ranker that does not know α's size is not asked to rank")
+
+        def observe(self, mod, schedules, seconds):
+            self.observed += [str(s.trace) for s in schedules]
+
+    configs = {}  # each built schedule's tile configuration
+    schedule = tuner.schedule
+
+    def tagged(cand):
+        sch = schedule(cand)
+        configs[id(sch)] = cand.cfg
+        return sch
+
+    tuner.schedule = tagged
+    runs = []
+    for _ in range(2):
+        measured: list = []
+
+        def dry_measure(schedules):
+            measured.extend(configs[id(s)] for s in schedules)
+            return [2.0 - 0.01 * len(measured) for _ in schedules]  # each batch a little better
+
+        ranker = Stranger()
+        res = tuner.tune(dry_measure, strategy="global", ranker=ranker, top_k=k)
+        assert len(ranker.observed) == len(measured) == res.candidates
+        runs.append(measured)
+    assert runs[0] == runs[1]  # the same sample on a rerun
+    lead = 1 if tuner.space.kept_extra() is not None else 0
+    t_round = tuner.space.t_round()
+    sampled = runs[0][lead:lead + k]
+    assert len(t_round) > 3 * k and res.rounds["T"] <= lead + 2 * k
+    assert set(sampled) <= set(t_round) and sampled != t_round[:k]  # round T's, not in its own order
 
 
 @pytest.mark.slow
@@ -123,3 +182,8 @@ def test_learned_ranker_learns_measured_programs():
     order = ranker.rank(mod, schedules[:12])
     assert sorted(order) == list(range(12))
     assert order[0] in sorted(range(12), key=secs.__getitem__)[:3]
+    # its order is followed only near the sizes it was trained on (LearnedRanker.reach)
+    near = IRModule({"main": Operator.create("BMM", B=2, M=128, N=128, K=64).prim_func()})  # 4x
+    far = IRModule({"main": Operator.create("BMM", B=2, M=512, N=512, K=64).prim_func()})  # 64x
+    assert ranker.knows(mod) and ranker.knows(near) and not ranker.knows(far)
+    assert not LearnedRanker(target, min_samples=8).knows(mod)  # untrained
