@@ -14,8 +14,8 @@ is on both clocks. A seed counts only when both its runs are finished, and both 
 process; a repeated command with the same ``--work`` reuses finished seeds and reruns an unfinished
 one from empty databases. A work folder is bound to its settings (``settings.json``).
 
-Quality: the final programs of every run (all seeds and the control) are re-measured in this
-process, interleaved operator by operator over ``--rounds`` rounds, and compared by the paper's
+Quality: the final programs of every run (all seeds and the control) are re-measured, each round in
+a fresh runner process, interleaved operator by operator over ``--rounds`` rounds, and compared by the paper's
 weighted latency Σ frequency x latency. Per seed, each over eto's total seconds (paper section 7):
 
 - ``total``: MetaSchedule's whole run;
@@ -227,16 +227,20 @@ def run_all(args, opset, target, work: str) -> tuple[dict, dict | None]:
 
 # -- quality -----------------------------------------------------------------------------------------
 def remeasure(progs: dict[str, list], opset, target, rounds: int) -> dict[str, list[float]]:
-    """Median re-measured seconds of each run's final programs; per operator all runs back to back."""
+    """Median re-measured seconds of each run's final programs; per operator all runs back to back.
+
+    Each round runs in a fresh worker process: some programs run at one speed in one process and
+    at another in the next (where their buffers land), a BERT-Base attention BMM of eto's at 0.13 or
+    0.22 ms, so one process would settle a comparison by its lottery."""
     from tuner.apply import scheduled_module
     from tuner.measure import MeasureConfig, Measurer
 
     mods = {u: [None if p is None else scheduled_module(p.tuning_record) for p in ps] for u, ps in progs.items()}
     samples = {u: [[] for _ in opset] for u in progs}
     units = list(progs)
-    with Measurer.local(MeasureConfig(number=3, repeat=5, min_repeat_ms=40)) as measurer:
-        warm_measurer(measurer, target)
-        for r in range(rounds):
+    for r in range(rounds):
+        with Measurer.local(MeasureConfig(number=3, repeat=5, min_repeat_ms=40)) as measurer:
+            warm_measurer(measurer, target)
             order = units[r % len(units):] + units[: r % len(units)]
             for i in range(len(opset)):
                 todo = [u for u in order if mods[u][i] is not None]

@@ -14,7 +14,7 @@ import math
 import threading
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from .features import LoopNest, TileConfig, iterations
+from .features import LoopNest, TileConfig, major_extents
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.ir import IRModule
@@ -73,17 +73,19 @@ class LearnedRanker:
 
     ``min_samples``: below this many training programs the model is not trusted (``rank`` returns
     None). ``reach`` and ``near_samples``: the model ranks a workload only once it was trained on
-    ``near_samples`` programs of workloads within ``reach`` x its loop iterations (:meth:`knows`);
-    otherwise the reuse tuner samples the round at random instead (:class:`tuner.reuse.ReuseTuner`).
+    ``near_samples`` programs of workloads whose every loop is within ``reach`` x the workload's
+    (:meth:`knows`); otherwise the reuse tuner samples the round at random instead
+    (:class:`tuner.reuse.ReuseTuner`).
     """
 
     MIN_SAMPLES = 32
-    #: Trained on a 2 MFLOP bridge's 200 programs alone, the model ranked BERT-Base's 288x larger
-    #: feed-forward matmul's round-T candidates worse than chance: its 12 top-ranked ran at 12.6-37 ms,
-    #: a random 48 of the same 2,453 at 6.0-60 ms, the fastest of them ranked 1,328-1,750th
-    #: (/tmp experiment on the N = 200 set benchmark's databases, README "Whole sets"). Per-store
-    #: features carry absolute sizes, which do not extrapolate an order of magnitude away.
-    REACH = 8.0
+    #: Per-store features carry absolute sizes, which do not carry over to other shapes. Trained on
+    #: a 2 MFLOP bridge's 200 programs, the model ranked BERT-Base's 288x larger feed-forward matmul
+    #: BMM[1,128,768,3072] worse than chance (``experiments/ranker_reach.py``, README "Ranked
+    #: rounds"); trained on those and 17 programs of BMM[1,128,3072,768] (the same size, N and K
+    #: 4x apart) it still led that matmul's reuse to 10.1-10.3 ms against 2.9-3.0 ms for the other.
+    #: So: every loop within 2x.
+    REACH = 2.0
     NEAR_SAMPLES = 8
 
     def __init__(self, target: "Target", *, min_samples: int = MIN_SAMPLES, reach: float = REACH,
@@ -92,7 +94,7 @@ class LearnedRanker:
         self.min_samples = min_samples
         self.reach = reach
         self.near_samples = near_samples
-        self._trained_on: dict[str, list] = {}  # workload hash -> [loop iterations or None, programs]
+        self._trained_on: dict[str, list] = {}  # workload hash -> [major loop extents or None, programs]
         self._model = None
         self._lock = threading.RLock()  # scale-out tunes subtrees in threads that share one ranker
         self._contexts: dict[Any, Any] = {}
@@ -123,22 +125,26 @@ class LearnedRanker:
         key = shash2hex(mod)
         if key not in self._contexts:
             self._contexts[key] = ms.TuneContext(mod=mod, target=self.target, num_threads=1)
-            self._trained_on.setdefault(key, [iterations(mod), 0])
+            self._trained_on.setdefault(key, [major_extents(mod), 0])
         return self._contexts[key]
 
     def knows(self, mod: "IRModule") -> bool:
         """Whether the model is trained and has seen ``near_samples`` programs of workloads whose
-        loop iterations are within ``reach`` x ``mod``'s: only then is its order worth following.
-        A workload whose loop nest cannot be read is trusted as before. O(workloads seen)."""
+        major loop nest has ``mod``'s loops, each within ``reach`` x: only then is its order worth
+        following. A workload whose loop nest cannot be read is trusted as before. O(workloads seen)."""
         if not self.trained:
             return False
-        size = iterations(mod)
-        if size is None:
+        mine = major_extents(mod)
+        if mine is None:
             return True
+
+        def near(other) -> bool:
+            return other is not None and len(other) == len(mine) and all(
+                max(a, b) <= self.reach * min(a, b) for a, b in zip(other, mine))
+
         with self._lock:
-            near = sum(n for s, n in self._trained_on.values()
-                       if s is not None and max(s, size) <= self.reach * min(s, size))
-        return near >= self.near_samples
+            seen = sum(n for extents, n in self._trained_on.values() if near(extents))
+        return seen >= self.near_samples
 
     def observe(self, mod: "IRModule", schedules: Sequence[Any], seconds: Sequence[float]) -> None:
         """Train on measured programs of one workload (postprocessed schedules, seconds; inf: failed)."""

@@ -172,11 +172,11 @@ def major_block(mod: "IRModule") -> str:
     return max(blocks, key=lambda b: (any(int(iv.iter_type) != 0 for iv in b.iter_vars), len(b.iter_vars))).name_hint
 
 
-def iterations(mod: "IRModule") -> int | None:
-    """Loop iterations of ``mod``'s major loop nest (its size, for a matmul half its FLOPs); None
-    if it cannot be read. What tells a learned ranker whether it has seen workloads of α's size."""
+def major_extents(mod: "IRModule") -> tuple[int, ...] | None:
+    """Loop extents of ``mod``'s major loop nest (space, then reduction); None if it cannot be read.
+    What tells a learned ranker whether it has seen workloads of α's shape."""
     try:
-        return math.prod(loop_nest_of(mod, major_block(mod)).extents)
+        return loop_nest_of(mod, major_block(mod)).extents
     except Exception:  # not a loop nest the reader knows (dynamic extents, no blocks)
         return None
 

@@ -182,8 +182,12 @@ def test_learned_ranker_learns_measured_programs():
     order = ranker.rank(mod, schedules[:12])
     assert sorted(order) == list(range(12))
     assert order[0] in sorted(range(12), key=secs.__getitem__)[:3]
-    # its order is followed only near the sizes it was trained on (LearnedRanker.reach)
-    near = IRModule({"main": Operator.create("BMM", B=2, M=128, N=128, K=64).prim_func()})  # 4x
-    far = IRModule({"main": Operator.create("BMM", B=2, M=512, N=512, K=64).prim_func()})  # 64x
-    assert ranker.knows(mod) and ranker.knows(near) and not ranker.knows(far)
+    # its order is followed only near the shapes it was trained on (LearnedRanker.reach, per loop)
+    def bmm(**kw):
+        return IRModule({"main": Operator.create("BMM", **kw).prim_func()})
+
+    near = bmm(B=2, M=128, N=128, K=64)  # two loops 2x
+    far = bmm(B=2, M=512, N=512, K=64)
+    same_size = bmm(B=2, M=64, N=256, K=16)  # the same iterations, N and K 4x apart
+    assert ranker.knows(mod) and ranker.knows(near) and not ranker.knows(far) and not ranker.knows(same_size)
     assert not LearnedRanker(target, min_samples=8).knows(mod)  # untrained
