@@ -124,7 +124,7 @@ def main(argv=None) -> int:
             for n, (i, r) in enumerate(zip(top + sample, results))]
     print(f"{alpha.name} from {beta.name}: {len(configs)} candidates, {len(built)} built in {build_s:.1f} s, "
           f"ranked in {rank_s:.1f} s by a ranker trained on {ranker.samples} programs; "
-          f"knows α's size: {ranker.knows(tuner.alpha_mod)}")
+          f"knows α's shape: {ranker.knows(tuner.alpha_mod)}")
     for row in sorted(rows, key=lambda r: r["ms"]):
         print(f"  rank {row['rank']:5d} {'random' if row['random'] else 'top   '} {row['ms']:9.3f} ms "
               f"{row['space']} {row['reduction']}")

@@ -246,7 +246,7 @@ class ReuseTuner:
 
         With a ``ranker`` each round's candidates are measured ``top_k`` at a time; the round stops at
         the first batch that does not beat the best so far by ``min_gain`` (see
-        :func:`ranked_batches`). When the ranker knows workloads of α's size
+        :func:`ranked_batches`). When the ranker knows workloads of α's shape
         (:meth:`~tuner.cost_model.LearnedRanker.knows`) the batches follow its order, best-ranked
         first; otherwise they are a random sample (the same order on every run of the pair), and
         the ranker learns α's neighbourhood from them. Without a ranker (or ``top_k=None``) every
@@ -340,7 +340,7 @@ class _Session:
     def __init__(self, tuner: ReuseTuner, measure: Callable[[list[Any]], list[float]],
                  ranker: "LearnedRanker | None", top_k: int | None, min_gain: float) -> None:
         self.tuner, self.measure, self.ranker, self.top_k, self.min_gain = tuner, measure, ranker, top_k, min_gain
-        # measured in batches with a ranker; in its order if it knows α's size at the start, else
+        # measured in batches with a ranker; in its order if it knows α's shape at the start, else
         # in a random order seeded by α (a rerun, resuming, builds the same batches)
         self.batched = ranker is not None and top_k is not None
         self.ranked = self.batched and ranker.knows(tuner.alpha_mod)  # type: ignore[union-attr]
