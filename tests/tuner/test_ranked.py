@@ -153,7 +153,7 @@ def test_a_ranker_that_does_not_know_alphas_size_gets_a_random_sample_and_learns
 @pytest.mark.slow
 def test_learned_ranker_learns_measured_programs():
     """Trained on a dozen measured programs of an operator, the ranker puts one of the three fastest
-    first; untrained, it declines to rank (the tuner then measures everything)."""
+    first; untrained, it declines to rank; it knows only workloads near those it was trained on."""
     from tvm.ir import IRModule
     from tvm.s_tir import meta_schedule as ms
 
