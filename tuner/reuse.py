@@ -244,13 +244,10 @@ class ReuseTuner:
         ``"global"`` runs rounds M, unroll and vector once, from the best candidate of round T:
         fewer measurements (d_B + d_M + ... instead of d_B x (d_T + d_M + ...)) for a small risk.
 
-        With a ``ranker`` each round's candidates are measured ``top_k`` at a time; the round stops at
-        the first batch that does not beat the best so far by ``min_gain`` (see
-        :func:`ranked_batches`). When the ranker knows workloads of α's shape
-        (:meth:`~tuner.cost_model.LearnedRanker.knows`) the batches follow its order, best-ranked
-        first; otherwise they are a random sample (the same order on every run of the pair), and
-        the ranker learns α's neighbourhood from them. Without a ranker (or ``top_k=None``) every
-        candidate is measured, as in the paper.
+        With a ``ranker`` each round is measured ``top_k`` at a time until a batch does not beat the best
+        by ``min_gain`` (:func:`ranked_batches`), in the ranker's order if it knows α's shape
+        (:meth:`~tuner.cost_model.LearnedRanker.knows`), else in a seeded random order it learns from.
+        Without a ranker (or ``top_k=None``) every candidate is measured, as in the paper.
 
         Round T is led by β's kept tiles (:meth:`ReuseSpace.kept_extra`) and ``seeds``, tile
         configurations from elsewhere (α's instant program, other operators', β's runner-ups), all
@@ -340,14 +337,11 @@ class _Session:
     def __init__(self, tuner: ReuseTuner, measure: Callable[[list[Any]], list[float]],
                  ranker: "LearnedRanker | None", top_k: int | None, min_gain: float) -> None:
         self.tuner, self.measure, self.ranker, self.top_k, self.min_gain = tuner, measure, ranker, top_k, min_gain
-        # measured in batches with a ranker; in its order if it knows α's shape at the start, else
-        # in a random order seeded by α (a rerun, resuming, builds the same batches)
+        # batches with a ranker: in its order if it knows α's shape, else in a random order seeded by
+        # α (a rerun, resuming, draws the same batches)
         self.batched = ranker is not None and top_k is not None
         self.ranked = self.batched and ranker.knows(tuner.alpha_mod)  # type: ignore[union-attr]
-        if self.batched and not self.ranked:
-            from tvm.s_tir.meta_schedule.utils import shash2hex
-
-            self.rng = random.Random(shash2hex(tuner.alpha_mod))
+        self.rng = random.Random(str(tuner.alpha_mod))
         self.start = time.perf_counter()
         self.trials = self.invalid = self.failed = 0
         self.best_s = math.inf
@@ -363,20 +357,16 @@ class _Session:
         ok = []
         for c in cands:
             c.sch = self.tuner.schedule(c)
-            if c.sch is None:
-                self.invalid += 1
-            else:
-                ok.append(c)
+            self.invalid += c.sch is None
+            ok += [c] if c.sch is not None else []
         if not ok:
             return []
         if not self.batched:
             self._measure(ok, name)
             return ok
-        order = list(range(len(ok)))
+        order = self.rng.sample(range(len(ok)), len(ok))
         if self.ranked:
             order = self.ranker.rank(self.tuner.alpha_mod, [c.sch for c in ok]) or order  # type: ignore[union-attr]
-        else:
-            self.rng.shuffle(order)
         order = sorted(order, key=lambda i: id(ok[i]) not in lead)  # stable: the lead first, then by rank
         done: list[_Cand] = []
         for batch in ranked_batches([ok[i] for i in order], self.top_k, incumbent, self.min_gain):  # type: ignore[arg-type]
@@ -394,8 +384,8 @@ class _Session:
         self.rounds[name] = self.rounds.get(name, 0) + len(batch)
         self.seen.extend(c for c in batch if math.isfinite(c.latency))
         if self.ranker is not None and not self.ranked:
-            # only a round measured whole or a random sample of it is a fair sample of α's space:
-            # ranked picks, all near the best, would teach the ranker their tiles for every later operator
+            # a round measured whole or sampled at random is a fair sample of α's space; ranked
+            # picks, all near the best, would teach the ranker their tiles for every later operator
             self.ranker.observe(self.tuner.alpha_mod, [c.sch for c in batch], [c.latency for c in batch])
 
     def result(self, best: _Cand | None) -> ReuseResult:
