@@ -118,11 +118,12 @@ class LearnedRanker:
                                    early_stopping_rounds=10, verbose_eval=0, adaptive_training=True)
         return self._model
 
-    def _context(self, mod: "IRModule"):
+    def _context(self, mod: "IRModule", *, key: str | None = None):
+        """The workload's tuning context (``key``: its structural hash, when the caller has it)."""
         from tvm.s_tir import meta_schedule as ms
         from tvm.s_tir.meta_schedule.utils import shash2hex
 
-        key = shash2hex(mod)
+        key = key or shash2hex(mod)
         if key not in self._contexts:
             self._contexts[key] = ms.TuneContext(mod=mod, target=self.target, num_threads=1)
             self._trained_on.setdefault(key, [major_extents(mod), 0])
@@ -157,9 +158,10 @@ class LearnedRanker:
         if not pairs:
             return
         args = ArgInfo.from_prim_func(mod["main"])
+        key = shash2hex(mod)
         with self._lock:
-            ctx = self._context(mod)
-            self._trained_on[shash2hex(mod)][1] += len(pairs)
+            ctx = self._context(mod, key=key)
+            self._trained_on[key][1] += len(pairs)
             self._ensure_model().update(
                 ctx, [MeasureCandidate(s, args) for s, _ in pairs],
                 [RunnerResult([float(t)] if math.isfinite(t) else None, None if math.isfinite(t) else "failed")

@@ -121,7 +121,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--target", default="cpu", help="target of the prior database's programs")
     p.add_argument("--time-limit", type=float, default=30.0, help="seconds for the exact solver")
     p.add_argument("--cost", default="estimate", choices=["estimate", "analytic"],
-                   help="edge costs: the tuner's trial estimator (default; about 15 s for ResNet-50 on 2 cores) "
+                   help="edge costs: the tuner's trial estimator (default; about 7-8 s for ResNet-50 on 2 cores) "
                         "or the selector's TVM-free analytic stand-in (milliseconds)")
     add_strategy_option(p)
     p.add_argument("--json", action="store_true")
