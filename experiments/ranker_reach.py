@@ -7,7 +7,9 @@ LShape of round M's window), builds them all, ranks them with a ``LearnedRanker`
 measured programs, and measures the ``--top`` best-ranked and a random ``--sample`` of the rest.
 It prints each measured candidate with its rank, and the Spearman correlation between rank and
 measured time over the random sample (1: the ranker orders α perfectly; 0: no better than chance;
-negative: worse than chance).
+negative: worse than chance). With ``--warm K`` it first measures K random candidates of α and
+trains the ranker on them as well, as a reuse's random batches do before the ranker knows α's shape:
+does a handful of α's own programs make its order worth following?
 
 With ``--reuse`` it then derives α from β by the reuse tuner twice, as a run would (β's best
 program, its runner-ups as leads, the ranker trained on β's programs, 4 candidates a batch): once
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import statistics
@@ -60,6 +63,8 @@ def main(argv=None) -> int:
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--sample", type=int, default=48)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--warm", type=int, default=0,
+                    help="first measure this many random candidates of α and train the ranker on them too")
     ap.add_argument("--reuse", action="store_true", help="also reuse-tune α with and without the ranker's order")
     ap.add_argument("--reference", help="a database holding α's MetaSchedule programs, for --reuse")
     ap.add_argument("--skip-sample", action="store_true", help="only --reuse")
@@ -109,21 +114,30 @@ def main(argv=None) -> int:
         if cand.sch is not None:
             built.append(cand)
     build_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    order = ranker.rank(tuner.alpha_mod, [c.sch for c in built]) or list(range(len(built)))
-    rank_s = time.perf_counter() - t0
-    rank_of = {i: r for r, i in enumerate(order)}
     rng = random.Random(args.seed)
-    top = order[: args.top]
-    rest = order[args.top:]
-    sample = rng.sample(rest, min(args.sample, len(rest)))
     with Measurer.local(MeasureConfig()) as measurer:
+        warm = rng.sample(range(len(built)), min(args.warm, len(built)))
+        if warm:  # α's own programs first, as a reuse's random batches would give the ranker
+            got = measurer.measure([built[i].sch.mod for i in warm], target)
+            ranker.observe(tuner.alpha_mod, [built[i].sch for i in warm], [r.median for r in got])
+            out["warm_ms"] = sorted(r.median * 1e3 for r in got)
+        warm_set = set(warm)
+        left = [i for i in range(len(built)) if i not in warm_set]
+        t0 = time.perf_counter()
+        ranked = ranker.rank(tuner.alpha_mod, [built[i].sch for i in left]) or list(range(len(left)))
+        order = [left[i] for i in ranked]
+        rank_s = time.perf_counter() - t0
+        rank_of = {i: r for r, i in enumerate(order)}
+        top = order[: args.top]
+        rest = order[args.top:]
+        sample = rng.sample(rest, min(args.sample, len(rest)))
         results = measurer.measure([built[i].sch.mod for i in top + sample], target)
     rows = [{"rank": rank_of[i], "ms": r.median * 1e3, "random": n >= len(top),
              "space": built[i].cfg.space, "reduction": built[i].cfg.reduction}
             for n, (i, r) in enumerate(zip(top + sample, results))]
     print(f"{alpha.name} from {beta.name}: {len(configs)} candidates, {len(built)} built in {build_s:.1f} s, "
-          f"ranked in {rank_s:.1f} s by a ranker trained on {ranker.samples} programs; "
+          f"ranked in {rank_s:.1f} s by a ranker trained on {ranker.samples} programs "
+          f"({len(warm)} of them α's, best {min(out.get('warm_ms', [math.inf])):.3f} ms); "
           f"knows α's shape: {ranker.knows(tuner.alpha_mod)}")
     for row in sorted(rows, key=lambda r: r["ms"]):
         print(f"  rank {row['rank']:5d} {'random' if row['random'] else 'top   '} {row['ms']:9.3f} ms "
