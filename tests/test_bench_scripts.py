@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 import _bench  # noqa: E402
 import reuse_pairs  # noqa: E402
+import reuse_quality  # noqa: E402
 import set_bench  # noqa: E402
 
 
@@ -74,6 +75,22 @@ def test_reuse_pairs_summary_keeps_old_keys_and_adds_new_ones():
     assert (s["pairs"], s["errors"], s["median_candidates"], s["median_speedup_vs_total"]) == (2, 1, 20, 3.0)
     assert s["actual_over_estimated_seconds_mean"] == 1.25 and s["actual_over_estimate_mean"] == 0.8
     assert reuse_pairs.parse_args([]).strategies == ["global"]
+
+
+def test_reuse_quality_relates_each_reuse_to_its_flop_ratio():
+    """q is MetaSchedule's latency over eto's; backend roots and bridges (not in the set) are left out."""
+    op = lambda lat_ms, lat_eto, method, source: {  # noqa: E731
+        "op": "BMM[1,128,768,3072]", "frequency": 12, "metaschedule_latency_s": lat_ms, "eto_latency_s": lat_eto,
+        "eto_method": method, "eto_source": source}
+    result = {"opset": "bert_base", "per_seed": [
+        {"seed": 0, "per_operator": [op(2.0, 4.0, "reuse", "BMM(B=1,M=128,N=64,K=128)"),
+                                     op(1.0, 1.0, "backend", None)]},
+        {"seed": 1, "per_operator": [op(3.0, 3.0, "reuse", "BMM(B=1,M=128,N=768,K=768)")]}]}
+    rows = reuse_quality.reuse_rows(result)
+    assert [(r["seed"], r["flop_ratio"], r["q"]) for r in rows] == [(0, 288.0, 0.5), (1, 4.0, 1.0)]
+    assert reuse_quality.by_bin(rows) == [
+        {"flop_ratio": [4.0, 32.0], "n": 1, "median_q": 1.0, "min_q": 1.0, "share_at_0.95": 1.0},
+        {"flop_ratio": [256.0, math.inf], "n": 1, "median_q": 0.5, "min_q": 0.5, "share_at_0.95": 0.0}]
 
 
 def test_runs_are_fresh_unless_resumed_with_the_same_settings(tmp_path, monkeypatch):
