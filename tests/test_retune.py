@@ -85,6 +85,41 @@ def test_instant_program_is_checked_served_and_not_a_tuning_result(tuned_db, tmp
         instant(conv, db, target)
 
 
+def test_instant_program_follows_a_ranker_only_where_it_knows_the_shape(tuned_db, monkeypatch):
+    """Where β's kept tiles do not build, round T is ranked only by a ranker that knows α's shape
+    (a ranker trained far from it orders worse than chance); otherwise the nearest BShape wins."""
+    import tuner.predict as predict_mod
+    from eto.target import parse_target
+
+    target = parse_target("cpu")
+    source = Database(tuned_db).best(KNOWN, target).tuning_record
+    new = Operator.create("BMM", B=2, M=96, N=32, K=16)
+    real_built, calls = predict_mod._built, []
+
+    def kept_fails(tuner, cand):  # the first call builds β's kept tiles: pretend they fail
+        calls.append(cand)
+        return len(calls) > 1 and real_built(tuner, cand)
+
+    class Ranker:
+        def __init__(self, knows):
+            self.known, self.asked = knows, 0
+
+        def knows(self, mod):
+            return self.known
+
+        def rank(self, mod, schedules):
+            self.asked += 1
+            return list(range(len(schedules)))[::-1]
+
+    for knows, by in ((False, "nearest"), (True, "ranker")):
+        calls.clear()
+        monkeypatch.setattr(predict_mod, "_built", kept_fails)
+        ranker = Ranker(knows)
+        pred = predict_mod.predict(new.prim_func(), source, target, ranker=ranker)
+        assert pred.by == by and (ranker.asked > 0) == knows and pred.ranked > 1
+        assert pred.schedule is not None
+
+
 @pytest.mark.slow
 def test_eto_retune_serves_every_new_size_then_tunes_it_by_reuse(tuned_db, tmp_path, capsys):
     import shutil
