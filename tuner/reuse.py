@@ -354,11 +354,10 @@ class _Session:
         them, or with a ranker ``top_k`` at a time (:func:`ranked_batches`), best-ranked first or at
         random (:meth:`ReuseTuner.tune`). The ``first`` candidates lead the order whatever their rank."""
         lead = {id(c) for c in cands[:first]}
-        ok = []
         for c in cands:
             c.sch = self.tuner.schedule(c)
-            self.invalid += c.sch is None
-            ok += [c] if c.sch is not None else []
+        ok = [c for c in cands if c.sch is not None]
+        self.invalid += len(cands) - len(ok)
         if not ok:
             return []
         if not self.batched:
