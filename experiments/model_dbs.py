@@ -44,7 +44,7 @@ def main(argv=None) -> int:
 
     from eto.database import Database
     from eto.models import load_relax
-    from eto.models.bench import _build_with
+    from eto.models.bench import build_with_metaschedule
     from eto.models.build import build_model, model_inputs
     from eto.models.tasks import model_tasks
     from eto.target import parse_target
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
     for spec in args.databases:
         name, path = spec.split("=", 1)
         if path.startswith("ms:"):
-            builds[name] = _build_with(ms.database.JSONDatabase(work_dir=path[3:]), tasks, target)
+            builds[name] = build_with_metaschedule(ms.database.JSONDatabase(work_dir=path[3:]), tasks, target)
         else:
             builds[name] = build_model(model, Database(path, readonly=True), target, tasks=tasks)
     outputs = {name: b.run(inputs) for name, b in builds.items()}

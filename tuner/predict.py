@@ -52,7 +52,8 @@ def predict(func: "PrimFunc", source_record: "TuningRecord", target: "Target", *
     (experiments/results/instant_choice.json).
     When those tiles do not build, round T is built (GetS) but not measured: a ``ranker`` that
     knows α's shape (:meth:`~tuner.cost_model.LearnedRanker.knows`, as in reuse) picks the
-    best-ranked candidate, then ranks round M's variants of it against it; without one the candidate keeping β's per-block work and threads per block wins. Costs one design-space
+    best-ranked candidate, then ranks round M's variants of it against it; without one the
+    candidate keeping β's per-block work and threads per block wins. Costs one design-space
     generation and one replay (O(d_B x d_T) replays in the fallback), well under a second on CPU.
     Raises ValueError when β's sketch is not in α's design space or nothing derived passes the
     target's checks.

@@ -99,7 +99,7 @@ def bench_model(model: "RelaxModel", target: "Target", *, database: "Database | 
             log(f"warning: {t.name} ({t.op}) has no program in the database: default schedule")
     if ms_trials:
         ms_db, tuning["metaschedule"] = tune_metaschedule(tasks, target, ms_trials, ms_work_dir, log=log)
-        builds["metaschedule"] = _build_with(ms_db, tasks, target)
+        builds["metaschedule"] = build_with_metaschedule(ms_db, tasks, target)
     runners: dict[str, Callable[[], list[np.ndarray]]] = {m: (lambda b=b: b.run(inputs)) for m, b in builds.items()}
     timers: dict[str, Callable[[], list[float]]] = {
         m: (lambda b=b: b.time(inputs, repeat=3, min_repeat_ms=min_repeat_ms)) for m, b in builds.items()}
@@ -157,7 +157,8 @@ def tune_metaschedule(tasks: ModelTasks, target: "Target", trials: int, work_dir
     return db, seconds
 
 
-def _build_with(ms_db, tasks: ModelTasks, target: "Target") -> BuiltModel:
+def build_with_metaschedule(ms_db, tasks: ModelTasks, target: "Target") -> BuiltModel:
+    """Compile the model with a MetaSchedule database, noting which tunable tasks it covers."""
     from tvm.s_tir import meta_schedule as ms
 
     applied = tuple(t for t in tasks.tasks if t.op is not None and ms_db.has_workload(t.mod))
