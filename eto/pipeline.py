@@ -47,7 +47,8 @@ from .database import PREDICTED, Database
 from .operators import Operator
 from .opsets import OperatorEntry, OperatorSet
 from .leads import alternate_sources, runner_ups
-from .plan import BridgeOption, CostModel, OperatorPlan, hot_operators, plan_operator_set, plan_selective
+from .plan import (MAX_REDUCTION_RATIO, BridgeOption, CostModel, OperatorPlan, hot_operators, plan_operator_set,
+                   plan_selective)
 from .target import target_key
 from .tuning import OperatorReport, SetProgress, TuneReport, checkable_here, gated, report_row, tune_with_backend
 
@@ -137,6 +138,7 @@ def tune(
     evolve_trials: int = 0,
     top_k: int | None = DEFAULT_TOP_K,
     method: Method = "eto",
+    max_reduction_ratio: float | None = MAX_REDUCTION_RATIO,
 ) -> TuneReport:
     """Tune ``opset`` into ``database`` by reuse; return a report of every operator (bridges too).
 
@@ -145,7 +147,8 @@ def tune(
     look too dear: plan with the budget the backend would really be given);
     ``strategy`` is the reuse tuner's (``"global"``: rounds after T once; ``"per-b"``: the paper's
     loop per block count); ``top_k``: each reuse round measures its best-ranked few at a time, ranked
-    by a model learned from the database (None: every candidate, as in the paper). ``hot_share``/``hot_factor``,
+    by a model learned from the database (None: every candidate, as in the paper). ``max_reduction_ratio``:
+    the plan's cap on a reuse's reduction growth (:func:`eto.plan.reduction_ratio`; None: none). ``hot_share``/``hot_factor``,
     ``evolve_trials`` and ``method``: see the module doc.
     Given several measurers (e.g. one per RPC device), independent subtrees of the plan are tuned
     concurrently, one measurer each (scale-out).
@@ -176,7 +179,7 @@ def tune(
     else:
         planned = plan_operator_set(opset, budget=budget, bridges=bridges, solver=solver, database=database,
                                     target=target, cost=cost, hot=hot, hot_budget=round(budget * hot_factor),
-                                    strategy=strategy, top_k=top_k)
+                                    strategy=strategy, top_k=top_k, max_reduction_ratio=max_reduction_ratio)
     kill_point("plan.after")
     own = measurer is None
     measurers = list(measurer) if isinstance(measurer, (list, tuple)) else [measurer or Measurer.local(MeasureConfig())]

@@ -1,5 +1,6 @@
 """Where do reuses lose quality? Every reused operator of set-benchmark results, by how much larger
-α is than its source β.
+α is than its source β: in FLOPs, and in reduction iterations (what ``eto.plan.MAX_REDUCTION_RATIO``
+caps).
 
 Reads ``experiments/set_bench.py`` result files (any number; every seed of each), takes each operator
 eto tuned by reuse, and relates its re-measured throughput against MetaSchedule's (``q`` =
@@ -10,22 +11,25 @@ from runs already made (no tuning, no measurement: a few seconds).
     python experiments/reuse_quality.py experiments/results/set_bench_bert_base_N200_leads.json \\
         experiments/results/set_bench_resnet50_N100_reach.json --out experiments/results/reuse_quality.json
 
-Prints one line per reuse (sorted by the ratio) and, per bin of the ratio, the count, median and
-minimum of ``q`` and the share of reuses at or above 0.95.
+Prints one line per reuse (sorted by the FLOP ratio) and, per bin of either ratio, the count, median
+and minimum of ``q`` and the share of reuses at or above 0.95.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-#: FLOP-ratio bins (lower bounds); the last is open
+#: FLOP-ratio bins [lo, hi) (lower bounds); the last is open
 BINS = (0.0, 4.0, 32.0, 256.0)
+#: reduction-ratio bins (lo, hi] (lower bounds): the plan's cap (4) is the first bin's upper end
+REDUCTION_BINS = (0.0, 4.0, 8.0)
 
 
 def reuse_rows(result: dict, path: str = "") -> list[dict]:
@@ -41,18 +45,22 @@ def reuse_rows(result: dict, path: str = "") -> list[dict]:
                 continue
             alpha, beta = by_name[r["op"]], Operator.parse(r["eto_source"])
             rows.append({"result": os.path.basename(path), "seed": seed["seed"], "op": r["op"], "source": beta.name,
-                         "flop_ratio": alpha.flops / beta.flops, "frequency": r["frequency"],
+                         "flop_ratio": alpha.flops / beta.flops,
+                         "reduction_ratio": math.prod(alpha.reduction) / math.prod(beta.reduction),
+                         "frequency": r["frequency"],
                          "q": r["metaschedule_latency_s"] / r["eto_latency_s"]})
     return rows
 
 
-def by_bin(rows: list[dict], bins: tuple[float, ...] = BINS) -> list[dict]:
-    """Count, median and minimum of ``q`` per FLOP-ratio bin, and the share at or above 0.95."""
+def by_bin(rows: list[dict], bins: tuple[float, ...] = BINS, key: str = "flop_ratio",
+           right: bool = False) -> list[dict]:
+    """Count, median and minimum of ``q`` per bin of ``key`` ([lo, hi), or (lo, hi] if ``right``), and
+    the share at or above 0.95."""
     out = []
     for lo, hi in zip(bins, bins[1:] + (float("inf"),)):
-        qs = [r["q"] for r in rows if lo <= r["flop_ratio"] < hi]
+        qs = [r["q"] for r in rows if (lo < r[key] <= hi if right else lo <= r[key] < hi)]
         if qs:
-            out.append({"flop_ratio": [lo, hi], "n": len(qs), "median_q": statistics.median(qs), "min_q": min(qs),
+            out.append({key: [lo, hi], "n": len(qs), "median_q": statistics.median(qs), "min_q": min(qs),
                         "share_at_0.95": sum(q >= 0.95 for q in qs) / len(qs)})
     return out
 
@@ -72,13 +80,16 @@ def main(argv=None) -> int:
     for r in sorted(rows, key=lambda r: (r["flop_ratio"], r["op"])):
         print(f"{r['result']:42s} s{r['seed']} {r['op']:32s} <- {r['source']:28s} x{r['flop_ratio']:8.1f}  q {r['q']:.2f}")
     bins = by_bin(rows)
-    for b in bins:
-        lo, hi = b["flop_ratio"]
-        print(f"FLOP ratio [{lo:g}, {hi:g}): {b['n']} reuses, q median {b['median_q']:.2f}, min {b['min_q']:.2f}, "
+    reduction_bins = by_bin(rows, REDUCTION_BINS, "reduction_ratio", right=True)
+    for b in bins + reduction_bins:
+        name, (lo, hi) = ("FLOP ratio", b["flop_ratio"]) if "flop_ratio" in b else ("reduction ratio", b["reduction_ratio"])
+        span = f"[{lo:g}, {hi:g})" if "flop_ratio" in b else f"({lo:g}, {hi:g}]"
+        print(f"{name} {span}: {b['n']} reuses, q median {b['median_q']:.2f}, min {b['min_q']:.2f}, "
               f"{b['share_at_0.95']:.0%} at >= 0.95")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"results": args.results, "bins": bins, "rows": rows}, f, indent=1)
+            json.dump({"results": args.results, "bins": bins, "reduction_bins": reduction_bins, "rows": rows}, f,
+                      indent=1)
         print("written", args.out)
     return 0
 

@@ -44,7 +44,8 @@ Usage: ``python experiments/set_bench.py [--scale ci|small|paper] [--opset bert_
 run's convergence beside it. Variants run per seed beside MetaSchedule and plain eto, each compared
 with both (``variants`` per seed and in the aggregate): options beyond the paper (``hot``,
 ``evolve``), the paper's baselines (``st`` Selective Tuning, ``topk`` eto's plan with TopK reuses) and
-its bridge ablation (``nobridges``, ``allbridges``; plain eto uses 1-hop bridges).
+its bridge ablation (``nobridges``, ``allbridges``; plain eto uses 1-hop bridges); ``nocap`` plans without
+the cap on a reuse's reduction growth.
 """
 
 from __future__ import annotations
@@ -66,7 +67,9 @@ from _bench import SESSION, bind_settings, warm_measurer, warm_up  # noqa: E402
 VARIANTS = {"plain": {}, "hot": {"hot_share": 0.3, "hot_factor": 1.5}, "evolve": {"evolve_trials": 32},
             "st": {"method": "st"}, "topk": {"method": "topk"},
             # E4, the bridge ablation (paper figure 11): plain eto uses 1-hop bridges
-            "nobridges": {"bridges": "none"}, "allbridges": {"bridges": "all"}}
+            "nobridges": {"bridges": "none"}, "allbridges": {"bridges": "all"},
+            # the plan without its cap on a reuse's reduction growth (eto.plan.MAX_REDUCTION_RATIO)
+            "nocap": {"max_reduction_ratio": None}}
 #: defaults per scale; every one can be overridden on the command line
 SCALES = {
     # ci: quickstart's two BMMs, one planned as a reuse of the other at plan budget 64

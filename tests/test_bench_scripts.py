@@ -87,7 +87,11 @@ def test_reuse_quality_relates_each_reuse_to_its_flop_ratio():
                                      op(1.0, 1.0, "backend", None)]},
         {"seed": 1, "per_operator": [op(3.0, 3.0, "reuse", "BMM(B=1,M=128,N=768,K=768)")]}]}
     rows = reuse_quality.reuse_rows(result)
-    assert [(r["seed"], r["flop_ratio"], r["q"]) for r in rows] == [(0, 288.0, 0.5), (1, 4.0, 1.0)]
+    assert [(r["seed"], r["flop_ratio"], r["reduction_ratio"], r["q"]) for r in rows] == [
+        (0, 288.0, 24.0, 0.5), (1, 4.0, 4.0, 1.0)]
+    assert reuse_quality.by_bin(rows, reuse_quality.REDUCTION_BINS, "reduction_ratio", right=True) == [
+        {"reduction_ratio": [0.0, 4.0], "n": 1, "median_q": 1.0, "min_q": 1.0, "share_at_0.95": 1.0},
+        {"reduction_ratio": [8.0, math.inf], "n": 1, "median_q": 0.5, "min_q": 0.5, "share_at_0.95": 0.0}]
     assert reuse_quality.by_bin(rows) == [
         {"flop_ratio": [4.0, 32.0], "n": 1, "median_q": 1.0, "min_q": 1.0, "share_at_0.95": 1.0},
         {"flop_ratio": [256.0, math.inf], "n": 1, "median_q": 0.5, "min_q": 0.5, "share_at_0.95": 0.0}]

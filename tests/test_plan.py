@@ -23,9 +23,11 @@ def test_bridge_counts_match_the_paper(capsys, opset, bridges, count):
 
 def test_bert_reuse_pairs(capsys):
     assert plan_json(capsys, "--opset", "bert_base", "--bridges", "none")["candidate_pairs"] == 4
-    d = plan_json(capsys, "--opset", "bert_base", "--bridges", "1hop")
-    assert d["candidate_pairs"] == 24 and len(d["bridges"]) == 3
+    d = plan_json(capsys, "--opset", "bert_base", "--bridges", "1hop", "--max-reduction-ratio", "inf")
+    assert d["candidate_pairs"] == 24 and len(d["bridges"]) == 3  # the paper's reuse pairs
     assert d["cost_unit"] == "seconds" and 0 < d["total_cost"] < d["baseline_cost"]
+    # the cap drops the 6 whose reduction grows more than 4x (K 64 or 128 to 768 or 3072)
+    assert plan_json(capsys, "--opset", "bert_base", "--bridges", "1hop")["candidate_pairs"] == 18
 
 
 def test_plan_is_a_tree_over_the_set(capsys):
@@ -236,7 +238,7 @@ def test_the_plan_roots_the_operator_whose_backend_trials_are_cheap():
     from eto.time_model import Line, TimeModel
 
     small = Operator.create("BMM", B=1, M=128, N=128, K=64)
-    big = Operator.create("BMM", B=1, M=128, N=3072, K=768)
+    big = Operator.create("BMM", B=1, M=128, N=3072, K=256)  # K within the reduction cap of small's
     assert small.sketch_key() == big.sketch_key()
     tm = TimeModel(Line(0.0, 0.7, 2.0), Line(4.0, 0.45, 0.4))
     for order in ((big, small), (small, big)):
@@ -251,3 +253,30 @@ def test_the_plan_roots_the_operator_whose_backend_trials_are_cheap():
     tied = plan_operator_set(OperatorSet("s", (OperatorEntry(big, 1), OperatorEntry(small, 1))), budget=100,
                              bridges="none", cost_fn=lambda a, b: 20.0, time_model=flat)
     assert tied.plan.total_cost == pytest.approx(70 + 4 + 0.45 * 20)
+
+
+def test_no_reuse_edge_grows_the_reduction_past_the_cap(capsys):
+    """A reuse searches near its source's reduction tiling, so the plan never derives an operator from
+    one whose reduction is more than MAX_REDUCTION_RATIO times smaller (uncapped, ResNet-50's plan does:
+    its large 1x1 convolutions from a 64-channel bridge, its 3x3 ones from a 3-channel bridge)."""
+    import math
+
+    from eto.opsets import load_opset
+    from eto.plan import MAX_REDUCTION_RATIO, plan_operator_set
+
+    def worst(planned):
+        ops = planned.operators
+        return max(math.prod(ops[c].reduction) / math.prod(ops[p].reduction)
+                   for c, p in planned.plan.parent.items() if p != "root")
+
+    opset = load_opset("resnet50")
+    capped = plan_operator_set(opset, budget=1000, cost="analytic")
+    uncapped = plan_operator_set(opset, budget=1000, cost="analytic", max_reduction_ratio=None)
+    assert worst(capped) <= MAX_REDUCTION_RATIO < worst(uncapped)
+    assert capped.plan.total_cost >= uncapped.plan.total_cost  # the cap only removes edges
+    assert worst(plan_operator_set(opset, budget=1000, cost="analytic", max_reduction_ratio=1.0)) <= 1
+    lifted = plan_json(capsys, "--opset", "resnet50", "--budget", "1000", "--cost", "analytic",
+                       "--max-reduction-ratio", "inf")
+    assert lifted["total_cost"] == pytest.approx(uncapped.plan.total_cost)
+    assert main(["plan", "--opset", "resnet50", "--cost", "analytic", "--max-reduction-ratio", "0.5"]) == 2
+    assert "--max-reduction-ratio must be >= 1" in capsys.readouterr().err

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 from typing import get_args
 
 from tuner.space import DEFAULT_STRATEGY, Strategy
 
 from ..opsets import load_opset
+from ..plan import MAX_REDUCTION_RATIO
 from .errors import EXIT_OK, CLIError
 
 
@@ -27,6 +29,17 @@ def add_strategy_option(p: argparse.ArgumentParser, *, suffix: str = "") -> None
                    help=f"reuse tuner: measure each round's K best-ranked candidates at a time, ranked by a model "
                         f"learned from the database (default {DEFAULT_TOP_K}; 0: measure every candidate, as in "
                         f"the paper); plans estimate the same" + suffix)
+    p.add_argument("--max-reduction-ratio", type=float, default=MAX_REDUCTION_RATIO, metavar="R",
+                   help=f"plan: no reuse edge where the operator's reduction is more than R times its source's "
+                        f"(default {MAX_REDUCTION_RATIO:g}, measured: such reuses lose quality; inf lifts it)" + suffix)
+
+
+def max_reduction_ratio_of(args: argparse.Namespace) -> float | None:
+    """``--max-reduction-ratio`` as the API takes it (None: no cap)."""
+    r = args.max_reduction_ratio
+    if not r >= 1:  # NaN too
+        raise CLIError(f"--max-reduction-ratio must be >= 1 (inf: no cap), got {r}")
+    return None if math.isinf(r) else r
 
 
 def top_k_of(args: argparse.Namespace) -> int | None:
@@ -85,7 +98,8 @@ def _plan(args: argparse.Namespace) -> int:
     else:
         result = plan_operator_set(opset, budget=args.budget, bridges=args.bridges, solver=args.solver,
                                    database=db, target=target, time_limit=args.time_limit, cost=args.cost,
-                                   strategy=args.strategy, top_k=top_k_of(args))
+                                   strategy=args.strategy, top_k=top_k_of(args),
+                                   max_reduction_ratio=max_reduction_ratio_of(args))
     if args.json:
         print(json.dumps(result.to_json(), indent=1))
     else:
