@@ -102,7 +102,8 @@ def count_trials(space: ReuseSpace, *, unroll_values: Sequence[int], fetch_lanes
     n_slots = sum(len(threads) for _, threads in groups)
     if not n_slots:
         return 3  # the reuse tuner's fallback measures at most three configurations
-    lead = int(space.kept_extra() is not None)  # β's kept tiles lead round T, measured on their own first
+    # β's kept tiles (and their grown inner tiles) lead round T, measured on their own first
+    lead = int(space.kept_extra() is not None) + int(space.grown_tiles() is not None)
 
     def later(n: int) -> float:
         return ranked_count(n, top_k, open_round=strategy == "per-b", continue_rate=continue_rate)

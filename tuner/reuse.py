@@ -249,7 +249,8 @@ class ReuseTuner:
         (:meth:`~tuner.cost_model.LearnedRanker.knows`), else in a seeded random order it learns from.
         Without a ranker (or ``top_k=None``) every candidate is measured, as in the paper.
 
-        Round T is led by β's kept tiles (:meth:`ReuseSpace.kept_extra`) and ``seeds``, tile
+        Round T is led by β's kept tiles (:meth:`ReuseSpace.kept_extra`), the same with the inner
+        tiles β's extents capped doubled (:meth:`ReuseSpace.grown_tiles`) and ``seeds``, tile
         configurations from elsewhere (α's instant program, other operators', β's runner-ups), all
         measured first. When a lead with inner tiles other than β's wins, round T's candidates take
         its inner tiles instead of β's (beyond the paper: a small bridge's inner tiles can be far from
@@ -262,7 +263,7 @@ class ReuseTuner:
         else:  # β's kept tiles and the seeds first (measured first, all of them), then round T's
             kept = self.space.kept_extra()
             lead: list[TileConfig] = []
-            for c in [kept, *seeds]:
+            for c in [kept, self.space.grown_tiles(), *seeds]:
                 if c is not None and c not in lead and self._fits(c):
                     lead.append(c)
             measured = run([self._cand(c) for c in lead], "T", first=len(lead)) if lead else []

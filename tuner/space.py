@@ -162,6 +162,28 @@ class ReuseSpace:
                                            for d, (f, e) in enumerate(zip(b.space, self.alpha.space))),
                           tuple(keep(f, e) for f, e in zip(b.reduction, self.alpha.reduction)))
 
+    def grown_tiles(self) -> TileConfig | None:
+        """:meth:`kept_tiles` with each innermost space tile that β's extent capped doubled for α
+        (None when no loop has one, or the result is not admissible).
+
+        Beyond the paper, as :attr:`free_vector` is for the vectorised loop: where β's innermost tile
+        took β's whole extent (a 7x7 bridge's 7 columns), β's tuning could not try a larger one,
+        so the factor says nothing about an α with more room. The doubled factor is the largest
+        divisor of (outer x inner) up to twice β's, the outer factor takes the rest. O(loops x d).
+        """
+        kept = self.kept_tiles()
+        space, grown = [], False
+        for f, bf, be, ae in zip(kept.space, self.beta_cfg.space, self.beta.space, self.alpha.space):
+            inner = f[-1]
+            if len(f) > 1 and bf[-1] == be == inner and ae > be:
+                room = f[0] * inner
+                g = largest_divisor_at_most(room, min(2 * inner, MAX_INNERMOST))
+                if g > inner:
+                    f, grown = (room // g, *f[1:-1], g), True
+            space.append(tuple(f))
+        cfg = TileConfig(self.kind, tuple(space), kept.reduction)
+        return cfg if grown and self.valid(cfg) else None
+
     def kept_extra(self) -> TileConfig | None:
         """:meth:`kept_tiles` when the target admits it and round T does not already hold it: the
         reuse tuner then measures it first in round T (beyond the paper: β's own tiles are often

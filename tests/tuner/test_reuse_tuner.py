@@ -1,5 +1,6 @@
 """The reuse-based tuner: Algorithm 1's enumeration (paper Example 3), GetS on CPU and CUDA, estimator."""
 
+import dataclasses
 import math
 import re
 from types import SimpleNamespace
@@ -144,6 +145,34 @@ def test_a_vector_tile_beta_could_not_choose_becomes_a_full_vector():
                       TileConfig("cpu", ((1, 1, 1, 1), (8, 1, 2, 4), (56, 1, 1, 1), (8, 1, 1, 7)), ((16, 4),)))
     assert wide.free_vector == 0 and wide.kept_tiles().space[-1] == (8, 1, 1, 7)
     assert ReuseSpace("cuda", alpha, beta, beta_cfg).free_vector == 0
+
+
+def test_an_inner_tile_beta_s_extent_capped_is_grown_for_alpha():
+    """β (7 output columns) could tile them by 7 at most: α with 14 or 28 columns gets a lead with
+    14-wide inner tiles (the outer factor takes the rest, every other loop kept), counted by the
+    trial estimator; a loop β's tile did not fill, or an α no larger there, gets none."""
+    from tuner.estimate import count_trials
+
+    beta_cfg = TileConfig("cpu", ((1, 1, 1, 1), (8, 1, 2, 4), (7, 1, 1, 1), (1, 1, 1, 7)), ((16, 4),))
+    beta = LoopNest((1, 64, 7, 7), (64,), ())
+    for w, outer in ((28, 2), (14, 1)):
+        space = ReuseSpace("cpu", LoopNest((1, 256, w, w), (64,), ()), beta, beta_cfg, ranges="cpu")
+        kept, grown = space.kept_tiles(), space.grown_tiles()
+        assert kept.space[-1] == (w // 7, 1, 1, 7) and grown.space[-1] == (outer, 1, 1, 14)
+        assert grown.space[:3] == kept.space[:3] and grown.reduction == kept.reduction
+        assert [math.prod(f) for f in grown.space] == [1, 256, w, w]
+        assert dataclasses.replace(space, beta=LoopNest((1, 64, 7, w), (64,), ())).grown_tiles() is None  # β had room
+
+        class Ungrown(ReuseSpace):
+            def grown_tiles(self):
+                return None
+
+        ungrown = Ungrown(**{f.name: getattr(space, f.name) for f in dataclasses.fields(ReuseSpace)})
+        options = dict(unroll_values=[0, 16, 64, 512], fetch_lanes=[], n_fetch=0)
+        assert count_trials(space, **options) == count_trials(ungrown, **options) + 1
+    assert ReuseSpace("cpu", beta, beta, beta_cfg).grown_tiles() is None
+    # α's 56 columns take a full vector instead (free_vector): that loop is not grown again
+    assert ReuseSpace("cpu", LoopNest((1, 256, 56, 56), (64,), ()), beta, beta_cfg).grown_tiles() is None
 
 
 def test_vector_round_uses_power_of_two_words_up_to_16_bytes(example3):
