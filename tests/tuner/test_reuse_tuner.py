@@ -173,6 +173,7 @@ def test_an_inner_tile_beta_s_extent_capped_is_grown_for_alpha():
     assert ReuseSpace("cpu", beta, beta, beta_cfg).grown_tiles() is None
     # α's 56 columns take a full vector instead (free_vector): that loop is not grown again
     assert ReuseSpace("cpu", LoopNest((1, 256, 56, 56), (64,), ()), beta, beta_cfg).grown_tiles() is None
+    assert ReuseSpace("cuda", LoopNest((1, 256, 28, 28), (64,), ()), beta, beta_cfg).grown_tiles() is None
 
 
 def test_vector_round_uses_power_of_two_words_up_to_16_bytes(example3):
