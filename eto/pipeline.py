@@ -147,9 +147,9 @@ def tune(
     look too dear: plan with the budget the backend would really be given);
     ``strategy`` is the reuse tuner's (``"global"``: rounds after T once; ``"per-b"``: the paper's
     loop per block count); ``top_k``: each reuse round measures its best-ranked few at a time, ranked
-    by a model learned from the database (None: every candidate, as in the paper). ``max_reduction_ratio``:
-    the plan's cap on a reuse's reduction growth (:func:`eto.plan.reduction_ratio`; None: none). ``hot_share``/``hot_factor``,
-    ``evolve_trials`` and ``method``: see the module doc.
+    by a model learned from the database (None: every candidate, as in the paper).
+    ``max_reduction_ratio``: the plan's cap on a reuse's reduction growth (:func:`eto.plan.reduction_ratio`;
+    None: none). ``hot_share``/``hot_factor``, ``evolve_trials`` and ``method``: see the module doc.
     Given several measurers (e.g. one per RPC device), independent subtrees of the plan are tuned
     concurrently, one measurer each (scale-out).
     """

@@ -82,8 +82,9 @@ def main(argv=None) -> int:
     bins = by_bin(rows)
     reduction_bins = by_bin(rows, REDUCTION_BINS, "reduction_ratio", right=True)
     for b in bins + reduction_bins:
-        name, (lo, hi) = ("FLOP ratio", b["flop_ratio"]) if "flop_ratio" in b else ("reduction ratio", b["reduction_ratio"])
-        span = f"[{lo:g}, {hi:g})" if "flop_ratio" in b else f"({lo:g}, {hi:g}]"
+        flops = "flop_ratio" in b
+        name, (lo, hi) = ("FLOP ratio", b["flop_ratio"]) if flops else ("reduction ratio", b["reduction_ratio"])
+        span = f"[{lo:g}, {hi:g})" if flops else f"({lo:g}, {hi:g}]"
         print(f"{name} {span}: {b['n']} reuses, q median {b['median_q']:.2f}, min {b['min_q']:.2f}, "
               f"{b['share_at_0.95']:.0%} at >= 0.95")
     if args.out:

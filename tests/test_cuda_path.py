@@ -56,7 +56,8 @@ def test_cuda_set_plans_tunes_and_reuses_with_real_builds(tmp_path, monkeypatch)
     for op in (small, large):
         best = db.best(op, target)
         assert best is not None
-        # the stored program compiles for CUDA again, to a kernel over blocks and threads
+        # the stored program compiles for CUDA again, to a kernel over threads (and blocks, unless the
+        # stand-in runner's random timings made a one-block program the best: TVM then drops blockIdx)
         lib = tvm.compile(scheduled_module(best.tuning_record), target=target)
         source = "".join(m.inspect_source() for m in lib.mod.imports)
-        assert "__global__" in source and "blockIdx" in source and "threadIdx" in source
+        assert "__global__" in source and "threadIdx" in source

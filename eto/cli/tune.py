@@ -129,8 +129,8 @@ def _tune(args: argparse.Namespace) -> int:
             report = tune(opset, target, db, trials=args.trials, measurer=measurers, plan_budget=args.plan_budget,
                           num_trials_per_iter=args.trials_per_iter,
                           seed=args.seed, search=search, bridges=args.bridges, cost=args.cost,
-                          strategy=args.strategy, top_k=top_k_of(args), max_reduction_ratio=max_reduction_ratio_of(args),
-                          on_batch=on_batch, hot_share=args.hot_share,
+                          strategy=args.strategy, top_k=top_k_of(args),
+                          max_reduction_ratio=max_reduction_ratio_of(args), on_batch=on_batch, hot_share=args.hot_share,
                           hot_factor=args.hot_factor, evolve_trials=args.evolve, method=args.method,
                           log=None if args.quiet else (lambda m: print(f"eto: {m}", file=sys.stderr, flush=True)))
         finally:
