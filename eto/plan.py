@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable, Collection, Iterable, Literal, Mappi
 
 from selector import SIMILARITY_THRESHOLD, LoopNestOp, Plan, replan, select_reuse_pairs, selective_plan
 from selector.costs import analytic_cost_fn
-from tuner.space import DEFAULT_STRATEGY
+from tuner.space import DEFAULT_STRATEGY, target_limits
 
 from .operators import Operator
 from .opsets import OperatorSet
@@ -163,12 +163,13 @@ def hot_operators(opset: OperatorSet, share: float) -> frozenset[Operator]:
 
 def estimator_cost_fn(operator_of: Callable[[LoopNestOp], "Operator | None"], target_kind: "TargetKind",
                       budget: float, *, strategy: "Strategy" = DEFAULT_STRATEGY, samples: int = 8,
-                      top_k: int | None = None) -> Callable[[LoopNestOp, LoopNestOp], float]:
+                      top_k: int | None = None, limits: Mapping[str, int] | None = None
+                      ) -> Callable[[LoopNestOp, LoopNestOp], float]:
     """Edge costs in candidates from the tuner's trial estimator (paper section 6.1), capped at the budget.
 
     ``strategy`` and ``top_k`` must be the ones the reuse tuner will run (the pipeline passes its
     own): the estimate counts that strategy's rounds, each cut to the ranked few when ``top_k`` is
-    set. Loop nests (with their access patterns) are read from each operator's program once; an
+    set; ``limits`` are the target's (:func:`tuner.space.target_limits`, default this machine's). Loop nests (with their access patterns) are read from each operator's program once; an
     operator the catalogue cannot build costs the budget.
     """
     from tvm.ir import IRModule
@@ -192,7 +193,7 @@ def estimator_cost_fn(operator_of: Callable[[LoopNestOp], "Operator | None"], ta
                 producers[nests[key]] = producer_count(mod)
         return nests[key]
 
-    options = dict(samples=samples, strategy=strategy, top_k=top_k)
+    options = dict(samples=samples, strategy=strategy, top_k=top_k, **(limits or {}))
     known: dict[tuple[object, object], float] = {}
 
     def prefetch(pairs: list[tuple[LoopNestOp, LoopNestOp]]) -> None:
@@ -259,7 +260,8 @@ def plan_operator_set(
 
         # a backend run too short to train the ranker leaves the reuse tuner measuring everything
         counted = top_k if budget >= LearnedRanker.MIN_SAMPLES else None
-        cost_fn = estimator_cost_fn(operator_of, kind, budget, strategy=strategy, top_k=counted)
+        cost_fn = estimator_cost_fn(operator_of, kind, budget, strategy=strategy, top_k=counted,
+                                    limits=_target_limits(kind, target))
     cost_fn = cost_fn or analytic_cost_fn(float(budget))
     tm = time_model or learn_time_model(database, target, kind)
     hot_names = {n for n, op in names.items() if op in set(hot)}
@@ -303,6 +305,15 @@ def plan_selective(opset: OperatorSet, *, budget: int, k: int, database: "Databa
     # ST's knobs are the tile splits of the target's multi-level tiling: 4 + 2 levels on CPU, 5 + 3 on GPU
     plan = selective_plan(nodes, backend_cost=root, reuse_cost=topk, threshold=threshold, levels=LEVELS[kind])
     return OperatorPlan(plan, {n.name: names[n.name] for n in nodes}, None, tm, estimates)
+
+
+def _target_limits(kind: "TargetKind", target) -> dict[str, int]:
+    """What the reuse tuner's search space reads from ``target`` (cores, threads per block, ...)."""
+    if target is None:
+        return target_limits(kind)
+    from .target import parse_target
+
+    return target_limits(kind, parse_target(target))
 
 
 def _nodes(opset: OperatorSet, tuned: set[Operator]) -> tuple[dict[str, Operator], list[LoopNestOp]]:

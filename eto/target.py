@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from tuner.cost_model import cpu_cache_bytes
 from tuner.features import Kind as TargetKind, kind_of
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -102,28 +102,6 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _cache_bytes(level: int, kind: str = "Data") -> int | None:
-    """Size of one instance of the level-``level`` cache of cpu0, from sysfs."""
-    base = "/sys/devices/system/cpu/cpu0/cache"
-    try:
-        for entry in sorted(os.listdir(base)):
-            d = os.path.join(base, entry)
-            with open(os.path.join(d, "level")) as f:
-                if int(f.read()) != level:
-                    continue
-            with open(os.path.join(d, "type")) as f:
-                t = f.read().strip()
-            if level == 1 and t != kind:
-                continue
-            with open(os.path.join(d, "size")) as f:
-                m = re.fullmatch(r"(\d+)([KMG]?)", f.read().strip())
-            if m:
-                return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2)]
-    except (OSError, ValueError):
-        pass
-    return None
-
-
 def detect_mcpu() -> str:
     """LLVM's name for this CPU (e.g. ``znver3``, ``skylake-avx512``); ``generic`` if unknown."""
     try:
@@ -182,9 +160,9 @@ def cpu_info(num_cores: int | None = None, mcpu: str | None = None) -> CPUInfo:
         threads=num_threads() if num_cores is None else num_cores,
         vector_bits=bits,
         fma=bool(flags & {"fma", "asimd"}),
-        l1d_bytes=_cache_bytes(1),
-        l2_bytes=_cache_bytes(2),
-        l3_bytes=_cache_bytes(3),
+        l1d_bytes=cpu_cache_bytes(1),
+        l2_bytes=cpu_cache_bytes(2),
+        l3_bytes=cpu_cache_bytes(3),
     )
 
 

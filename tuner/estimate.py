@@ -23,7 +23,7 @@ from typing import Sequence
 
 from .features import Kind, LoopNest, TileConfig, align_loops
 from .space import (DEFAULT_STRATEGY, GPU_MAX_THREADS, GPU_MIN_THREADS, RangeName, ReuseSpace, Strategy,
-                    default_ranges)
+                    default_ranges, target_limits)
 from .tiling import random_tiling
 
 #: MetaSchedule's default choices (``unroll_max_steps`` and ``vector_load_lens`` of its rules).
@@ -137,14 +137,20 @@ def estimate_trials(kind: Kind, alpha: LoopNest, beta: LoopNest, *, samples: int
                     n_fetch: int | None = None, max_threads: int = GPU_MAX_THREADS,
                     max_shared_bytes: int = 48 * 1024, vector_lanes: int = 8,
                     strategy: Strategy = DEFAULT_STRATEGY, ranges: RangeName | None = None,
-                    top_k: int | None = None, continue_rate: float = CONTINUE_RATE) -> TrialEstimate:
+                    top_k: int | None = None, continue_rate: float = CONTINUE_RATE, cores: int | None = None,
+                    cache_bytes: int | None = None) -> TrialEstimate:
     """Mean number of candidates Algorithm 1 measures for (α, β) over ``samples`` random β programs.
 
     ``n_fetch`` is the number of cooperatively fetched inputs (GPU; default: all of α's inputs),
     zero on CPU where MetaSchedule's tiling has no cooperative fetch. ``top_k``: the reuse tuner
     measures a ranked few per round (a trained ranker); None: every candidate (the paper's count).
+    ``cores`` and ``cache_bytes`` (CPU): as :func:`~tuner.space.target_limits` gives the tuner;
+    None: this machine's, as for a target without ``num-cores``.
     """
     rng = random.Random(seed)
+    cpu = target_limits(kind) if kind == "cpu" else {"cores": 1, "cache_bytes": 0}
+    cores = cpu["cores"] if cores is None else cores
+    cache_bytes = cpu["cache_bytes"] if cache_bytes is None else cache_bytes
     unroll_values = tuple(unroll_values or UNROLL_VALUES[kind])
     if n_fetch is None:
         n_fetch = fetched_inputs(kind, alpha)
@@ -153,7 +159,8 @@ def estimate_trials(kind: Kind, alpha: LoopNest, beta: LoopNest, *, samples: int
         cfg = random_config(kind, beta, rng, max_threads=max_threads, max_shared_bytes=max_shared_bytes)
         beta_nest, cfg = align_loops(beta, cfg, alpha) or (beta, cfg)  # as the tuner sees β (another rank)
         space = ReuseSpace(kind, alpha, beta_nest, cfg, max_threads=max_threads, max_shared_bytes=max_shared_bytes,
-                           vector_lanes=vector_lanes, ranges=ranges or default_ranges(kind))
+                           vector_lanes=vector_lanes, ranges=ranges or default_ranges(kind), cores=cores,
+                           cache_bytes=cache_bytes)
         counts.append(count_trials(space, unroll_values=unroll_values, fetch_lanes=fetch_lanes, n_fetch=n_fetch,
                                    beta_unroll=rng.randrange(len(unroll_values)), strategy=strategy,
                                    top_k=top_k, continue_rate=continue_rate))
@@ -221,8 +228,10 @@ def _worker() -> None:
 
 def trials_for_config(kind: Kind, alpha: LoopNest, beta: LoopNest, beta_cfg: TileConfig, **kw) -> float:
     """The enumeration's count for a *known* β program (what :func:`estimate_trials` averages)."""
-    space = ReuseSpace(kind, alpha, beta, beta_cfg, ranges=kw.pop("ranges", None) or default_ranges(kind),
-                       **{k: kw.pop(k) for k in ("max_threads", "max_shared_bytes", "vector_lanes") if k in kw})
+    limits = target_limits(kind)
+    limits.update({k: kw.pop(k) for k in ("max_threads", "max_shared_bytes", "vector_lanes", "cores", "cache_bytes")
+                   if k in kw})
+    space = ReuseSpace(kind, alpha, beta, beta_cfg, ranges=kw.pop("ranges", None) or default_ranges(kind), **limits)
     n_fetch = kw.pop("n_fetch", fetched_inputs(kind, alpha))
     return count_trials(space, unroll_values=kw.pop("unroll_values", UNROLL_VALUES[kind]),
                         fetch_lanes=kw.pop("fetch_lanes", FETCH_LANES), n_fetch=n_fetch, **kw)

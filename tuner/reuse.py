@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from .faults import kill_point
 from .features import Kind, LoopNest, TileConfig
-from .space import DEFAULT_STRATEGY, GPU_MAX_THREADS, RangeName, ReuseSpace, Strategy, default_ranges
+from .space import DEFAULT_STRATEGY, RangeName, ReuseSpace, Strategy, default_ranges, target_limits
 from .tiling import achievable_products, largest_divisor_at_most
 from .trajectory import TrajectoryPoint
 
@@ -155,13 +155,8 @@ class ReuseTuner:
             if aligned is None:
                 raise ValueError("reuse condition 1 fails: β's program tiles other reduction loops than α's")
             self.beta, self.beta_cfg = aligned
-            attrs = target.attrs
-            self.space = ReuseSpace(
-                self.kind, self.alpha, self.beta, self.beta_cfg,
-                max_threads=int(attrs.get("max_threads_per_block", GPU_MAX_THREADS)) if self.kind == "cuda" else 0,
-                max_shared_bytes=int(attrs.get("max_shared_memory_per_block", 48 * 1024)) if self.kind == "cuda" else 0,
-                vector_lanes=vector_lanes, ranges=ranges or default_ranges(self.kind),
-            )
+            self.space = ReuseSpace(self.kind, self.alpha, self.beta, self.beta_cfg, **target_limits(self.kind, target),
+                                    vector_lanes=vector_lanes, ranges=ranges or default_ranges(self.kind))
             self.unroll_inst = t.unroll
             self.unroll_values = [int(v) for v in self.sketch.insts[t.unroll][2][0]] if t.unroll is not None else []
             self.fetch_insts = t.fetch

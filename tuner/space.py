@@ -22,14 +22,18 @@ from __future__ import annotations
 
 import bisect
 import math
+import os
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal, Sequence
+from typing import TYPE_CHECKING, Literal, Sequence
 
-from .cost_model import bshape_cost, tshape_cost
+from .cost_model import bshape_cost, cpu_cache_bytes, tshape_cost
 from .features import Kind, LoopNest, TileConfig, cached_property
 from .tiling import (MAX_INNERMOST, achievable_products, divisors, factorizations, largest_divisor_at_most,
                      log_distance, split_inner, split_vector)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tvm.target import Target
 
 Strategy = Literal["per-b", "global"]
 #: The reuse tuner's strategy unless told otherwise, and so the trial estimator's: "global" runs the
@@ -50,6 +54,23 @@ def default_ranges(kind: Kind) -> RangeName:
 
 GPU_MAX_THREADS = 1024
 GPU_MIN_THREADS = 32  # MetaSchedule's thread_extent_low_inclusive
+DEFAULT_CACHE_BYTES = 1 << 20  # one core's private cache when sysfs does not say
+
+
+def target_limits(kind: Kind, target: "Target | None" = None) -> dict[str, int]:
+    """The :class:`ReuseSpace` fields a target sets, from its TVM attributes: one place, so the
+    reuse tuner and the plan's trial estimator enumerate the same space.
+
+    CUDA: threads per block and shared memory per block. CPU: the cores (``num-cores``, else this
+    machine's) and one core's private cache: the L2 of this machine (sysfs; the target does not
+    carry it), as the tuner measures here or on RPC workers of the same kind.
+    """
+    attrs = target.attrs if target is not None else {}
+    if kind == "cuda":
+        return {"max_threads": int(attrs.get("max_threads_per_block", GPU_MAX_THREADS)),
+                "max_shared_bytes": int(attrs.get("max_shared_memory_per_block", 48 * 1024))}
+    cores = int(attrs["num-cores"]) if "num-cores" in attrs else (os.cpu_count() or 1)
+    return {"cores": cores, "cache_bytes": cpu_cache_bytes(2) or DEFAULT_CACHE_BYTES}
 LINE_BYTES = {"cuda": 128, "cpu": 64}
 
 
@@ -66,6 +87,10 @@ class ReuseSpace:
     vector_lanes: int = 8
     max_lshapes: int = 8
     ranges: RangeName = "paper"
+    #: CPU: the cores the parallel block loop is spread over and one core's private cache (0: the
+    #: paper's BShape cost, all blocks' cache-line requests; see :func:`tuner.cost_model.bshape_cost`)
+    cores: int = 1
+    cache_bytes: int = 0
 
     @property
     def r1(self) -> float:
@@ -106,7 +131,7 @@ class ReuseSpace:
     # GetBShape, GetLShape, GetTShape
     def bshape(self, B: int) -> tuple[int, ...] | None:
         """GetBShape: the BShape with the fewest cache-line requests (ties: closest to β's)."""
-        return _best_bshape(self.kind, self.alpha, B, self.beta_cfg.bshape)
+        return _best_bshape(self.kind, self.alpha, B, self.beta_cfg.bshape, self.cores, self.cache_bytes)
 
     def lshape(self, bshape: Sequence[int]) -> tuple[int, ...]:
         """GetLShape: the LShape whose per-block bytes are closest to β's."""
@@ -322,21 +347,23 @@ def _inner_factors(cfg: TileConfig) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 # -- the Get*Shape choices, as pure functions of their inputs: cached, because the estimator asks
 # -- for the same shapes for every sampled β program and every pair sharing an α
-def _best_bshape(kind: Kind, alpha: LoopNest, B: int, beta_bshape: tuple[int, ...]) -> tuple[int, ...] | None:
+def _best_bshape(kind: Kind, alpha: LoopNest, B: int, beta_bshape: tuple[int, ...], cores: int = 1,
+                 cache_bytes: int = 0) -> tuple[int, ...] | None:
     """Fewest cache-line requests; ties go to the BShape closest to β's, then to the first one."""
-    ties = _cheapest_bshapes(kind, alpha, B)
+    ties = _cheapest_bshapes(kind, alpha, B, cores, cache_bytes)
     if not ties:
         return None
     return ties[0] if len(ties) == 1 else min(ties, key=lambda shape: log_distance(shape, beta_bshape))
 
 
 @lru_cache(maxsize=1 << 16)
-def _cheapest_bshapes(kind: Kind, alpha: LoopNest, B: int) -> tuple[tuple[int, ...], ...]:
+def _cheapest_bshapes(kind: Kind, alpha: LoopNest, B: int, cores: int = 1,
+                      cache_bytes: int = 0) -> tuple[tuple[int, ...], ...]:
     """The BShapes of ``B`` blocks with the fewest cache-line requests, in enumeration order."""
     options = []
     for counts in factorizations(B, alpha.space):
         shape = tuple(e // c for e, c in zip(alpha.space, counts))
-        options.append((bshape_cost(alpha, shape, B, LINE_BYTES[kind]), shape))
+        options.append((bshape_cost(alpha, shape, B, LINE_BYTES[kind], cores=cores, cache_bytes=cache_bytes), shape))
     low = min((cost for cost, _ in options), default=None)
     return tuple(shape for cost, shape in options if cost == low)
 

@@ -176,6 +176,55 @@ def test_an_inner_tile_beta_s_extent_capped_is_grown_for_alpha():
     assert ReuseSpace("cuda", LoopNest((1, 256, 28, 28), (64,), ()), beta, beta_cfg).grown_tiles() is None
 
 
+def test_core_region_is_the_box_of_one_core_s_contiguous_chunk_of_blocks():
+    """Brute force: cut the row-major block loop into ``cores`` contiguous chunks; where core 0's
+    chunk is a box, core_region is that box; where it wraps a row, it still holds as many blocks."""
+    import itertools
+
+    from tuner.cost_model import core_region
+
+    for counts in itertools.product((1, 2, 3, 4, 6), (1, 2, 4, 8), (1, 3, 5)):
+        B = math.prod(counts)
+        for cores in (1, 2, 4, 8):
+            chunk = list(itertools.islice(itertools.product(*map(range, counts)), math.ceil(B / cores)))
+            box = tuple(len({idx[d] for idx in chunk}) for d in range(len(counts)))
+            region = core_region(counts, (1,) * len(counts), cores)
+            if math.prod(box) == len(chunk):
+                assert region == box, (counts, cores)
+            assert math.prod(region) >= len(chunk), (counts, cores)
+
+
+def test_cpu_bshape_keeps_a_large_operand_split_between_cores():
+    """BERT-Base's feed-forward matmul [128 x 768] x [768 x 3072] on 2 cores with 1 MiB caches:
+    64 square-ish blocks split the rows, so each core streams all 9.4 MB of weights; the per-core
+    cost keeps the rows whole and gives each core half the weights (activations, 393 KB, fit).
+    The paper's count (no cache) still picks the square blocks; a small operator that fits the
+    cache on either choice ties, and the tie goes to β's BShape."""
+    from tvm.ir import IRModule
+
+    from tuner.cost_model import bshape_cost
+    from tuner.features import major_block
+    from tuner.space import _best_bshape, target_limits
+
+    mod = IRModule({"main": Operator.create("BMM", B=1, M=128, N=3072, K=768).prim_func()})
+    ff1 = loop_nest_of(mod, major_block(mod))
+    assert ff1.space == (1, 128, 3072) and ff1.reduction == (768,)
+    cpu = dict(cores=2, cache_bytes=1 << 20)
+    whole, split = (1, 128, 48), (1, 64, 96)
+    # lines of 64 bytes: all activations (128 x 768 x 4 B) once + half the weights, vs
+    # half the activations once + every block's weight columns (32 blocks per core, 768 x 96 x 4 B each)
+    assert bshape_cost(ff1, whole, 64, 64, **cpu) == 128 * 768 * 4 // 64 + 768 * 1536 * 4 // 64
+    assert bshape_cost(ff1, split, 64, 64, **cpu) == 64 * 768 * 4 // 64 + 32 * 768 * 96 * 4 // 64
+    assert _best_bshape("cpu", ff1, 64, split, **cpu) == whole
+    assert _best_bshape("cpu", ff1, 64, whole) == split  # the paper's cost
+    for B in (8, 32, 256):
+        assert _best_bshape("cpu", ff1, B, split, **cpu)[1] == 128
+    small = LoopNest((1, 64, 28, 28), (64,), ())  # no inputs: nothing to load, every shape ties
+    assert _best_bshape("cpu", small, 8, (1, 16, 14, 28), **cpu) == (1, 16, 14, 28)
+    assert target_limits("cpu", cpu_target(num_cores=3))["cores"] == 3
+    assert target_limits("cuda", cuda_target())["max_threads"] == 1024
+
+
 def test_vector_round_uses_power_of_two_words_up_to_16_bytes(example3):
     assert example3.vector_round([1, 2, 3, 4], 0, 0) == [1, 3]  # float32: 2 and 4 lanes (8, 16 bytes)
 
