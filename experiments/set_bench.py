@@ -45,7 +45,7 @@ run's convergence beside it. Variants run per seed beside MetaSchedule and plain
 with both (``variants`` per seed and in the aggregate): options beyond the paper (``hot``,
 ``evolve``), the paper's baselines (``st`` Selective Tuning, ``topk`` eto's plan with TopK reuses) and
 its bridge ablation (``nobridges``, ``allbridges``; plain eto uses 1-hop bridges); ``nocap`` plans without
-the cap on a reuse's reduction growth.
+the cap on a reuse's reduction growth; ``paperbshape`` ranks BShapes by the paper's count (CPU).
 """
 
 from __future__ import annotations
@@ -69,7 +69,9 @@ VARIANTS = {"plain": {}, "hot": {"hot_share": 0.3, "hot_factor": 1.5}, "evolve":
             # E4, the bridge ablation (paper figure 11): plain eto uses 1-hop bridges
             "nobridges": {"bridges": "none"}, "allbridges": {"bridges": "all"},
             # the plan without its cap on a reuse's reduction growth (eto.plan.MAX_REDUCTION_RATIO)
-            "nocap": {"max_reduction_ratio": None}}
+            "nocap": {"max_reduction_ratio": None},
+            # the paper's BShape cost (all blocks' cache-line requests) instead of the per-core one
+            "paperbshape": {"env": {"ETO_CPU_CACHE_BYTES": "0"}}}
 #: defaults per scale; every one can be overridden on the command line
 SCALES = {
     # ci: quickstart's two BMMs, one planned as a reuse of the other at plan budget 64
@@ -172,8 +174,18 @@ def run_method(kind: str, opset, target, db_dir: str, trials: int, seed: int, pl
         if kind == MS:
             report = tune_with_backend(opset, target, db, trials=trials, measurer=measurer, seed=seed)
         else:
-            report = tune(opset, target, db, trials=trials, plan_budget=plan_budget, measurer=measurer, seed=seed,
-                          log=lambda m: print(f"    {m}", flush=True), **VARIANTS[kind.partition("_")[2] or "plain"])
+            options = dict(VARIANTS[kind.partition("_")[2] or "plain"])
+            saved = {k: os.environ.get(k) for k in options.get("env", {})}
+            os.environ.update(options.pop("env", {}))
+            try:
+                report = tune(opset, target, db, trials=trials, plan_budget=plan_budget, measurer=measurer,
+                              seed=seed, log=lambda m: print(f"    {m}", flush=True), **options)
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
         seconds = time.perf_counter() - t0
     rep = report.to_json()
     print(f"  {os.path.basename(db_dir)}: {seconds:.1f} s, {rep['candidates']} candidates", flush=True)

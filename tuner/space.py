@@ -55,6 +55,7 @@ def default_ranges(kind: Kind) -> RangeName:
 GPU_MAX_THREADS = 1024
 GPU_MIN_THREADS = 32  # MetaSchedule's thread_extent_low_inclusive
 DEFAULT_CACHE_BYTES = 1 << 20  # one core's private cache when sysfs does not say
+CACHE_ENV = "ETO_CPU_CACHE_BYTES"
 
 
 def target_limits(kind: Kind, target: "Target | None" = None) -> dict[str, int]:
@@ -62,15 +63,24 @@ def target_limits(kind: Kind, target: "Target | None" = None) -> dict[str, int]:
     reuse tuner and the plan's trial estimator enumerate the same space.
 
     CUDA: threads per block and shared memory per block. CPU: the cores (``num-cores``, else this
-    machine's) and one core's private cache: the L2 of this machine (sysfs; the target does not
-    carry it), as the tuner measures here or on RPC workers of the same kind.
+    machine's) and one core's private cache: ``ETO_CPU_CACHE_BYTES`` if set (0: the paper's BShape
+    cost), else this machine's L2 (sysfs; the target does not carry it), as the tuner measures
+    here or on RPC workers of the same kind.
     """
     attrs = target.attrs if target is not None else {}
     if kind == "cuda":
         return {"max_threads": int(attrs.get("max_threads_per_block", GPU_MAX_THREADS)),
                 "max_shared_bytes": int(attrs.get("max_shared_memory_per_block", 48 * 1024))}
     cores = int(attrs["num-cores"]) if "num-cores" in attrs else (os.cpu_count() or 1)
-    return {"cores": cores, "cache_bytes": cpu_cache_bytes(2) or DEFAULT_CACHE_BYTES}
+    env = os.environ.get(CACHE_ENV, "").strip()
+    if env:
+        try:
+            cache = int(env)
+        except ValueError:
+            raise ValueError(f"{CACHE_ENV}={env!r}: expected a size in bytes (0: the paper's BShape cost)") from None
+    else:
+        cache = cpu_cache_bytes(2) or DEFAULT_CACHE_BYTES
+    return {"cores": cores, "cache_bytes": max(cache, 0)}
 LINE_BYTES = {"cuda": 128, "cpu": 64}
 
 
