@@ -169,7 +169,8 @@ def estimator_cost_fn(operator_of: Callable[[LoopNestOp], "Operator | None"], ta
 
     ``strategy`` and ``top_k`` must be the ones the reuse tuner will run (the pipeline passes its
     own): the estimate counts that strategy's rounds, each cut to the ranked few when ``top_k`` is
-    set; ``limits`` are the target's (:func:`tuner.space.target_limits`, default this machine's). Loop nests (with their access patterns) are read from each operator's program once; an
+    set; ``limits`` are the target's (:func:`tuner.space.target_limits`, default this machine's).
+    Loop nests (with their access patterns) are read from each operator's program once; an
     operator the catalogue cannot build costs the budget.
     """
     from tvm.ir import IRModule
