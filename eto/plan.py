@@ -247,7 +247,7 @@ def plan_operator_set(
     """
     if budget < 1:
         raise ValueError(f"budget must be positive, got {budget}")
-    from .target import target_kind
+    from .target import parse_target, target_kind
 
     kind = target_kind(target) if target is not None else "cpu"
     tuned = set(database.tuned(target)) if database is not None and target is not None else set()
@@ -262,7 +262,7 @@ def plan_operator_set(
         # a backend run too short to train the ranker leaves the reuse tuner measuring everything
         counted = top_k if budget >= LearnedRanker.MIN_SAMPLES else None
         cost_fn = estimator_cost_fn(operator_of, kind, budget, strategy=strategy, top_k=counted,
-                                    limits=_target_limits(kind, target))
+                                    limits=target_limits(kind, parse_target(target) if target is not None else None))
     cost_fn = cost_fn or analytic_cost_fn(float(budget))
     tm = time_model or learn_time_model(database, target, kind)
     hot_names = {n for n, op in names.items() if op in set(hot)}
@@ -306,15 +306,6 @@ def plan_selective(opset: OperatorSet, *, budget: int, k: int, database: "Databa
     # ST's knobs are the tile splits of the target's multi-level tiling: 4 + 2 levels on CPU, 5 + 3 on GPU
     plan = selective_plan(nodes, backend_cost=root, reuse_cost=topk, threshold=threshold, levels=LEVELS[kind])
     return OperatorPlan(plan, {n.name: names[n.name] for n in nodes}, None, tm, estimates)
-
-
-def _target_limits(kind: "TargetKind", target) -> dict[str, int]:
-    """What the reuse tuner's search space reads from ``target`` (cores, threads per block, ...)."""
-    if target is None:
-        return target_limits(kind)
-    from .target import parse_target
-
-    return target_limits(kind, parse_target(target))
 
 
 def _nodes(opset: OperatorSet, tuned: set[Operator]) -> tuple[dict[str, Operator], list[LoopNestOp]]:

@@ -148,9 +148,9 @@ def estimate_trials(kind: Kind, alpha: LoopNest, beta: LoopNest, *, samples: int
     None: this machine's, as for a target without ``num-cores``.
     """
     rng = random.Random(seed)
-    cpu = target_limits(kind) if kind == "cpu" else {"cores": 1, "cache_bytes": 0}
-    cores = cpu["cores"] if cores is None else cores
-    cache_bytes = cpu["cache_bytes"] if cache_bytes is None else cache_bytes
+    if kind == "cpu" and (cores is None or cache_bytes is None):
+        here = target_limits(kind)
+        cores, cache_bytes = cores or here["cores"], here["cache_bytes"] if cache_bytes is None else cache_bytes
     unroll_values = tuple(unroll_values or UNROLL_VALUES[kind])
     if n_fetch is None:
         n_fetch = fetched_inputs(kind, alpha)
@@ -159,8 +159,8 @@ def estimate_trials(kind: Kind, alpha: LoopNest, beta: LoopNest, *, samples: int
         cfg = random_config(kind, beta, rng, max_threads=max_threads, max_shared_bytes=max_shared_bytes)
         beta_nest, cfg = align_loops(beta, cfg, alpha) or (beta, cfg)  # as the tuner sees β (another rank)
         space = ReuseSpace(kind, alpha, beta_nest, cfg, max_threads=max_threads, max_shared_bytes=max_shared_bytes,
-                           vector_lanes=vector_lanes, ranges=ranges or default_ranges(kind), cores=cores,
-                           cache_bytes=cache_bytes)
+                           vector_lanes=vector_lanes, ranges=ranges or default_ranges(kind), cores=cores or 1,
+                           cache_bytes=cache_bytes or 0)
         counts.append(count_trials(space, unroll_values=unroll_values, fetch_lanes=fetch_lanes, n_fetch=n_fetch,
                                    beta_unroll=rng.randrange(len(unroll_values)), strategy=strategy,
                                    top_k=top_k, continue_rate=continue_rate))

@@ -54,6 +54,7 @@ def default_ranges(kind: Kind) -> RangeName:
 
 GPU_MAX_THREADS = 1024
 GPU_MIN_THREADS = 32  # MetaSchedule's thread_extent_low_inclusive
+LINE_BYTES = {"cuda": 128, "cpu": 64}
 DEFAULT_CACHE_BYTES = 1 << 20  # one core's private cache when sysfs does not say
 CACHE_ENV = "ETO_CPU_CACHE_BYTES"
 
@@ -81,7 +82,6 @@ def target_limits(kind: Kind, target: "Target | None" = None) -> dict[str, int]:
     else:
         cache = cpu_cache_bytes(2) or DEFAULT_CACHE_BYTES
     return {"cores": cores, "cache_bytes": max(cache, 0)}
-LINE_BYTES = {"cuda": 128, "cpu": 64}
 
 
 @dataclass(frozen=True)
