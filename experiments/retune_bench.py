@@ -34,7 +34,9 @@ SCALES = {"ci": {"opset": "quickstart", "vary": "M=48", "trials": 8},
           "small": {"opset": "bert_base", "vary": "seq=64,256", "trials": 100}}
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace, done: list | None = None, save=None) -> dict:
+    """Every size of ``--vary`` not in ``done`` (sizes a stopped run already finished, kept as they
+    were measured); ``save(result)`` is called after each size, so a stopped run loses at most one."""
     from tuner.apply import scheduled_module
     from tuner.measure import MeasureConfig, Measurer
 
@@ -47,10 +49,14 @@ def run(args: argparse.Namespace) -> dict:
     target = parse_target("cpu")
     warm = warm_up(target)
     dim, values = parse_vary(args.vary)
-    rows, shapes = [], []
+    shapes = list(done or [])
+    finished = {s["value"] for s in shapes}
     with Measurer.local(MeasureConfig()) as measurer:
         warm_measurer(measurer, target)
         for value, opset in vary(args.opset, dim, values):
+            if value in finished:
+                print(f"{dim}={value}: done in an earlier run, kept", flush=True)
+                continue
             if args.limit:  # the set's first LIMIT operators (a scaled-down run)
                 opset = OperatorSet(opset.name, opset.entries[:args.limit], opset.description)
             eto_dir, ms_dir = (os.path.join(args.work, f"{m}_{dim}{value}") for m in ("eto", "ms"))
@@ -106,13 +112,20 @@ def run(args: argparse.Namespace) -> dict:
                                                       if w["padded"] and w["instant"] else None),
                      "per_operator": per_op}
             print(json.dumps({k: v for k, v in shape.items() if k != "per_operator"}), flush=True)
+            shape["session"] = SESSION
             shapes.append(shape)
-            rows.extend(per_op)
+            if save is not None:
+                save(summary(args, shapes, warm))
+    return summary(args, shapes, warm)
 
+
+def summary(args: argparse.Namespace, shapes: list, warm: float) -> dict:
+    """The result file: per size as measured, and the medians over sizes."""
     def med(key: str) -> float | None:
         vals = [s[key] for s in shapes if s.get(key) is not None]
         return statistics.median(vals) if vals else None
 
+    shapes = sorted(shapes, key=lambda s: s["value"])
     return {"benchmark": "retune_bench", "scale": args.scale, "source_db": args.db, "opset": args.opset,
             "vary": args.vary, "limit": args.limit, "trials_N": args.trials, "seed": args.seed, "remeasure_rounds": args.rounds,
             "environment": environment(), "session": SESSION, "warmup_s": warm,
@@ -124,6 +137,26 @@ def run(args: argparse.Namespace) -> dict:
             "shapes": shapes,
             "notes": "per size: eto on a fresh copy of the source database, MetaSchedule from scratch, one "
                      "process, one-time costs outside both clocks; latencies re-measured side by side"}
+
+
+#: Settings a resumed run must share with the stopped one: sizes measured otherwise do not compare.
+SAME = ("source_db", "opset", "trials_N", "seed", "remeasure_rounds", "limit", "pad_to")
+
+
+def resumable(out: str, args: argparse.Namespace) -> list:
+    """The sizes ``out`` holds from an earlier run with the same settings (none if it does not
+    exist); a file from other settings is an error, not silently mixed in."""
+    if not os.path.exists(out):
+        return []
+    with open(out) as f:
+        old = json.load(f)
+    now = {"source_db": args.db, "opset": args.opset, "trials_N": args.trials, "seed": args.seed,
+           "remeasure_rounds": args.rounds, "limit": args.limit, "pad_to": args.pad_to}
+    differ = [k for k in SAME if old.get(k) != now[k]]
+    if differ:
+        what = ", ".join(f"{k}: {old.get(k)!r} there, {now[k]!r} now" for k in differ)
+        raise SystemExit(f"--resume: {out} was measured with other settings ({what}); use another --out")
+    return list(old.get("shapes", []))
 
 
 def padded_ops(opset: str, dim: str, value: int, pad_to: int | None) -> dict:
@@ -157,15 +190,24 @@ def main(argv=None) -> int:
                     help="padded baseline: the size the database was tuned at (default: the set's default size)")
     ap.add_argument("--work", default="experiments/work/retune_bench")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the sizes --out already holds from a run with the same settings; run the rest")
     args = ap.parse_args(argv)
     for k, v in SCALES[args.scale].items():
         if getattr(args, k) is None:
             setattr(args, k, v)
     os.makedirs(args.work, exist_ok=True)
-    result = run(args)
     out = args.out or f"experiments/results/retune_bench_{args.scale}.json"
-    with open(out, "w") as f:
-        json.dump(result, f, indent=1)
+    done = resumable(out, args) if args.resume else []
+
+    def save(result: dict) -> None:
+        tmp = out + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(result, f, indent=1)
+        os.replace(tmp, out)
+
+    result = run(args, done, save)
+    save(result)
     print(f"written {out}")
     try:
         plot(result, out.removesuffix(".json") + ".png")

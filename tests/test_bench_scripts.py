@@ -6,6 +6,7 @@ spread over seeds, and which cached runs a repeated command may reuse.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -17,6 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 import _bench  # noqa: E402
 import reuse_pairs  # noqa: E402
+import retune_bench  # noqa: E402
 import reuse_quality  # noqa: E402
 import set_bench  # noqa: E402
 
@@ -113,6 +115,23 @@ def test_runs_are_fresh_unless_resumed_with_the_same_settings(tmp_path, monkeypa
         _bench.open_run(base, os.path.basename(first), {"scale": "small", "trials": [16]})
     with pytest.raises(SystemExit, match="no run to resume"):
         _bench.open_run(str(tmp_path / "empty"), "latest", {})
+
+
+def test_a_resumed_retune_bench_keeps_finished_sizes_of_the_same_settings_only(tmp_path):
+    out = str(tmp_path / "retune.json")
+    args = argparse.Namespace(
+        db="DB", opset="bert_base", trials=200, seed=0, rounds=4, limit=None, pad_to=None, vary="seq=64,32",
+        scale="small")
+    assert retune_bench.resumable(out, args) == []
+    shapes = [{"value": 64, "time_ratio_metaschedule_over_eto": 9.0},
+              {"value": 32, "time_ratio_metaschedule_over_eto": 11.0}]
+    with open(out, "w") as f:
+        json.dump(retune_bench.summary(args, shapes, 0.0), f)
+    kept = retune_bench.resumable(out, args)
+    assert [s["value"] for s in kept] == [32, 64]  # sorted by size, as measured
+    args.trials = 100
+    with pytest.raises(SystemExit, match="trials_N: 200 there, 100 now"):
+        retune_bench.resumable(out, args)
 
 
 def test_a_work_folder_is_bound_to_its_settings(tmp_path):
