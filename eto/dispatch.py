@@ -360,8 +360,11 @@ def build_dispatch(op: Operator, symbolic: Mapping[str, str], database: Database
     weights the choice towards the sizes users ask for (:func:`tuner.symbolic.traffic_weights`).
     ValueError when the database holds no program of the operator at any size of the dimension, or
     the built function differs from numpy."""
+    from .target import use_threads
+
     say = log or (lambda _m: None)
     start = time.perf_counter()
+    use_threads()  # candidates are timed in this process
     symbolic = symbolic_dims(op, symbolic)
     sizes = sorted(set(int(s) for s in sizes))
     if not sizes or sizes[0] < 1:

@@ -74,7 +74,10 @@ def instant(op: Operator, database: Database, target: "Target", *, ranker: "Lear
     from tuner.apply import build, run_once
     from tuner.predict import predict
 
+    from .target import use_threads
+
     start = time.perf_counter()
+    use_threads()  # timed in this process: on the threads tuning measures with
     if target.kind.name != "llvm" or str(target.attrs.get("mtriple", "") or ""):
         raise ValueError(f"instant programs are checked and timed on this machine's CPU, not on {target.kind.name}")
     src = source or nearest_source(op, database, target)

@@ -46,8 +46,9 @@ class ProgramCache:
 
     def __init__(self, database: Database, target: "str | Target" = "cpu", *, tune: bool = True, trials: int = 64,
                  measurer: "Measurer | None" = None, log: Callable[[str], None] | None = None) -> None:
-        from .target import parse_target
+        from .target import parse_target, use_threads
 
+        use_threads()  # the served functions run in this process
         self.database = database
         self.target = parse_target(target) if isinstance(target, str) else target
         self.tune, self.trials, self.measurer = tune, trials, measurer

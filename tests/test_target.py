@@ -37,3 +37,36 @@ def test_thread_count_comes_from_tvm_num_threads(monkeypatch):
     monkeypatch.setenv("TVM_NUM_THREADS", "x")
     with pytest.raises(ValueError, match="TVM_NUM_THREADS"):
         num_threads()
+
+
+def _fresh_process(code: str) -> "subprocess.CompletedProcess[str]":
+    """``code`` in a new Python process without TVM_NUM_THREADS (TVM's pool then starts with one thread here)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
+    return subprocess.run([sys.executable, "-W", "always", "-c", code], env=env, capture_output=True, text=True,
+                          timeout=300, check=True)
+
+
+def test_in_process_kernels_run_on_the_threads_tuning_measures_with():
+    # instant programs, the program cache, eto bench and eto dispatch time or serve programs in
+    # this process: TVM's pool must start with num_threads() threads, not its default
+    out = _fresh_process("from eto.target import num_threads, use_threads\nimport tvm\n"
+                         "print(use_threads(), num_threads(), tvm.runtime.num_threads())")
+    have, want, pool = map(int, out.stdout.split())
+    assert have == want == pool
+    assert "RuntimeWarning" not in out.stderr
+
+
+def test_a_pool_started_with_fewer_threads_is_named_not_ignored():
+    from eto.target import physical_cores
+
+    if physical_cores() < 2:
+        pytest.skip("one core: TVM's default pool is already the right size")
+    out = _fresh_process("import tvm\nstarted = tvm.runtime.num_threads()\nfrom eto.target import use_threads\n"
+                         "print(started, use_threads())")
+    started, have = map(int, out.stdout.split())
+    assert started == have < physical_cores()
+    assert "TVM's thread pool already runs" in out.stderr and "set TVM_NUM_THREADS" in out.stderr

@@ -88,6 +88,9 @@ def bench_model(model: "RelaxModel", target: "Target", *, database: "Database | 
                 ms_work_dir: str | None = None, rounds: int = 5, min_repeat_ms: int = 50,
                 log: Callable[[str], None] = lambda m: None) -> BenchReport:
     """Build and time ``model`` every way that applies; see the module docstring."""
+    from ..target import use_threads
+
+    use_threads()  # TVM's builds are timed in this process, beside PyTorch on as many threads
     tasks = model_tasks(model, target)
     inputs = model_inputs(tasks)
     builds: dict[str, BuiltModel] = {"untuned": build_model(model, None, target, tasks=tasks)}
