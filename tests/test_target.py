@@ -61,12 +61,10 @@ def test_in_process_kernels_run_on_the_threads_tuning_measures_with():
 
 
 def test_a_pool_started_with_fewer_threads_is_named_not_ignored():
-    from eto.target import physical_cores
-
-    if physical_cores() < 2:
-        pytest.skip("one core: TVM's default pool is already the right size")
-    out = _fresh_process("import tvm\nstarted = tvm.runtime.num_threads()\nfrom eto.target import use_threads\n"
-                         "print(started, use_threads())")
-    started, have = map(int, out.stdout.split())
-    assert started == have < physical_cores()
-    assert "TVM's thread pool already runs" in out.stderr and "set TVM_NUM_THREADS" in out.stderr
+    out = _fresh_process("import tvm\nstarted = tvm.runtime.num_threads()\n"
+                         "from eto.target import num_threads, use_threads\nprint(started, use_threads(), num_threads())")
+    started, have, want = map(int, out.stdout.split())
+    if started >= want:
+        pytest.skip(f"TVM's default pool already runs {started} threads on this machine")
+    assert started == have  # a started pool is not resized...
+    assert "TVM's thread pool already runs" in out.stderr and "set TVM_NUM_THREADS" in out.stderr  # ...but named
