@@ -24,6 +24,7 @@ import shutil
 import statistics
 import sys
 import time
+from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -34,7 +35,8 @@ SCALES = {"ci": {"opset": "quickstart", "vary": "M=48", "trials": 8},
           "small": {"opset": "bert_base", "vary": "seq=64,256", "trials": 100}}
 
 
-def run(args: argparse.Namespace, done: list | None = None, save=None) -> dict:
+def run(args: argparse.Namespace, done: list | None = None,
+        save: Callable[[dict], None] | None = None) -> dict:
     """Every size of ``--vary`` not in ``done`` (sizes a stopped run already finished, kept as they
     were measured); ``save(result)`` is called after each size, so a stopped run loses at most one."""
     from tuner.apply import scheduled_module
