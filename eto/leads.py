@@ -9,7 +9,9 @@ and measured first: the best programs of other tuned operators of α's type and 
 
 from __future__ import annotations
 
-from .database import Database
+from typing import Iterable
+
+from .database import PREDICTED, Database
 from .operators import Operator
 
 #: Tuned programs besides β whose tiles lead a reuse search's round T (:func:`alternate_sources`).
@@ -54,6 +56,52 @@ def runner_ups(beta: Operator, source, database: Database, target, k: int = RUNN
     return out
 
 
+def _unit(op: Operator) -> tuple[bool, ...]:
+    return tuple(e == 1 for e in op.extents)
+
+
+def _kin(op: Operator) -> tuple:
+    """What an alternate source must share with α (:func:`alternate_sources`): type, sketch, unit loops."""
+    return op.type, op.sketch_key(), _unit(op)
+
+
+class LeadCount:
+    """How many tile configurations besides β's kept and grown tiles lead α's round T: the seeds
+    :func:`eto.pipeline._reuse_claimed` hands the reuse tuner (α's instant program, up to
+    ``ALTERNATE_SOURCES`` other operators' tiles, up to ``RUNNER_UPS`` of β's runner-ups).
+
+    The trial estimator counts β's kept and grown tiles; a plan that left these out under-costed
+    every reuse by up to five candidates (retune at N = 200: 13-15 estimated, 13-23 measured). Before
+    the plan is tuned, the set's other members stand for the operators tuned ahead of α, and a β not
+    yet tuned is expected to give all ``RUNNER_UPS``. An upper bound: the tuner measures a
+    configuration once, so seeds equal to β's tiles or to each other count once there.
+    Built in O(programs); each call O(1) after β's runner-ups are read once (they parse β's records).
+    """
+
+    def __init__(self, database: Database | None, target, members: Iterable[Operator] = ()) -> None:
+        self.database, self.target = database, target
+        programs = database.programs(target=target) if database is not None and target is not None else []
+        self._instant = {p.op for p in programs if p.method == PREDICTED}
+        self._tuned = set(database.tuned(target)) if programs else set()
+        self._peers: dict[tuple, set[Operator]] = {}
+        for op in [*members, *self._tuned]:
+            self._peers.setdefault(_kin(op), set()).add(op)
+        self._runner_ups: dict[Operator, int] = {}
+
+    def __call__(self, alpha: Operator, beta: Operator) -> int:
+        peers = self._peers.get(_kin(alpha), set()) - {alpha, beta}
+        return int(alpha in self._instant) + min(ALTERNATE_SOURCES, len(peers)) + self.runner_ups(beta)
+
+    def runner_ups(self, beta: Operator) -> int:
+        if beta not in self._tuned:
+            return RUNNER_UPS
+        if beta not in self._runner_ups:
+            assert self.database is not None
+            source = self.database.best(beta, self.target, predicted=False)
+            self._runner_ups[beta] = len(runner_ups(beta, source, self.database, self.target))
+        return self._runner_ups[beta]
+
+
 def alternate_sources(alpha: Operator, beta: Operator, database: Database, target, k: int = ALTERNATE_SOURCES) -> list:
     """The ``k`` tuned operators nearest α (log distance of the loop extents) of α's type and sketch,
     with α's loops of extent 1, besides α and β: their programs' tiles are measured first in the
@@ -61,9 +109,7 @@ def alternate_sources(alpha: Operator, beta: Operator, database: Database, targe
     whose best program the backend found by luck. Measured on ResNet-50 (README, "Whole sets")."""
     from tuner.tiling import log_distance
 
-    unit = [e == 1 for e in alpha.extents]
     found = [p for p in database.sources(op_type=alpha.type, target=target, sketch=alpha.sketch_key())
-             if p.op not in (alpha, beta) and len(p.op.extents) == len(unit)
-             and [e == 1 for e in p.op.extents] == unit]
+             if p.op not in (alpha, beta) and _unit(p.op) == _unit(alpha)]
     found.sort(key=lambda p: (log_distance(p.op.extents, alpha.extents), p.op.key))
     return found[:k]

@@ -163,15 +163,17 @@ def hot_operators(opset: OperatorSet, share: float) -> frozenset[Operator]:
 
 def estimator_cost_fn(operator_of: Callable[[LoopNestOp], "Operator | None"], target_kind: "TargetKind",
                       budget: float, *, strategy: "Strategy" = DEFAULT_STRATEGY, samples: int = 8,
-                      top_k: int | None = None, limits: Mapping[str, int] | None = None
+                      top_k: int | None = None, limits: Mapping[str, int] | None = None,
+                      leads: Callable[[Operator, Operator], int] | None = None
                       ) -> Callable[[LoopNestOp, LoopNestOp], float]:
     """Edge costs in candidates from the tuner's trial estimator (paper section 6.1), capped at the budget.
 
     ``strategy`` and ``top_k`` must be the ones the reuse tuner will run (the pipeline passes its
     own): the estimate counts that strategy's rounds, each cut to the ranked few when ``top_k`` is
     set; ``limits`` are the target's (:func:`tuner.space.target_limits`, default this machine's).
-    Loop nests (with their access patterns) are read from each operator's program once; an
-    operator the catalogue cannot build costs the budget.
+    ``leads(α, β)``: the seeds the pipeline adds to round T's lead (:class:`eto.leads.LeadCount`),
+    each measured once. Loop nests (with their access patterns) are read from each operator's
+    program once; an operator the catalogue cannot build costs the budget.
     """
     from tvm.ir import IRModule
 
@@ -209,7 +211,8 @@ def estimator_cost_fn(operator_of: Callable[[LoopNestOp], "Operator | None"], ta
             return float(budget)
         if (a, b) not in known:
             known[(a, b)] = estimate_trials(kind, a, b, **options).mean  # type: ignore[arg-type]
-        return float(min(budget, known[(a, b)] + placement_trials(producers[a], producers[b])))
+        seeds = leads(operator_of(alpha), operator_of(beta)) if leads is not None else 0  # type: ignore[arg-type]
+        return float(min(budget, known[(a, b)] + placement_trials(producers[a], producers[b]) + seeds))
 
     cost.__name__ = f"estimated_trials_{kind}"
     cost.prefetch = prefetch  # type: ignore[attr-defined]
@@ -256,13 +259,16 @@ def plan_operator_set(
     if cost_fn is None and cost == "estimate":
         from tuner.cost_model import LearnedRanker
 
+        from .leads import LeadCount
+
         def operator_of(n: LoopNestOp) -> Operator | None:
             return names.get(n.name) or catalogue(n)
 
         # a backend run too short to train the ranker leaves the reuse tuner measuring everything
         counted = top_k if budget >= LearnedRanker.MIN_SAMPLES else None
         cost_fn = estimator_cost_fn(operator_of, kind, budget, strategy=strategy, top_k=counted,
-                                    limits=target_limits(kind, parse_target(target) if target is not None else None))
+                                    limits=target_limits(kind, parse_target(target) if target is not None else None),
+                                    leads=LeadCount(database, target, names.values()))
     cost_fn = cost_fn or analytic_cost_fn(float(budget))
     tm = time_model or learn_time_model(database, target, kind)
     hot_names = {n for n, op in names.items() if op in set(hot)}

@@ -223,23 +223,25 @@ def plot(result: dict, path: str) -> None:
     the weighted throughput of eto, the instant programs and the padded program against MetaSchedule."""
     from eto.plots import _figure, ratio_axis
 
-    shapes = result["shapes"]
+    shapes = sorted(result["shapes"], key=lambda s: (not isinstance(s["value"], (int, float)), s["value"]))
     xs = [str(s["value"]) for s in shapes]
+    dim = str(result["vary"]).split("=")[0]  # the sizes are the axis's ticks, in order
     fig = _figure(8.0, 3.6)
     left, right = fig.subplots(1, 2)
     left.plot(xs, [s["time_ratio_metaschedule_over_eto"] for s in shapes], "o-", label="eto (instant + reuse)")
     left.plot(xs, [s["time_ratio_metaschedule_over_instant"] for s in shapes], "s--", label="instant only")
     ratio_axis(left)
     left.set_ylabel("MetaSchedule's time / method's")
-    left.set_xlabel(result["vary"])
+    left.set_xlabel(dim)
     left.legend(fontsize=7)
     w = [s["weighted_latency_s"] for s in shapes]
-    for key, style in (("eto", "o-"), ("instant", "s--"), ("padded", "x:")):
-        if all(v.get(key) for v in w):
-            right.plot(xs, [v["metaschedule"] / v[key] for v in w], style, label=key)
+    for key, style in (("eto", "o-"), ("instant", "s--"), ("padded", "x:")):  # padded: sizes below --pad-to
+        have = [(x, v["metaschedule"] / v[key]) for x, v in zip(xs, w) if v.get(key)]
+        if have:
+            right.plot([x for x, _ in have], [y for _, y in have], style, label=key)
     right.axhline(1.0, color="black", linewidth=0.8)
     right.set_ylabel("throughput vs MetaSchedule")
-    right.set_xlabel(result["vary"])
+    right.set_xlabel(dim)
     right.legend(fontsize=7)
     fig.suptitle(f"E7: {result['opset']} at new sizes from a database, N = {result['trials_N']}", fontsize=9)
     fig.savefig(path, dpi=120)

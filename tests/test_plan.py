@@ -99,6 +99,7 @@ def test_plan_with_the_tuners_trial_estimator(capsys, strategy):
     in seconds by the time model, and a root edge the backend budget in seconds."""
     from tvm.ir import IRModule
 
+    from eto.leads import LeadCount
     from eto.opsets import builtin_opset
     from eto.time_model import DEFAULTS
     from tuner.estimate import estimate_trials
@@ -116,12 +117,15 @@ def test_plan_with_the_tuners_trial_estimator(capsys, strategy):
     candidates = {(p, c): n for p, c, n in d["edge_candidates"]}
     reuse = [(p, c, cost) for p, c, cost in d["edge_costs"] if p != "root"]
     assert reuse, "BERT-Base has reuse pairs: the plan should use one"
+    leads = LeadCount(None, None, ops.values())  # the seeds the pipeline adds to round T's lead
     for p, c, cost in reuse:
-        want = estimate_trials("cpu", nest(ops[c]), nest(ops[p]), samples=8, strategy=strategy,
-                               top_k=DEFAULT_TOP_K).mean
+        ranked = estimate_trials("cpu", nest(ops[c]), nest(ops[p]), samples=8, strategy=strategy,
+                                 top_k=DEFAULT_TOP_K).mean
+        want = ranked + leads(ops[c], ops[p])
+        assert leads(ops[c], ops[p]) >= 2  # β untuned: its runner-ups expected
         assert candidates[(p, c)] == pytest.approx(want)
         assert cost == pytest.approx(reuse_line(want, ops[c].flops / 1e9))  # α's size, in seconds
-        assert want < estimate_trials("cpu", nest(ops[c]), nest(ops[p]), samples=8, strategy=strategy).mean
+        assert ranked < estimate_trials("cpu", nest(ops[c]), nest(ops[p]), samples=8, strategy=strategy).mean
     roots = [c for p, c, _ in d["edge_costs"] if p == "root"]
     assert all(candidates[("root", c)] == 1000 for c in roots)
     assert d["total_cost"] == pytest.approx(sum(backend(1000, ops[c].flops / 1e9) for c in roots)

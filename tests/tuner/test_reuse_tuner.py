@@ -675,3 +675,23 @@ def test_runner_ups_bring_betas_other_inner_tiles_and_round_m_keeps_the_winners(
     assert [f[-1] for f in lead.space] == list(records[1][1]) != [f[-1] for f in tuner.beta_cfg.space]
     m_round = tuner.space.m_round(lead)
     assert m_round and all([f[-1] for f in cfg.space] == list(records[1][1]) for cfg in m_round)
+
+    # the plan counts these seeds as the pipeline will hand them over (eto.leads.LeadCount)
+    from eto.database import PREDICTED
+    from eto.leads import ALTERNATE_SOURCES, RUNNER_UPS, LeadCount
+
+    peers = [Operator.create("BMM", B=1, M=m, N=256, K=128) for m in (16, 32, 128)]
+    unit = Operator.create("BMM", B=1, M=1, N=256, K=128)  # a loop of extent 1: never an alternate source
+    assert len({op.sketch_key() for op in [alpha, beta, *peers]}) == 1
+    count = LeadCount(db, target, [alpha, *peers, unit])
+    assert count(alpha, beta) == ALTERNATE_SOURCES + 2  # three peers besides α and β, capped; β's 2 runner-ups
+    assert count(unit, beta) == 2  # no alternates: nothing shares its unit loop
+    assert count(alpha, peers[0]) == ALTERNATE_SOURCES + RUNNER_UPS  # an untuned β: the runner-ups expected
+    assert LeadCount(db, target, [unit])(unit, beta) == 2 and LeadCount(None, None)(alpha, beta) == RUNNER_UPS
+    amod = IRModule({"main": alpha.prim_func()})
+    ctx = ms.TuneContext(mod=amod, target=target, space_generator="post-order-apply", search_strategy="replay-trace",
+                         task_name="alpha", num_threads=1, rand_state=0)
+    db.commit(alpha, target, [TuningRecord(ctx.generate_design_space()[0].trace, Workload(amod), [1e-3], target,
+                                           ArgInfo.from_prim_func(amod["main"]))],
+              method=PREDICTED, candidates=0, seconds=0.0)
+    assert LeadCount(db, target, [alpha, *peers])(alpha, beta) == 1 + ALTERNATE_SOURCES + 2  # α's instant program
