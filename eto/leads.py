@@ -65,10 +65,20 @@ def _kin(op: Operator) -> tuple:
     return op.type, op.sketch_key(), _unit(op)
 
 
+def leads(alpha: Operator, beta: Operator, source, database: Database, target) -> tuple[list, list]:
+    """Round T's leads besides β's kept and grown tiles, as the reuse tuner takes them: ``seeds``
+    (α's instant program, measured as it is) and ``alternates`` (the tiles of up to
+    ``ALTERNATE_SOURCES`` other operators' programs and of up to ``RUNNER_UPS`` of β's runner-ups,
+    kept on α's loops). :class:`LeadCount` counts the same rules for the plan."""
+    seeds = [p.tuning_record for p in database.programs(target=target, op=alpha) if p.method == PREDICTED]
+    alternates = [p.tuning_record for p in alternate_sources(alpha, beta, database, target)]
+    return seeds, alternates + runner_ups(beta, source, database, target)
+
+
 class LeadCount:
-    """How many tile configurations besides β's kept and grown tiles lead α's round T: the seeds
-    :func:`eto.pipeline._reuse_claimed` hands the reuse tuner (α's instant program, up to
-    ``ALTERNATE_SOURCES`` other operators' tiles, up to ``RUNNER_UPS`` of β's runner-ups).
+    """How many tile configurations besides β's kept and grown tiles lead α's round T: the records
+    :func:`leads` hands the reuse tuner (α's instant program, up to ``ALTERNATE_SOURCES`` other
+    operators' tiles, up to ``RUNNER_UPS`` of β's runner-ups).
 
     The trial estimator counts β's kept and grown tiles; a plan that left these out under-costed
     every reuse by up to five candidates (retune at N = 200: 13-15 estimated, 13-23 measured). Before
@@ -79,11 +89,13 @@ class LeadCount:
     Built in O(programs); each call O(1) after β's runner-ups are read once (they parse β's records).
     """
 
-    def __init__(self, database: Database | None, target, members: Iterable[Operator] = ()) -> None:
+    def __init__(self, database: Database | None, target, members: Iterable[Operator] = (),
+                 tuned: Iterable[Operator] | None = None) -> None:
+        """``tuned``: ``database.tuned(target)`` when the caller has it (the plan reads it once)."""
         self.database, self.target = database, target
         programs = database.programs(target=target) if database is not None and target is not None else []
         self._instant = {p.op for p in programs if p.method == PREDICTED}
-        self._tuned = set(database.tuned(target)) if programs else set()
+        self._tuned = (set(tuned) if tuned is not None else set(database.tuned(target))) if programs else set()
         self._peers: dict[tuple, set[Operator]] = {}
         for op in [*members, *self._tuned]:
             self._peers.setdefault(_kin(op), set()).add(op)

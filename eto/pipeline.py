@@ -46,9 +46,9 @@ from tuner.space import DEFAULT_STRATEGY
 from .database import PREDICTED, Database
 from .operators import Operator
 from .opsets import OperatorEntry, OperatorSet
-from .leads import alternate_sources, runner_ups
-from .plan import (MAX_REDUCTION_RATIO, BridgeOption, CostModel, OperatorPlan, hot_operators, plan_operator_set,
-                   plan_selective)
+from .leads import leads
+from .plan import (DISTANCE_WEIGHT, MAX_REDUCTION_RATIO, BridgeOption, CostModel, OperatorPlan, hot_operators,
+                   plan_operator_set, plan_selective)
 from .target import target_key
 from .tuning import OperatorReport, SetProgress, TuneReport, checkable_here, gated, report_row, tune_with_backend
 
@@ -139,6 +139,7 @@ def tune(
     top_k: int | None = DEFAULT_TOP_K,
     method: Method = "eto",
     max_reduction_ratio: float | None = MAX_REDUCTION_RATIO,
+    distance_weight: float = DISTANCE_WEIGHT,
 ) -> TuneReport:
     """Tune ``opset`` into ``database`` by reuse; return a report of every operator (bridges too).
 
@@ -149,19 +150,20 @@ def tune(
     loop per block count); ``top_k``: each reuse round measures its best-ranked few at a time, ranked
     by a model learned from the database (None: every candidate, as in the paper).
     ``max_reduction_ratio``: the plan's cap on a reuse's reduction growth (:func:`eto.plan.reduction_ratio`;
-    None: none). ``hot_share``/``hot_factor``, ``evolve_trials`` and ``method``: see the module doc.
+    None: none). ``distance_weight``: the plan's preference for near sources (:data:`eto.plan.DISTANCE_WEIGHT`).
+    ``hot_share``/``hot_factor``, ``evolve_trials`` and ``method``: see the module doc.
     Given several measurers (e.g. one per RPC device), independent subtrees of the plan are tuned
     concurrently, one measurer each (scale-out).
     """
     from tuner.cost_model import LearnedRanker
     from tuner.measure import MeasureConfig, Measurer
 
-    from .target import num_threads, parse_target
+    from .target import export_threads, parse_target
 
     _check_options(trials=trials, evolve_trials=evolve_trials, hot_share=hot_share, hot_factor=hot_factor,
                    method=method)
     target = parse_target(target)
-    os.environ.setdefault("TVM_NUM_THREADS", str(num_threads()))
+    export_threads()
     start = time.perf_counter()
     hot = hot_operators(opset, hot_share) if hot_share is not None else frozenset()
     budget = plan_budget or trials
@@ -179,7 +181,8 @@ def tune(
     else:
         planned = plan_operator_set(opset, budget=budget, bridges=bridges, solver=solver, database=database,
                                     target=target, cost=cost, hot=hot, hot_budget=round(budget * hot_factor),
-                                    strategy=strategy, top_k=top_k, max_reduction_ratio=max_reduction_ratio)
+                                    strategy=strategy, top_k=top_k, max_reduction_ratio=max_reduction_ratio,
+                                    distance_weight=distance_weight)
     kill_point("plan.after")
     own = measurer is None
     measurers = list(measurer) if isinstance(measurer, (list, tuple)) else [measurer or Measurer.local(MeasureConfig())]
@@ -327,9 +330,7 @@ def _reuse_claimed(alpha: Operator, beta: Operator, run: _Run, measurer: "Measur
     prior = run.database.progress(alpha, run.target, "reuse")
     known = {trace_key(r.trace): s for r, s in prior.programs()}
     # α's instant program (eto.instant) joins round T's first batch: the search never ends worse
-    seeds = [p.tuning_record for p in run.database.programs(target=run.target, op=alpha) if p.method == PREDICTED]
-    alternates = [p.tuning_record for p in alternate_sources(alpha, beta, run.database, run.target)]
-    alternates += runner_ups(beta, source, run.database, run.target)
+    seeds, alternates = leads(alpha, beta, source, run.database, run.target)
 
     on_batch, shown = run.backend_kw.get("on_batch"), {"n": len(known), "best": min(known.values(), default=math.inf)}
 

@@ -19,7 +19,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Collection, Iterable, Literal, Mapping, Sequence
 
-from selector import SIMILARITY_THRESHOLD, LoopNestOp, Plan, replan, select_reuse_pairs, selective_plan
+from selector import (SIMILARITY_THRESHOLD, LoopNestOp, Plan, distance_preference, replan, select_reuse_pairs,
+                      selective_plan)
 from selector.costs import analytic_cost_fn
 from tuner.space import DEFAULT_STRATEGY, target_limits
 
@@ -37,6 +38,15 @@ BridgeOption = Literal["none", "1hop", "all"]
 CostModel = Literal["analytic", "estimate"]
 #: How much larger α's reduction may be than β's for a reuse edge (see :func:`reduction_ratio`).
 MAX_REDUCTION_RATIO = 4.0
+#: The selection's preference for near sources (:func:`selector.distance_preference`): a reuse
+#: edge weighs ``1 + DISTANCE_WEIGHT * d`` times its seconds, d the summed |log| of the loop extents'
+#: ratios. Beyond the paper, whose selection sees cost only, so that between sources of about the
+#: same cost the plan takes the near one: E7's 39 reuses of BERT-Base at new lengths (README,
+#: "New shapes") that changed only the rows (≤ 3x) reached 0.98 of MetaSchedule at the median, the
+#: ones that changed the columns or the reduction 4x 0.83 and 0.65, and those the plan had picked
+#: at nearly the same estimated cost as the same operator at seq 128. With 0.2 a source 4x away in
+#: one loop weighs 1.28, one 1.5x away 1.08: the far one must be about 16% cheaper to be chosen.
+DISTANCE_WEIGHT = 0.2
 
 
 class BridgeCatalogue:
@@ -236,6 +246,7 @@ def plan_operator_set(
     top_k: int | None = None,
     time_model: TimeModel | None = None,
     max_reduction_ratio: float | None = MAX_REDUCTION_RATIO,
+    distance_weight: float = DISTANCE_WEIGHT,
 ) -> OperatorPlan:
     """Select reuse pairs for ``opset``; operators already in ``database`` for ``target`` are free roots.
 
@@ -247,6 +258,8 @@ def plan_operator_set(
     ``time_model`` (default: learned from ``database`` for ``target``, see :mod:`eto.time_model`).
     ``hot`` operators (see :func:`hot_operators`) are never derived by reuse: they are roots with a
     backend budget of ``hot_budget`` (default ``budget``), and reuse sources for the rest.
+    ``distance_weight``: the selection's preference for near sources (:data:`DISTANCE_WEIGHT`; 0: by
+    cost alone, as in the paper); the plan's costs stay estimated seconds.
     """
     if budget < 1:
         raise ValueError(f"budget must be positive, got {budget}")
@@ -268,14 +281,15 @@ def plan_operator_set(
         counted = top_k if budget >= LearnedRanker.MIN_SAMPLES else None
         cost_fn = estimator_cost_fn(operator_of, kind, budget, strategy=strategy, top_k=counted,
                                     limits=target_limits(kind, parse_target(target) if target is not None else None),
-                                    leads=LeadCount(database, target, names.values()))
+                                    leads=LeadCount(database, target, names.values(), tuned=tuned))
     cost_fn = cost_fn or analytic_cost_fn(float(budget))
     tm = time_model or learn_time_model(database, target, kind)
     hot_names = {n for n, op in names.items() if op in set(hot)}
     edge, root, estimates = _seconds(cost_fn, tm, hot_names, float(budget), float(hot_budget or budget),
                                      max_reduction_ratio)
     plan = select_reuse_pairs(nodes, cost_fn=edge, backend_cost=root, bridges=bridges, solver=solver,
-                              sketch_check=lambda b: catalogue(b) is not None, time_limit=time_limit)
+                              sketch_check=lambda b: catalogue(b) is not None, time_limit=time_limit,
+                              preference=distance_preference(distance_weight) if distance_weight else None)
     return OperatorPlan(plan, _with_bridges(names, plan, catalogue), catalogue, tm, estimates)
 
 

@@ -128,6 +128,17 @@ def num_threads() -> int:
     return physical_cores()
 
 
+def export_threads() -> int:
+    """Set ``TVM_NUM_THREADS`` to :func:`num_threads` unless the user set it; the threads it names.
+
+    Builder and runner workers are separate processes that size TVM's pool from the variable; unset,
+    they would tune and time on one thread.
+    """
+    want = num_threads()
+    os.environ.setdefault("TVM_NUM_THREADS", str(want))
+    return want
+
+
 def use_threads() -> int:
     """Make this process's TVM runtime run :func:`num_threads` threads; the threads it runs.
 
@@ -140,8 +151,7 @@ def use_threads() -> int:
     """
     import warnings
 
-    want = num_threads()
-    os.environ.setdefault("TVM_NUM_THREADS", str(want))
+    want = export_threads()
     import tvm
 
     have = int(tvm.runtime.num_threads())

@@ -9,7 +9,6 @@ flight.
 from __future__ import annotations
 
 import math
-import os
 import sys
 import threading
 import time
@@ -172,11 +171,11 @@ def tune_with_backend(
     from tuner.measure import MeasureConfig, Measurer
 
     from .claims import claim
-    from .target import num_threads
+    from .target import export_threads
 
     if not isinstance(opset, OperatorSet):
         opset = OperatorSet.from_layers("operators", list(opset))
-    os.environ.setdefault("TVM_NUM_THREADS", str(num_threads()))
+    export_threads()
     start = time.perf_counter()
     todo = [e for e in opset if not database.attempted(e.op, target)]
     tuned_now: set[Operator] = set()

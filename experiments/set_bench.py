@@ -45,7 +45,8 @@ run's convergence beside it. Variants run per seed beside MetaSchedule and plain
 with both (``variants`` per seed and in the aggregate): options beyond the paper (``hot``,
 ``evolve``), the paper's baselines (``st`` Selective Tuning, ``topk`` eto's plan with TopK reuses) and
 its bridge ablation (``nobridges``, ``allbridges``; plain eto uses 1-hop bridges); ``nocap`` plans without
-the cap on a reuse's reduction growth; ``paperbshape`` ranks BShapes by the paper's count (CPU).
+the cap on a reuse's reduction growth, ``nodistance`` by cost alone (no preference for near sources);
+``paperbshape`` ranks BShapes by the paper's count (CPU).
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ VARIANTS = {"plain": {}, "hot": {"hot_share": 0.3, "hot_factor": 1.5}, "evolve":
             "nobridges": {"bridges": "none"}, "allbridges": {"bridges": "all"},
             # the plan without its cap on a reuse's reduction growth (eto.plan.MAX_REDUCTION_RATIO)
             "nocap": {"max_reduction_ratio": None},
+            # the plan by cost alone, without its preference for near sources (eto.plan.DISTANCE_WEIGHT)
+            "nodistance": {"distance_weight": 0.0},
             # the paper's BShape cost (all blocks' cache-line requests) instead of the per-core one
             "paperbshape": {"env": {"ETO_CPU_CACHE_BYTES": "0"}}}
 #: defaults per scale; every one can be overridden on the command line

@@ -6,7 +6,7 @@ One module per concept:
 * :mod:`selector.reuse` -- reuse conditions (Definition 2) and reuse-pair enumeration;
 * :mod:`selector.bridge` -- bridge operators (Definition 5), k-hop sets and closure;
 * :mod:`selector.costs` -- a cheap analytic reuse-cost estimate (placeholder for the tuner's);
-* :mod:`selector.ocgraph` -- the optimization-choice (OC) graph;
+* :mod:`selector.ocgraph` -- the optimization-choice (OC) graph (and :func:`distance_preference`);
 * :mod:`selector.arborescence` -- min-cost arborescence (no bridges);
 * :mod:`selector.steiner` -- directed Steiner tree: :func:`solve` (reductions, decomposition and
   the per-component choice of method), :func:`steiner_exact`, :func:`steiner_approx`;
@@ -31,7 +31,7 @@ from .costs import analytic_cost, analytic_cost_fn
 from .dual_ascent import dual_ascent_bound
 from .graphio import GraphFormatError, SteinerInstance, dump_graph, load_graph
 from .loopnest import LoopNestOp
-from .ocgraph import ROOT, BackendCost, CostFn, build_oc_graph
+from .ocgraph import ROOT, BackendCost, CostFn, Preference, build_oc_graph, distance_preference
 from .plan import BridgeMode, Plan, PlanEdge, SelectionRequest, replan, select_reuse_pairs
 from .reuse import dominates, is_reuse_pair, reuse_pair_indices, reuse_pairs
 from .selective import SIMILARITY_THRESHOLD, selective_clusters, selective_plan, similarity_rate
@@ -43,7 +43,7 @@ __all__ = [
     "dominates", "is_reuse_pair", "reuse_pairs", "reuse_pair_indices",
     "bridge_of", "bridge_operators", "SketchCheck",
     "analytic_cost", "analytic_cost_fn",
-    "ROOT", "build_oc_graph", "CostFn", "BackendCost",
+    "ROOT", "build_oc_graph", "CostFn", "BackendCost", "Preference", "distance_preference",
     "edmonds", "min_cost_arborescence",
     "solve", "steiner_exact", "steiner_approx", "dual_ascent_bound", "TreeSolution", "SolverName",
     "Plan", "PlanEdge", "SelectionRequest", "BridgeMode", "select_reuse_pairs", "replan",

@@ -9,6 +9,10 @@ Nodes: a special ``"root"``, one node per requested operator and per bridge oper
 
 Selecting reuse pairs is a min-cost arborescence problem on this graph when there are no bridges,
 and a directed Steiner tree problem with the requested operators as terminals otherwise.
+
+Beyond the paper, a ``preference`` may weigh reuse edges above their cost (each edge keeps its
+``cost``; the solvers minimise ``weight``): between sources of about the same cost, the nearer one
+(:func:`distance_preference`), whose programs carry over with less loss.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import networkx as nx
 from .loopnest import LoopNestOp
 from .reuse import reuse_pair_indices
 
-__all__ = ["ROOT", "CostFn", "BackendCost", "build_oc_graph", "check_cost"]
+__all__ = ["ROOT", "CostFn", "BackendCost", "Preference", "build_oc_graph", "check_cost", "distance_preference"]
 
 ROOT = "root"
 
@@ -34,6 +38,23 @@ ROOT = "root"
 CostFn = Callable[[LoopNestOp, LoopNestOp], float]
 #: Backend tuning cost: one number for every operator, or a function of the operator.
 BackendCost = Union[float, Callable[[LoopNestOp], float]]
+#: ``preference(alpha, beta) >= 1``: the factor by which the reuse edge β → α weighs more in the
+#: selection than it costs.
+Preference = Callable[[LoopNestOp, LoopNestOp], float]
+
+
+def distance_preference(weight: float) -> Preference:
+    """``1 + weight * d(α, β)``, d the sum over loops of |log(α's extent / β's)|: between two sources
+    of about the same cost, the nearer one is chosen (a reuse keeps β's tiles and searches near
+    them, so what it finds degrades with the distance; measured per reuse in eto's README, "Whole
+    sets"). ``weight`` 0: the paper's selection by cost alone. O(loops) per call."""
+    if not weight >= 0 or math.isinf(weight):
+        raise ValueError(f"distance weight must be a finite number >= 0, got {weight!r}")
+
+    def preference(alpha: LoopNestOp, beta: LoopNestOp) -> float:
+        return 1.0 + weight * sum(abs(math.log(a / b)) for a, b in zip(alpha.extents, beta.extents))
+
+    return preference
 
 
 def check_cost(value: object, edge: str, *, allow_inf: bool = False) -> float:
@@ -59,13 +80,16 @@ def build_oc_graph(
     cost_fn: CostFn,
     backend_cost: BackendCost,
     bridges: Sequence[LoopNestOp] = (),
+    preference: Preference | None = None,
 ) -> nx.DiGraph:
     """OC graph of ``ops`` (the terminals) expanded with ``bridges`` (Steiner nodes).
 
     Returns a DiGraph with ``G.graph`` holding ``root`` (``"root"``), ``terminals`` (names of the
     non-bridge operators, in input order), ``bridges`` (names) and ``candidate_pairs`` (number of
     reuse-pair edges).  Node attribute ``op`` holds the operator; edge attribute ``kind`` is
-    ``"backend"`` or ``"reuse"``.
+    ``"backend"`` or ``"reuse"``; edge attributes ``cost`` (the estimate) and ``weight`` (what the
+    solvers minimise: the cost, times ``preference(α, β)`` on a reuse edge, at most α's backend cost
+    when that is more than the reuse's).
 
     Raises ValueError for duplicate or reserved names and for negative or NaN costs (naming the
     edge).  A reuse cost of ``math.inf`` leaves the edge out.  Time: O(n² k) for the pairs
@@ -91,7 +115,7 @@ def build_oc_graph(
         else:
             raw = backend_cost(op) if callable(backend_cost) else backend_cost
             cost = check_cost(raw, f"{ROOT} -> {op.name}")
-        G.add_edge(ROOT, op.name, weight=cost, kind="backend")
+        G.add_edge(ROOT, op.name, weight=cost, cost=cost, kind="backend")
 
     pairs = [(everything[a], everything[b]) for a, b in reuse_pair_indices(everything).tolist()]
     prefetch = getattr(cost_fn, "prefetch", None)
@@ -102,7 +126,13 @@ def build_oc_graph(
         cost = check_cost(cost_fn(alpha, beta), f"{beta.name} -> {alpha.name}", allow_inf=True)
         if math.isinf(cost):
             continue
-        G.add_edge(beta.name, alpha.name, weight=cost, kind="reuse")
+        weight = cost
+        if preference is not None:
+            factor = check_cost(preference(alpha, beta), f"{beta.name} -> {alpha.name} (preference)")
+            if factor < 1:
+                raise ValueError(f"preference of edge {beta.name} -> {alpha.name} is below 1: {factor!r}")
+            weight = min(cost * factor, max(cost, G.edges[ROOT, alpha.name]["weight"]))
+        G.add_edge(beta.name, alpha.name, weight=weight, cost=cost, kind="reuse")
         n_pairs += 1
 
     G.graph.update(

@@ -27,7 +27,7 @@ import networkx as nx
 from .bridge import SketchCheck, bridge_operators
 from .costs import analytic_cost_fn
 from .loopnest import LoopNestOp
-from .ocgraph import ROOT, BackendCost, CostFn, build_oc_graph
+from .ocgraph import ROOT, BackendCost, CostFn, Preference, build_oc_graph
 from .solution import TreeSolution
 from .steiner import SolverName, solve
 
@@ -59,6 +59,7 @@ class SelectionRequest:
     sketch_check: Optional[SketchCheck]
     time_limit: Optional[float]
     tuned: frozenset[str] = frozenset()  # names marked tuned by replan() (bridges included)
+    preference: Optional[Preference] = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,6 +151,7 @@ class Plan:
                 "name": self.solution.solver,
                 "optimal": self.solution.optimal,
                 "lower_bound": self.solution.lower_bound,
+                "objective": self.solution.cost,  # the costs weighed by the request's preference, if any
                 "seconds": round(self.solution.seconds, 4),
             },
         }
@@ -225,6 +227,7 @@ def select_reuse_pairs(
     solver: SolverName = "auto",
     sketch_check: Optional[SketchCheck] = None,
     time_limit: Optional[float] = 30.0,
+    preference: Optional[Preference] = None,
 ) -> Plan:
     """Select reuse pairs for ``ops`` minimizing the estimated total tuning cost (Definition 4).
 
@@ -233,6 +236,8 @@ def select_reuse_pairs(
     ``backend_cost`` is the backend budget per operator (a number or a function of the operator);
     ``tuned`` operators cost 0.  ``bridges`` chooses the bridge operators added as Steiner nodes;
     ``sketch_check`` may veto bridges.  ``solver`` and ``time_limit`` go to :func:`selector.solve`.
+    ``preference`` weighs reuse edges in the selection (:func:`selector.distance_preference`); the
+    plan's costs stay the estimates.
     """
     ops = tuple(ops)
     if cost_fn is None:
@@ -240,7 +245,8 @@ def select_reuse_pairs(
             raise ValueError("cost_fn is required when backend_cost is a function")
         cost_fn = analytic_cost_fn(float(backend_cost))
     request = SelectionRequest(ops=ops, cost_fn=cost_fn, backend_cost=backend_cost, bridges=bridges,
-                               solver=solver, sketch_check=sketch_check, time_limit=time_limit)
+                               solver=solver, sketch_check=sketch_check, time_limit=time_limit,
+                               preference=preference)
     return _select(request)
 
 
@@ -267,10 +273,10 @@ def _select(request: SelectionRequest) -> Plan:
                 return _backend(backend_cost, alpha)
             return base(alpha, beta)
 
-    G = build_oc_graph(ops, cost_fn=cost_fn, backend_cost=backend_cost, bridges=extra)
+    G = build_oc_graph(ops, cost_fn=cost_fn, backend_cost=backend_cost, bridges=extra, preference=request.preference)
     sol = solve(G, solver=request.solver, time_limit=request.time_limit)
     ordered = _tree_order(G, sol)
-    edges = tuple(PlanEdge(parent=u, child=v, cost=float(G.edges[u, v]["weight"])) for u, v in ordered)
+    edges = tuple(PlanEdge(parent=u, child=v, cost=float(G.edges[u, v]["cost"])) for u, v in ordered)
     operators = {e.child: G.nodes[e.child]["op"] for e in edges}
     baseline = sum(G.edges[ROOT, t]["weight"] for t in G.graph["terminals"])
     first_of_kind: dict[tuple[str, str], str] = {}

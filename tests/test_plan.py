@@ -284,3 +284,33 @@ def test_no_reuse_edge_grows_the_reduction_past_the_cap(capsys):
     assert lifted["total_cost"] == pytest.approx(uncapped.plan.total_cost)
     assert main(["plan", "--opset", "resnet50", "--cost", "analytic", "--max-reduction-ratio", "0.5"]) == 2
     assert "--max-reduction-ratio must be >= 1" in capsys.readouterr().err
+
+
+def test_distance_weight_takes_the_near_source_at_about_the_same_cost(capsys):
+    """A matmul at a new length, a wider one beside it, and the matmul at the old length: by cost
+    alone the plan derives the matmul from the wider one (10 candidates against 10.5); preferring
+    near sources (eto.plan.DISTANCE_WEIGHT) from the old length (1.5x away, not 4x). Costs stay
+    seconds."""
+    from eto.operators import Operator
+    from eto.opsets import OperatorSet, load_opset
+    from eto.plan import DISTANCE_WEIGHT, plan_operator_set
+
+    old, new, wide = (Operator.create("BMM", B=1, M=m, N=n, K=768) for m, n in ((128, 768), (192, 768), (192, 3072)))
+    opset = OperatorSet.from_layers("lengths", [old, new, wide])
+    table = {(old.name, new.name): 10.5, (wide.name, new.name): 10.0, (old.name, wide.name): 12.0,
+             (new.name, wide.name): 12.5}
+
+    def candidates(alpha, beta):
+        return table.get((beta.name, alpha.name), 1000.0)
+
+    paper = plan_operator_set(opset, budget=200, cost_fn=candidates, bridges="none", distance_weight=0)
+    near = plan_operator_set(opset, budget=200, cost_fn=candidates, bridges="none")
+    assert DISTANCE_WEIGHT > 0
+    assert paper.plan.parent[new.name] == wide.name and near.plan.parent[new.name] == old.name
+    assert paper.plan.backend == near.plan.backend == (old.name,)
+    assert paper.plan.total_cost < near.plan.total_cost == pytest.approx(sum(near.plan.edge_costs.values()))
+    cli = plan_json(capsys, "--opset", "bert_base", "--budget", "200", "--cost", "analytic", "--distance-weight", "0")
+    api = plan_operator_set(load_opset("bert_base"), budget=200, cost="analytic", distance_weight=0)
+    assert cli["total_cost"] == pytest.approx(api.plan.total_cost)
+    assert main(["plan", "--opset", "bert_base", "--cost", "analytic", "--distance-weight", "-1"]) == 2
+    assert "--distance-weight must be a finite number >= 0" in capsys.readouterr().err

@@ -72,11 +72,14 @@ def test_instant_program_is_checked_served_and_not_a_tuning_result(tuned_db, tmp
     new = Operator.create("BMM", B=2, M=96, N=32, K=16)
     r = instant(new, db, target)
     assert r.source == KNOWN and r.program.method == "instant" and np.isfinite(r.latency_s)
-    assert r.by == "kept" and r.ranked == 1  # β's tiles, only the outer factor of M follows the new size
+    # β's tiles, M's growth in the outermost or (the faster of the two, both timed) the parallel loop's level 1
+    assert r.by in ("kept", "kept-parallel") and r.ranked == 1
+    assert [r["timed"] for r in db.results() if r["op_key"] == new.key] == [2]
     from tuner.reuse import ReuseTuner, _config_of
 
     tuner = ReuseTuner(new.prim_func(), db.best(KNOWN, target).tuning_record, target)
-    assert _config_of(r.program.tuning_record, tuner) == tuner.space.kept_tiles()  # a reuse search's seed
+    growth = "outer" if r.by == "kept" else "parallel"
+    assert _config_of(r.program.tuning_record, tuner) == tuner.space.kept_tiles(growth=growth)  # a reuse seed
     assert check_record(new, r.program.tuning_record, target).ok  # TVM reads it back; it matches numpy
     assert db.best(new, target) == r.program  # served at once...
     assert not db.attempted(new, target) and new not in db.tuned(target)  # ...but still to be tuned
@@ -96,9 +99,10 @@ def test_instant_program_follows_a_ranker_only_where_it_knows_the_shape(tuned_db
     new = Operator.create("BMM", B=2, M=96, N=32, K=16)
     real_built, calls = predict_mod._built, []
 
-    def kept_fails(tuner, cand):  # the first call builds β's kept tiles: pretend they fail
+    def kept_fails(tuner, cand):  # pretend β's kept tiles (either placement of the growth) fail
         calls.append(cand)
-        return len(calls) > 1 and real_built(tuner, cand)
+        kept = [tuner.space.kept_tiles(growth=g) for g in ("outer", "parallel")]
+        return cand.cfg not in kept and real_built(tuner, cand)
 
     class Ranker:
         def __init__(self, knows):

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, get_args
 
 from .features import TileConfig
 from .reuse import ReuseTuner, _built, _Cand
+from .space import Growth
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.s_tir.meta_schedule.database import TuningRecord
@@ -30,10 +31,14 @@ class Prediction:
 
     schedule: Any  # the postprocessed schedule: ``schedule.mod`` builds
     config: TileConfig | None
-    by: str  # "kept": β's tiles kept; "ranker": the learned model chose; "nearest": β's block and thread sizes
+    by: str  # "kept" / "kept-parallel": β's tiles kept; "ranker": the learned model chose; "nearest": β's block
+    # and thread sizes
     ranked: int  # candidates the choice was made among
     seconds: float
     _tuner: ReuseTuner = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
+    #: programs as cheap and as likely (β's tiles kept, α's growth placed otherwise, see
+    #: :meth:`~tuner.space.ReuseSpace.kept_tiles`): :mod:`eto.instant` times them all and keeps the fastest
+    alternatives: tuple["Prediction", ...] = ()
 
     def record(self, seconds: float) -> "TuningRecord":
         """The prediction as α's TuningRecord, with a run time measured by the caller."""
@@ -46,7 +51,8 @@ def predict(func: "PrimFunc", source_record: "TuningRecord", target: "Target", *
     """α's program from β's best one with no measurement: the instant program for a new shape.
 
     Beyond the paper: β's tile factors kept on α's loops, only the outer factors following the new
-    extents (:meth:`ReuseSpace.kept_tiles`, ``by="kept"``). On BERT-Base's operators at three
+    extents (:meth:`ReuseSpace.kept_tiles`, ``by="kept"``; on CPU the variant with α's growth inside
+    the parallel loop, ``by="kept-parallel"``, comes as an alternative). On BERT-Base's operators at three
     new lengths they ran at a median 0.87 of the best sampled round-T candidate (worst 0.41); the
     learned ranker's pick at 0.72 (worst 0.15), the nearest BShape at 0.68
     (experiments/results/instant_choice.json).
@@ -60,10 +66,19 @@ def predict(func: "PrimFunc", source_record: "TuningRecord", target: "Target", *
     """
     start = time.perf_counter()
     tuner = ReuseTuner(func, source_record, target, vector_lanes=vector_lanes, ranges=ranges)
-    if tuner.has_mlt and tuner.space.valid(cfg := tuner.space.kept_tiles()):
-        kept = tuner._cand(cfg)
-        if _built(tuner, kept):
-            return Prediction(kept.sch, kept.cfg, "kept", 1, time.perf_counter() - start, tuner)
+    if tuner.has_mlt:
+        kept = []
+        for growth in get_args(Growth):
+            cfg = tuner.space.kept_tiles(growth=growth)
+            if not tuner.space.valid(cfg) or any(c.cfg == cfg for c, _ in kept):
+                continue
+            cand = tuner._cand(cfg)
+            if _built(tuner, cand):
+                kept.append((cand, "kept" if growth == "outer" else f"kept-{growth}"))
+        if kept:
+            secs = time.perf_counter() - start
+            first, *rest = (Prediction(c.sch, c.cfg, by, 1, secs, tuner) for c, by in kept)
+            return replace(first, alternatives=tuple(rest))
     if not tuner.has_mlt:
         configs: list[TileConfig | None] = [None]
     else:

@@ -14,7 +14,7 @@ from typing import get_args
 from tuner.space import DEFAULT_STRATEGY, Strategy
 
 from ..opsets import load_opset
-from ..plan import MAX_REDUCTION_RATIO
+from ..plan import DISTANCE_WEIGHT, MAX_REDUCTION_RATIO
 from .errors import EXIT_OK, CLIError
 
 
@@ -32,6 +32,10 @@ def add_strategy_option(p: argparse.ArgumentParser, *, suffix: str = "") -> None
     p.add_argument("--max-reduction-ratio", type=float, default=MAX_REDUCTION_RATIO, metavar="R",
                    help=f"plan: no reuse edge where the operator's reduction is more than R times its source's "
                         f"(default {MAX_REDUCTION_RATIO:g}, measured: such reuses lose quality; inf lifts it)" + suffix)
+    p.add_argument("--distance-weight", type=float, default=DISTANCE_WEIGHT, metavar="W",
+                   help=f"plan: a reuse edge weighs 1 + W * (its loops' summed |log| extent ratios) times its "
+                        f"seconds in the selection, so that of two sources of about the same cost the near one "
+                        f"is taken (default {DISTANCE_WEIGHT:g}; 0: cost alone, as in the paper)" + suffix)
 
 
 def max_reduction_ratio_of(args: argparse.Namespace) -> float | None:
@@ -40,6 +44,13 @@ def max_reduction_ratio_of(args: argparse.Namespace) -> float | None:
     if not r >= 1:  # NaN too
         raise CLIError(f"--max-reduction-ratio must be >= 1 (inf: no cap), got {r}")
     return None if math.isinf(r) else r
+
+
+def distance_weight_of(args: argparse.Namespace) -> float:
+    w = args.distance_weight
+    if not (w >= 0 and not math.isinf(w)):  # NaN too
+        raise CLIError(f"--distance-weight must be a finite number >= 0, got {w}")
+    return w
 
 
 def top_k_of(args: argparse.Namespace) -> int | None:
@@ -99,7 +110,8 @@ def _plan(args: argparse.Namespace) -> int:
         result = plan_operator_set(opset, budget=args.budget, bridges=args.bridges, solver=args.solver,
                                    database=db, target=target, time_limit=args.time_limit, cost=args.cost,
                                    strategy=args.strategy, top_k=top_k_of(args),
-                                   max_reduction_ratio=max_reduction_ratio_of(args))
+                                   max_reduction_ratio=max_reduction_ratio_of(args),
+                                   distance_weight=distance_weight_of(args))
     if args.json:
         print(json.dumps(result.to_json(), indent=1))
     else:

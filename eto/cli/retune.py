@@ -14,7 +14,7 @@ from ..opsets import OperatorSet, parse_vary, vary
 from ..report import format_table
 from .errors import EXIT_FAILED, EXIT_OK, CLIError
 from .ops import parse_dims
-from .plan import add_strategy_option, max_reduction_ratio_of, top_k_of
+from .plan import add_strategy_option, distance_weight_of, max_reduction_ratio_of, top_k_of
 from .tune import DEFAULT_DB, _operators, add_operator_options
 
 
@@ -41,7 +41,7 @@ def _retune(args: argparse.Namespace) -> int:
     log = None if args.quiet or args.json else (lambda m: print(f"eto: {m}", file=sys.stderr, flush=True))
     report = retune(shapes, target, db, dim=dim, trials=args.trials, instant_only=args.instant_only, log=log,
                     strategy=args.strategy, top_k=top_k_of(args), seed=args.seed,
-                    max_reduction_ratio=max_reduction_ratio_of(args),
+                    max_reduction_ratio=max_reduction_ratio_of(args), distance_weight=distance_weight_of(args),
                     plan_budget=args.plan_budget)
     if args.json:
         print(json.dumps(report.to_json(), indent=1))

@@ -17,7 +17,7 @@ from ..opsets import OperatorSet, load_opset
 from ..report import format_table
 from .errors import EXIT_FAILED, EXIT_OK, CLIError
 from .ops import add_dim_option, parse_dims
-from .plan import add_strategy_option, max_reduction_ratio_of, top_k_of
+from .plan import add_strategy_option, distance_weight_of, max_reduction_ratio_of, top_k_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
@@ -130,7 +130,8 @@ def _tune(args: argparse.Namespace) -> int:
                           num_trials_per_iter=args.trials_per_iter,
                           seed=args.seed, search=search, bridges=args.bridges, cost=args.cost,
                           strategy=args.strategy, top_k=top_k_of(args),
-                          max_reduction_ratio=max_reduction_ratio_of(args), on_batch=on_batch, hot_share=args.hot_share,
+                          max_reduction_ratio=max_reduction_ratio_of(args), distance_weight=distance_weight_of(args),
+                          on_batch=on_batch, hot_share=args.hot_share,
                           hot_factor=args.hot_factor, evolve_trials=args.evolve, method=args.method,
                           log=None if args.quiet else (lambda m: print(f"eto: {m}", file=sys.stderr, flush=True)))
         finally:

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from selector import (ROOT, LoopNestOp, analytic_cost, analytic_cost_fn, bridge_operators,
-                      build_oc_graph, replan, select_reuse_pairs)
+                      build_oc_graph, distance_preference, replan, select_reuse_pairs)
 
 
 def bmm(name, ext, **kw):
@@ -90,6 +90,40 @@ def test_tuned_operators_are_free_sources():
     assert plan.backend == () and plan.prior == ("prior",)
     assert plan.order == ("ffn1", "ffn2")        # nothing to do for the prior operator
     assert plan.edge_costs[(ROOT, "prior")] == 0
+
+
+def test_distance_preference_takes_the_near_source_and_the_plan_keeps_the_costs():
+    """A new length of a tuned matmul, and a wider matmul at that length: by cost alone the plan
+    derives the matmul from the wide one (4x away in N) for 0.5 s less; preferring near sources it
+    takes the same matmul at the old length (1.5x away in M). Edge costs stay the estimates; the
+    solver's objective is the weighed sum, the optimum over all 4 trees here (brute force)."""
+    prior = bmm("p128", [1, 128, 768, 768], tuned=True)
+    ops = [prior, bmm("a", [1, 192, 768, 768]), bmm("f", [1, 192, 3072, 768])]
+    table = {("p128", "a"): 10.5, ("p128", "f"): 12.0, ("f", "a"): 10.0, ("a", "f"): 12.5}
+    cost = table_cost(table)
+    plain = select_reuse_pairs(ops, cost_fn=cost, backend_cost=100.0, bridges="none")
+    assert plain.parent["a"] == "f" and plain.total_cost == 22.0
+    pref = distance_preference(0.2)
+    near = select_reuse_pairs(ops, cost_fn=cost, backend_cost=100.0, bridges="none", preference=pref)
+    assert near.parent == {"p128": ROOT, "a": "p128", "f": "a"}
+    assert near.total_cost == 23.0 == sum(near.edge_costs.values())  # seconds, not weights
+    by_name = {o.name: o for o in ops}
+
+    def weighed(parents):
+        return sum(table[(b, a)] * pref(by_name[a], by_name[b]) for a, b in parents.items())
+
+    trees = [{"a": pa, "f": pf} for pa in ("p128", "f") for pf in ("p128", "a") if (pa, pf) != ("f", "a")]
+    assert near.solution.cost == pytest.approx(min(weighed(t) for t in trees))
+    assert near.to_json()["solver"]["objective"] == pytest.approx(weighed({"a": "p128", "f": "a"}))
+    assert pref(by_name["a"], prior) == pytest.approx(1 + 0.2 * math.log(1.5))
+    # the weight never exceeds the backend's (a preference does not send an operator to the backend)
+    G = build_oc_graph(ops, cost_fn=cost, backend_cost=11.0, preference=distance_preference(5.0))
+    assert G.edges["p128", "a"]["weight"] == 11.0 and G.edges["p128", "f"]["weight"] == 12.0
+    assert G.edges["p128", "a"]["cost"] == 10.5
+    with pytest.raises(ValueError, match="preference of edge p128 -> a is below 1"):
+        build_oc_graph(ops, cost_fn=cost, backend_cost=100.0, preference=lambda a, b: 0.5)
+    with pytest.raises(ValueError, match="distance weight must be a finite number >= 0"):
+        distance_preference(-0.1)
 
 
 # -- select_reuse_pairs / Plan --------------------------------------------------------------------

@@ -124,6 +124,26 @@ def test_kept_tiles_change_only_what_the_new_extents_force():
     assert space.kept_extra() == space.kept_tiles() not in space.t_round()  # measured first in round T
 
 
+def test_kept_tiles_with_parallel_growth_keep_betas_outer_partition():
+    """growth="parallel" (CPU): where α's loop has room for β's two outer factors, the outermost
+    keeps β's and level 1 takes the rest (BERT's 768x768 matmul at seq 384 from seq 128: M's
+    (1, 4, 1, 32) becomes (1, 12, 1, 32), not (3, 4, 1, 32)); a shorter loop and the reduction are
+    kept as before, and on CUDA both placements are the same."""
+    beta_cfg = TileConfig("cpu", ((1, 1, 1, 1), (1, 4, 1, 32), (6, 8, 1, 16)), ((768, 1),))
+    beta = LoopNest((1, 128, 768), (768,), ())
+
+    def kept(space, growth, kind="cpu"):
+        cfg = TileConfig(kind, beta_cfg.space, beta_cfg.reduction)
+        return ReuseSpace(kind, LoopNest(space, (768,), ()), beta, cfg).kept_tiles(growth=growth)
+
+    assert kept((1, 384, 768), "outer").space == ((1, 1, 1, 1), (3, 4, 1, 32), (6, 8, 1, 16))
+    assert kept((1, 384, 768), "parallel").space == ((1, 1, 1, 1), (1, 12, 1, 32), (6, 8, 1, 16))
+    wide = kept((1, 160, 1536), "parallel")  # 160 = 5 x 32: level 1 takes the 5; N's outer 6 stays, level 1 grows
+    assert wide.space == ((1, 1, 1, 1), (1, 5, 1, 32), (6, 16, 1, 16)) and wide.reduction == ((768, 1),)
+    assert kept((1, 64, 768), "parallel") == kept((1, 64, 768), "outer")  # no room: as before
+    assert [math.prod(f) for f in kept((1, 200, 3072), "parallel").space] == [1, 200, 3072]
+
+
 def test_a_vector_tile_beta_could_not_choose_becomes_a_full_vector():
     """β (a bridge with 7 output columns) could only tile its vectorised loop by 7; α's 56 columns
     get the full-vector divisor nearest 7 (8) in the kept tiles and in every round-T candidate that
@@ -688,10 +708,22 @@ def test_runner_ups_bring_betas_other_inner_tiles_and_round_m_keeps_the_winners(
     assert count(unit, beta) == 2  # no alternates: nothing shares its unit loop
     assert count(alpha, peers[0]) == ALTERNATE_SOURCES + RUNNER_UPS  # an untuned β: the runner-ups expected
     assert LeadCount(db, target, [unit])(unit, beta) == 2 and LeadCount(None, None)(alpha, beta) == RUNNER_UPS
-    amod = IRModule({"main": alpha.prim_func()})
-    ctx = ms.TuneContext(mod=amod, target=target, space_generator="post-order-apply", search_strategy="replay-trace",
-                         task_name="alpha", num_threads=1, rand_state=0)
-    db.commit(alpha, target, [TuningRecord(ctx.generate_design_space()[0].trace, Workload(amod), [1e-3], target,
-                                           ArgInfo.from_prim_func(amod["main"]))],
-              method=PREDICTED, candidates=0, seconds=0.0)
+    def commit_one(op, method):  # one design-space program as op's result
+        omod = IRModule({"main": op.prim_func()})
+        ctx = ms.TuneContext(mod=omod, target=target, space_generator="post-order-apply",
+                             search_strategy="replay-trace", task_name="op", num_threads=1, rand_state=0)
+        db.commit(op, target, [TuningRecord(ctx.generate_design_space()[0].trace, Workload(omod), [1e-3], target,
+                                            ArgInfo.from_prim_func(omod["main"]))],
+                  method=method, candidates=1, seconds=0.0)
+
+    commit_one(alpha, PREDICTED)
     assert LeadCount(db, target, [alpha, *peers])(alpha, beta) == 1 + ALTERNATE_SOURCES + 2  # α's instant program
+
+    # once the peers are tuned, the records the pipeline hands the reuse tuner are the ones the plan counts
+    from eto.leads import leads
+
+    for op in peers[:2]:
+        commit_one(op, "backend")
+    seeds, alternates = leads(alpha, beta, best, db, target)
+    assert (len(seeds), len(alternates)) == (1, ALTERNATE_SOURCES + 2)
+    assert LeadCount(db, target)(alpha, beta) == len(seeds) + len(alternates)
