@@ -149,11 +149,9 @@ def tune(
     ``strategy`` is the reuse tuner's (``"global"``: rounds after T once; ``"per-b"``: the paper's
     loop per block count); ``top_k``: each reuse round measures its best-ranked few at a time, ranked
     by a model learned from the database (None: every candidate, as in the paper).
-    ``max_reduction_ratio``: the plan's cap on a reuse's reduction growth (:func:`eto.plan.reduction_ratio`;
-    None: none). ``distance_weight``: the plan's preference for near sources (:data:`eto.plan.DISTANCE_WEIGHT`).
-    ``hot_share``/``hot_factor``, ``evolve_trials`` and ``method``: see the module doc.
-    Given several measurers (e.g. one per RPC device), independent subtrees of the plan are tuned
-    concurrently, one measurer each (scale-out).
+    ``max_reduction_ratio`` (None: no cap) and ``distance_weight``: see :func:`eto.plan.plan_operator_set`;
+    ``hot_share``/``hot_factor``, ``evolve_trials`` and ``method``: see the module doc. Given several
+    measurers (one per RPC device), independent subtrees of the plan are tuned concurrently (scale-out).
     """
     from tuner.cost_model import LearnedRanker
     from tuner.measure import MeasureConfig, Measurer

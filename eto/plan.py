@@ -40,12 +40,13 @@ CostModel = Literal["analytic", "estimate"]
 MAX_REDUCTION_RATIO = 4.0
 #: The selection's preference for near sources (:func:`selector.distance_preference`): a reuse
 #: edge weighs ``1 + DISTANCE_WEIGHT * d`` times its seconds, d the summed |log| of the loop extents'
-#: ratios. Beyond the paper, whose selection sees cost only, so that between sources of about the
-#: same cost the plan takes the near one: E7's 39 reuses of BERT-Base at new lengths (README,
-#: "New shapes") that changed only the rows (≤ 3x) reached 0.98 of MetaSchedule at the median, the
-#: ones that changed the columns or the reduction 4x 0.83 and 0.65, and those the plan had picked
-#: at nearly the same estimated cost as the same operator at seq 128. With 0.2 a source 4x away in
-#: one loop weighs 1.28, one 1.5x away 1.08: the far one must be about 16% cheaper to be chosen.
+#: ratios. Beyond the paper, whose selection sees cost only: E7's reuses of BERT-Base at new lengths
+#: that changed only the rows (<= 3x) reached 0.98 of MetaSchedule at the median, those that changed
+#: the columns or the reduction 4x 0.83 and 0.65, and the plan had picked the latter for 0.8% less
+#: estimated time (15.35 against 15.48 s at seq 384). With 0.2 a source 4x away in one loop weighs
+#: 1.28, one 1.5x away 1.08, so the far one must be about 16% cheaper to be chosen. Measured
+#: (experiments/README.md, "The plan's preference for near sources"): seq 192 0.72 of MetaSchedule
+#: instead of 0.68, seq 384 0.99 instead of 0.85; ResNet-50 N = 100 unchanged (0.894 / 0.892).
 DISTANCE_WEIGHT = 0.2
 
 
@@ -258,8 +259,9 @@ def plan_operator_set(
     ``time_model`` (default: learned from ``database`` for ``target``, see :mod:`eto.time_model`).
     ``hot`` operators (see :func:`hot_operators`) are never derived by reuse: they are roots with a
     backend budget of ``hot_budget`` (default ``budget``), and reuse sources for the rest.
-    ``distance_weight``: the selection's preference for near sources (:data:`DISTANCE_WEIGHT`; 0: by
-    cost alone, as in the paper); the plan's costs stay estimated seconds.
+    ``max_reduction_ratio``: no reuse edge where α's reduction grows more (:func:`reduction_ratio`;
+    None: no cap). ``distance_weight``: the selection's preference for near sources
+    (:data:`DISTANCE_WEIGHT`; 0: by cost alone, as in the paper); the plan's costs stay estimated seconds.
     """
     if budget < 1:
         raise ValueError(f"budget must be positive, got {budget}")

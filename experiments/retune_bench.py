@@ -4,7 +4,8 @@ Per new size (one value of ``--vary``), in one process, one-time costs outside b
 
 * eto: ``eto.retune.retune`` on a fresh copy of ``--db`` (only that size): instant programs first,
   then reuse tuning planned over the database; its time, and the instant programs' time;
-* MetaSchedule: every operator of that size tuned from scratch with ``--trials`` trials each;
+* MetaSchedule: every operator of that size tuned from scratch with ``--trials`` trials each (or,
+  with ``--metaschedule-from``, an earlier run's databases and seconds: eto's side measured anew);
 * padded (what users do without eto): for sizes up to the database's (``--pad-to``, default the
   built-in set's default size), the stored program of the same layer at that size, run on inputs
   padded to it: the same real tokens, so its latency compares directly;
@@ -53,6 +54,10 @@ def run(args: argparse.Namespace, done: list | None = None,
     dim, values = parse_vary(args.vary)
     shapes = list(done or [])
     finished = {s["value"] for s in shapes}
+    ms_earlier: dict = {}
+    if args.metaschedule_from:
+        with open(args.metaschedule_from) as f:
+            ms_earlier = {s["value"]: s for s in json.load(f)["shapes"]}
     with Measurer.local(MeasureConfig()) as measurer:
         warm_measurer(measurer, target)
         for value, opset in vary(args.opset, dim, values):
@@ -62,7 +67,14 @@ def run(args: argparse.Namespace, done: list | None = None,
             if args.limit:  # the set's first LIMIT operators (a scaled-down run)
                 opset = OperatorSet(opset.name, opset.entries[:args.limit], opset.description)
             eto_dir, ms_dir = (os.path.join(args.work, f"{m}_{dim}{value}") for m in ("eto", "ms"))
-            for d in (eto_dir, ms_dir):
+            earlier = ms_earlier.get(value)
+            if ms_earlier and earlier is None:
+                raise SystemExit(f"--metaschedule-from {args.metaschedule_from}: no {dim}={value} there")
+            if earlier is not None:  # MetaSchedule's database and seconds from the earlier run
+                ms_dir = os.path.join(args.metaschedule_work, f"ms_{dim}{value}")
+                if not os.path.isdir(ms_dir):
+                    raise SystemExit(f"--metaschedule-work: {ms_dir} does not exist")
+            for d in (eto_dir, ms_dir) if earlier is None else (eto_dir,):
                 shutil.rmtree(d, ignore_errors=True)
             shutil.copytree(args.db, eto_dir)
             eto_db, ms_db = Database(eto_dir), Database(ms_dir)
@@ -71,9 +83,12 @@ def run(args: argparse.Namespace, done: list | None = None,
             rep = retune([(value, opset)], target, eto_db, dim=dim, trials=args.trials, measurer=measurer,
                          seed=args.seed, log=lambda m: print(f"  eto: {m}", flush=True))
             eto_s = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            tune_with_backend(opset, target, ms_db, trials=args.trials, measurer=measurer, seed=args.seed)
-            ms_s = time.perf_counter() - t0
+            if earlier is None:
+                t0 = time.perf_counter()
+                tune_with_backend(opset, target, ms_db, trials=args.trials, measurer=measurer, seed=args.seed)
+                ms_s = time.perf_counter() - t0
+            else:
+                ms_s = earlier["seconds"]["metaschedule"]
             progs = {}
             padded = padded_ops(args.opset, dim, value, args.pad_to)
             for e in opset:
@@ -115,6 +130,8 @@ def run(args: argparse.Namespace, done: list | None = None,
                      "per_operator": per_op}
             print(json.dumps({k: v for k, v in shape.items() if k != "per_operator"}), flush=True)
             shape["session"] = SESSION
+            if earlier is not None:
+                shape["metaschedule_from"] = {"result": args.metaschedule_from, "session": earlier.get("session")}
             shapes.append(shape)
             if save is not None:
                 save(summary(args, shapes, warm))
@@ -194,7 +211,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--resume", action="store_true",
                     help="keep the sizes --out already holds from a run with the same settings; run the rest")
+    ap.add_argument("--metaschedule-from", metavar="RESULT",
+                    help="eto only: MetaSchedule's databases (in --metaschedule-work) and tuning seconds from this "
+                         "earlier result of the same settings; its programs are re-measured side by side with eto's")
+    ap.add_argument("--metaschedule-work", metavar="DIR", help="the --work of the run that wrote --metaschedule-from")
     args = ap.parse_args(argv)
+    if bool(args.metaschedule_from) != bool(args.metaschedule_work):
+        ap.error("--metaschedule-from and --metaschedule-work go together")
     for k, v in SCALES[args.scale].items():
         if getattr(args, k) is None:
             setattr(args, k, v)
