@@ -46,8 +46,8 @@ Preference = Callable[[LoopNestOp, LoopNestOp], float]
 def distance_preference(weight: float) -> Preference:
     """``1 + weight * d(α, β)``, d the sum over loops of |log(α's extent / β's)|: between two sources
     of about the same cost, the nearer one is chosen (a reuse keeps β's tiles and searches near
-    them, so what it finds degrades with the distance; measured per reuse in eto's README, "Whole
-    sets"). ``weight`` 0: the paper's selection by cost alone. O(loops) per call."""
+    them, so what it finds degrades with the distance: eto's experiments/README.md, "The plan's
+    preference for near sources"). ``weight`` 0: the paper's selection by cost alone. O(loops) per call."""
     if not weight >= 0 or math.isinf(weight):
         raise ValueError(f"distance weight must be a finite number >= 0, got {weight!r}")
 
