@@ -51,9 +51,9 @@ class Instant:
 
 def shape_distance(a: Operator, b: Operator) -> float:
     """Sum of |log| extent ratios of two loop nests (inf when their loop counts differ). O(loops)."""
-    if len(a.extents) != len(b.extents):
-        return math.inf
-    return sum(abs(math.log(x / y)) for x, y in zip(a.extents, b.extents))
+    from tuner.tiling import log_distance
+
+    return log_distance(a.extents, b.extents) if len(a.extents) == len(b.extents) else math.inf
 
 
 def nearest_source(op: Operator, database: Database, target: "str | Target") -> ProgramRecord | None:

@@ -196,25 +196,27 @@ class ReuseSpace:
         2048 channels at batch 4 and 16 from batch 1): 2.2-5x faster than ``"outer"``; elsewhere
         within -10% / +5% (README, "New shapes"), so :mod:`eto.instant` times both.
         """
-        parallel = growth == "parallel" and self.kind == "cpu"
-
-        def keep(factors: Sequence[int], extent: int, lanes: int = 0, space: bool = False) -> tuple[int, ...]:
+        def keep(factors: Sequence[int], extent: int, lanes: int = 0) -> tuple[int, ...]:
             inner, rest = [], extent
             for i, f in enumerate(reversed(factors[1:])):
-                if parallel and space and len(factors) > 2 and i == len(factors) - 2 and rest >= factors[0] * f:
-                    d = rest // largest_divisor_at_most(rest, factors[0])  # level 1 takes the growth
-                elif lanes and i == 0:
-                    d = split_vector(rest, f, lanes)[1]
-                else:
-                    d = largest_divisor_at_most(rest, f)
+                d = split_vector(rest, f, lanes)[1] if lanes and i == 0 else largest_divisor_at_most(rest, f)
                 inner.append(d)
                 rest //= d
             return (rest, *reversed(inner))
 
+        def in_level1(kept: tuple[int, ...], factors: Sequence[int]) -> tuple[int, ...]:
+            rest = kept[0] * kept[1]  # what levels 0 and 1 share; level 0 keeps β's factor where it can
+            if len(kept) < 3 or rest < factors[0] * factors[1]:
+                return kept
+            outer = largest_divisor_at_most(rest, factors[0])
+            return (outer, rest // outer, *kept[2:])
+
         b, last = self.beta_cfg, len(self.alpha.space) - 1
-        return TileConfig(self.kind, tuple(keep(f, e, self.free_vector if d == last else 0, space=True)
-                                           for d, (f, e) in enumerate(zip(b.space, self.alpha.space))),
-                          tuple(keep(f, e) for f, e in zip(b.reduction, self.alpha.reduction)))
+        space = tuple(keep(f, e, self.free_vector if d == last else 0)
+                      for d, (f, e) in enumerate(zip(b.space, self.alpha.space)))
+        if growth == "parallel" and self.kind == "cpu":
+            space = tuple(in_level1(k, f) for k, f in zip(space, b.space))
+        return TileConfig(self.kind, space, tuple(keep(f, e) for f, e in zip(b.reduction, self.alpha.reduction)))
 
     def grown_tiles(self) -> TileConfig | None:
         """:meth:`kept_tiles` with each innermost space tile that β's extent capped doubled for α
