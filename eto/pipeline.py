@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Callable, Literal, Mapping, Sequence, get_args
 
 from selector import ROOT, Plan
 from tuner.faults import kill_point
-from tuner.reuse import DEFAULT_TOP_K
+from tuner.reuse import TopK, resolve_top_k
 from tuner.space import DEFAULT_STRATEGY
 
 from .database import PREDICTED, Database
@@ -136,7 +136,7 @@ def tune(
     hot_share: float | None = None,
     hot_factor: float = 2.0,
     evolve_trials: int = 0,
-    top_k: int | None = DEFAULT_TOP_K,
+    top_k: TopK = "auto",
     method: Method = "eto",
     max_reduction_ratio: float | None = MAX_REDUCTION_RATIO,
     distance_weight: float = DISTANCE_WEIGHT,
@@ -148,7 +148,8 @@ def tune(
     look too dear: plan with the budget the backend would really be given);
     ``strategy`` is the reuse tuner's (``"global"``: rounds after T once; ``"per-b"``: the paper's
     loop per block count); ``top_k``: each reuse round measures its best-ranked few at a time, ranked
-    by a model learned from the database (None: every candidate, as in the paper).
+    by a model learned from the database (None: every candidate, as in the paper; ``"auto"``: 4 on a
+    CPU, the builder's width on a GPU, :func:`tuner.reuse.default_top_k`).
     ``max_reduction_ratio`` (None: no cap) and ``distance_weight``: see :func:`eto.plan.plan_operator_set`;
     ``hot_share``/``hot_factor``, ``evolve_trials`` and ``method``: see the module doc. Given several
     measurers (one per RPC device), independent subtrees of the plan are tuned concurrently (scale-out).
@@ -161,6 +162,7 @@ def tune(
     _check_options(trials=trials, evolve_trials=evolve_trials, hot_share=hot_share, hot_factor=hot_factor,
                    method=method)
     target = parse_target(target)
+    top_k = resolve_top_k(top_k, target)
     export_threads()
     start = time.perf_counter()
     hot = hot_operators(opset, hot_share) if hot_share is not None else frozenset()

@@ -30,6 +30,7 @@ from .time_model import TimeModel, learn_time_model
 
 if TYPE_CHECKING:  # pragma: no cover
     from .database import Database
+    from tuner.reuse import TopK
     from tuner.space import Strategy
 
     from .target import TargetKind
@@ -244,7 +245,7 @@ def plan_operator_set(
     hot: Collection[Operator] = (),
     hot_budget: int | None = None,
     strategy: "Strategy" = DEFAULT_STRATEGY,
-    top_k: int | None = None,
+    top_k: "TopK" = None,
     time_model: TimeModel | None = None,
     max_reduction_ratio: float | None = MAX_REDUCTION_RATIO,
     distance_weight: float = DISTANCE_WEIGHT,
@@ -253,7 +254,8 @@ def plan_operator_set(
 
     ``cost_fn`` estimates the candidates of tuning α from β; by default ``cost`` picks it:
     ``"estimate"`` is the tuner's trial estimator for the reuse tuner's ``strategy`` and ``top_k``
-    (the ranked few per round; None or a budget too small to train the ranker: every candidate)
+    (the ranked few per round, ``"auto"`` as :func:`tuner.reuse.default_top_k` gives it for ``target``;
+    None or a budget too small to train the ranker: every candidate)
     (reads every operator's program), ``"analytic"`` the selector's TVM-free stand-in
     (milliseconds). The backend costs ``budget`` trials per operator. Candidates become seconds by
     ``time_model`` (default: learned from ``database`` for ``target``, see :mod:`eto.time_model`).
@@ -279,8 +281,10 @@ def plan_operator_set(
         def operator_of(n: LoopNestOp) -> Operator | None:
             return names.get(n.name) or catalogue(n)
 
+        from tuner.reuse import resolve_top_k
+
         # a backend run too short to train the ranker leaves the reuse tuner measuring everything
-        counted = top_k if budget >= LearnedRanker.MIN_SAMPLES else None
+        counted = resolve_top_k(top_k, parse_target(target or "cpu")) if budget >= LearnedRanker.MIN_SAMPLES else None
         cost_fn = estimator_cost_fn(operator_of, kind, budget, strategy=strategy, top_k=counted,
                                     limits=target_limits(kind, parse_target(target) if target is not None else None),
                                     leads=LeadCount(database, target, names.values(), tuned=tuned))

@@ -214,7 +214,7 @@ def test_plans_cost_the_strategy_that_tuning_runs(tmp_path):
     top_k = {f.__name__: inspect.signature(f).parameters["top_k"].default for f in (reuse_tune, eto.pipeline.tune)}
     top_k["eto tune"] = parser.parse_args(["tune"]).top_k
     top_k["eto plan"] = parser.parse_args(["plan"]).top_k
-    assert set(top_k.values()) == {DEFAULT_TOP_K}, top_k
+    assert set(top_k.values()) == {"auto"}, top_k
 
     class Planned(Exception):
         pass
@@ -231,6 +231,26 @@ def test_plans_cost_the_strategy_that_tuning_runs(tmp_path):
             eto.pipeline.tune(load_opset("bert_base"), "cpu", Database(tmp_path / strategy), strategy=strategy,
                               top_k=3)
         assert planned.value.args == (strategy, 3)
+    # "auto": the planner gets the number the reuse tuner will run on that target
+    for target, workers, k in (("cpu", 16, DEFAULT_TOP_K), ("nvidia/nvidia-h100", 16, 16),
+                               ("nvidia/nvidia-h100", 2, DEFAULT_TOP_K)):
+        with pytest.MonkeyPatch.context() as mp, pytest.raises(Planned) as planned:
+            mp.setattr(eto.pipeline, "plan_operator_set", plan_and_stop)
+            mp.setattr("tuner.reuse.physical_cores", lambda: workers)
+            eto.pipeline.tune(load_opset("bert_base"), target, Database(tmp_path / f"{workers}"))
+        assert planned.value.args == (DEFAULT_STRATEGY, k), (target, workers)
+
+
+def test_top_k_option_takes_auto_a_number_or_zero_and_names_a_bad_value(capsys):
+    from eto.cli import build_parser, main
+    from eto.cli.plan import top_k_of
+
+    parser = build_parser()
+    assert [top_k_of(parser.parse_args(["tune", *a])) for a in ([], ["--top-k", "8"], ["--top-k", "0"])] == \
+        ["auto", 8, None]
+    for bad in ("-1", "many"):
+        assert main(["plan", "--opset", "bert_base", "--cost", "analytic", "--top-k", bad]) == 2
+        assert f"--top-k must be 'auto' or a number >= 0, got '{bad}'" in capsys.readouterr().err
 
 
 def test_the_plan_roots_the_operator_whose_backend_trials_are_cheap():

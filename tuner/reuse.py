@@ -27,9 +27,10 @@ import math
 import random
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping, Sequence
 
 from .faults import kill_point
+from .measure import physical_cores
 from .features import Kind, LoopNest, TileConfig
 from .space import DEFAULT_STRATEGY, RangeName, ReuseSpace, Strategy, default_ranges, target_limits
 from .tiling import achievable_products, largest_divisor_at_most
@@ -43,11 +44,39 @@ if TYPE_CHECKING:  # pragma: no cover
     from .cost_model import LearnedRanker
     from .measure import Measurer
 
-#: Candidates measured at a time when a learned ranker orders a round (see :func:`ranked_batches`).
+#: Candidates measured at a time when a learned ranker orders a round on a CPU (see
+#: :func:`ranked_batches` and :func:`default_top_k`).
 DEFAULT_TOP_K = 4
+#: ``top_k`` as the APIs take it: a number, None (measure every candidate, as in the paper) or
+#: ``"auto"`` (:func:`default_top_k` of the target).
+TopK = int | None | Literal["auto"]
 #: A batch must beat the best so far by this fraction to earn the round another batch: smaller
 #: gains are within the run-to-run noise of a measurement on this machine.
 MIN_GAIN = 0.02
+
+
+def default_top_k(target: "Target", build_workers: int | None = None) -> int:
+    """How many ranked candidates a reuse round measures at a time on ``target``.
+
+    A batch on a CPU costs about the sum of its candidates' runs, so small batches
+    (:data:`DEFAULT_TOP_K`) let a round stop after few. On a GPU a batch costs the build's latency:
+    nvcc takes seconds per kernel and the builder's ``build_workers`` (default: the host's physical
+    cores) compile a batch in parallel, while each run takes milliseconds (on an H100 host with 16
+    cores a batch of 1-4 took 2.5 s + 0.14 s per candidate, experiments/README.md "On a GPU"), so a
+    batch as wide as the builder costs about what one candidate does.
+    """
+    if target.kind.name != "cuda":
+        return DEFAULT_TOP_K
+    return max(DEFAULT_TOP_K, build_workers or physical_cores())
+
+
+def resolve_top_k(top_k: TopK, target: "Target") -> int | None:
+    """``top_k`` as the tuner runs it: ``"auto"`` becomes :func:`default_top_k` of ``target``."""
+    if top_k == "auto":
+        return default_top_k(target)
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be a positive number, None or 'auto', got {top_k!r}")
+    return top_k
 
 
 def ranked_batches(ranked: Sequence[Any], k: int, incumbent: float, min_gain: float) -> Iterator[list[Any]]:
@@ -399,7 +428,7 @@ class _Session:
 def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target", measurer: "Measurer", *,
                vector_lanes: int = 8, strategy: Strategy = DEFAULT_STRATEGY,
                ranges: RangeName | None = None, ranker: "LearnedRanker | None" = None,
-               history: Sequence["TuningRecord"] = (), top_k: int | None = DEFAULT_TOP_K,
+               history: Sequence["TuningRecord"] = (), top_k: TopK = "auto",
                known: "Mapping[str, float] | None" = None,
                on_measured: "Callable[[list[TuningRecord], int, float], None] | None" = None,
                seeds: Sequence["TuningRecord"] = (), alternates: Sequence["TuningRecord"] = ()) -> ReuseResult:
@@ -408,7 +437,8 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
     Every candidate is built and timed by ``measurer``; the result's record carries the median of
     the measured repeats as its run time. ``ranker`` (shared across a run, so it keeps learning)
     is first trained on ``history`` (measured records, e.g. β's whole backend run); then each
-    round measures its ``top_k`` best-ranked candidates at a time (:meth:`ReuseTuner.tune`). Its
+    round measures its ``top_k`` best-ranked candidates at a time (:meth:`ReuseTuner.tune`; ``"auto"``:
+    :func:`default_top_k`). Its
     seconds and trajectory count from before α's design space is generated, as a MetaSchedule
     run's do, and include training the ranker.
 
@@ -443,7 +473,7 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
                         time.perf_counter() - t0)
         return out
 
-    res = tuner.tune(measure, strategy=strategy, ranker=ranker, top_k=top_k, seeds=seed_cfgs)
+    res = tuner.tune(measure, strategy=strategy, ranker=ranker, top_k=resolve_top_k(top_k, target), seeds=seed_cfgs)
     return replace(res, seconds=setup + res.seconds, trajectory=tuple(p.after(setup, 0) for p in res.trajectory))
 
 

@@ -25,10 +25,11 @@ def add_strategy_option(p: argparse.ArgumentParser, *, suffix: str = "") -> None
     p.add_argument("--strategy", default=DEFAULT_STRATEGY, choices=list(get_args(Strategy)),
                    help="reuse tuner: rounds after T once (global) or per block count as in the paper (per-b); "
                         "plans estimate the same" + suffix)
-    p.add_argument("--top-k", type=int, default=DEFAULT_TOP_K, metavar="K",
+    p.add_argument("--top-k", default="auto", metavar="K",
                    help=f"reuse tuner: measure each round's K best-ranked candidates at a time, ranked by a model "
-                        f"learned from the database (default {DEFAULT_TOP_K}; 0: measure every candidate, as in "
-                        f"the paper); plans estimate the same" + suffix)
+                        f"learned from the database (default auto: {DEFAULT_TOP_K} on a CPU, on a GPU as many as the "
+                        f"builder compiles at once; 0: measure every candidate, as in the paper); plans estimate "
+                        f"the same" + suffix)
     p.add_argument("--max-reduction-ratio", type=float, default=MAX_REDUCTION_RATIO, metavar="R",
                    help=f"plan: no reuse edge where the operator's reduction is more than R times its source's "
                         f"(default {MAX_REDUCTION_RATIO:g}, measured: such reuses lose quality; inf lifts it)" + suffix)
@@ -53,11 +54,17 @@ def distance_weight_of(args: argparse.Namespace) -> float:
     return w
 
 
-def top_k_of(args: argparse.Namespace) -> int | None:
-    """``--top-k`` as the API takes it (None: measure everything)."""
-    if args.top_k < 0:
-        raise CLIError(f"--top-k must be >= 0, got {args.top_k}")
-    return args.top_k or None
+def top_k_of(args: argparse.Namespace) -> "int | None | str":
+    """``--top-k`` as the API takes it (None: measure everything; ``"auto"``: by target)."""
+    if args.top_k == "auto":
+        return "auto"
+    try:
+        k = int(args.top_k)
+    except ValueError:
+        k = -1
+    if k < 0:
+        raise CLIError(f"--top-k must be 'auto' or a number >= 0, got {args.top_k!r}")
+    return k or None
 
 
 def _solve_graph(args: argparse.Namespace) -> int:
