@@ -56,12 +56,12 @@ class Line:
 #: design space, ranker training on β's programs -- plus about 0.45 s per candidate, growing
 #: more slowly with size than a backend trial because ranked candidates are the good ones).
 #: CUDA: host-side search and nvcc dominate, not the operator's size; fitted on the BERT-Base set
-#: benchmark on an H200 with 16 host cores (experiments/results/set_bench_bert_base_N32_h200.json: 6
-#: MetaSchedule runs, 1.06-1.30 s per trial; 6 reuses of 14-21 candidates, 15.5-22.0 s), in line
-#: with the single-pair run on an H100 (reuse_pairs_gpu_h100.json: 1.3 s per trial).
+#: benchmark on an H200 with 16 host cores, reuses measuring 16 ranked candidates a batch
+#: (``top_k="auto"``; experiments/results/set_bench_bert_base_N64_h200.json: MetaSchedule 0.90 s per
+#: trial over 320; 4 reuses of 16-31 candidates, 15.2-25.0 s, least squares 4.3 s + 0.65 s each).
 DEFAULTS: Mapping[str, tuple[Line, Line]] = {
     "cpu": (Line(0.0, 0.68, 1.8), Line(4.0, 0.45, 0.4)),
-    "cuda": (Line(0.0, 1.1), Line(3.7, 0.85)),
+    "cuda": (Line(0.0, 0.9), Line(4.3, 0.65)),
 }
 #: Results needed before a fitted line replaces the default (fewer: the default's shape is kept
 #: and only the ratio of the recorded seconds to it is learned).
