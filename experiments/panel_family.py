@@ -9,6 +9,11 @@ each length, and times it side by side with the source database's best at 128 (m
 interleaved re-measurements).
 
     python experiments/panel_family.py --db DB128 --donor DB_OF_MS_AT_256 --donor-seq 256 --seqs 128 192 256
+
+``--gets SEQ``: instead, derive the family at SEQ from the source's own sketch through GetS, as a
+reuse would (``tuner.reuse.ReuseTuner``: the sketch replayed without post-processing, then
+MetaSchedule's postprocessors): β's kept tiles, and the rows whole with β's or the donor's column
+and reduction tiles, at each unroll value; timed in-process (best of 2 medians of 5 calls).
 """
 
 import argparse
@@ -41,16 +46,44 @@ def with_tiles(trace_json, mod, tiles: list[list[int]]):
     return sch.mod
 
 
+def through_gets(db: str, seq: int, target) -> None:
+    from eto.instant import _time
+    from tuner.apply import build
+    from tuner.features import TileConfig
+    from tuner.reuse import ReuseTuner, _built
+
+    alpha = matmul(seq)
+    tuner = ReuseTuner(alpha.prim_func(), Database(db, readonly=True).best(matmul(128), target).tuning_record,
+                       target)
+    kept, inputs = tuner.space.kept_tiles(), alpha.random_inputs(0)
+    variants = [("beta's tiles kept", kept)]
+    for n in (kept.space[2], (6, 4, 2, 16)):
+        for k in (kept.reduction[0], (384, 8)):
+            variants.append((f"rows whole, N {n}, K {k}",
+                             TileConfig("cpu", (kept.space[0], (1, 1, seq, 1), tuple(n)), (tuple(k),))))
+    for name, cfg in variants:
+        for u, value in enumerate(tuner.unroll_values):
+            cand = tuner._cand(cfg, unroll=u)
+            if not _built(tuner, cand):
+                print(f"{name}, unroll {value}: not built")
+                continue
+            t = min(_time(build(cand.sch.mod, target), inputs, alpha) for _ in range(2))
+            print(f"seq {seq}  {t * 1e6:8.0f} us  {t * 1e6 / seq:6.2f} us/row  {name}, unroll {value}")
+
+
 def main() -> None:
     import tvm
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--db", required=True, help="the source database (seq 128)")
-    ap.add_argument("--donor", required=True, help="MetaSchedule's database at --donor-seq")
+    ap.add_argument("--donor", help="MetaSchedule's database at --donor-seq")
     ap.add_argument("--donor-seq", type=int, default=256)
     ap.add_argument("--seqs", type=int, nargs="+", default=[128, 192, 256])
+    ap.add_argument("--gets", type=int, metavar="SEQ", help="derive the family at SEQ through GetS instead")
     args = ap.parse_args()
     target = cpu_target()
+    if args.gets:
+        return through_gets(args.db, args.gets, target)
     donor = Database(args.donor, readonly=True).best(matmul(args.donor_seq), target, predicted=False)
     trace = json.loads(open(f"{args.donor}/database_tuning_record.json").read().splitlines()[donor.line])[1][0]
     dec = dict((d[0], d[1]) for d in trace[1])
