@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Callable, Literal, Mapping, Sequence, get_args
 
 from selector import ROOT, Plan
 from tuner.faults import kill_point
-from tuner.reuse import TopK, resolve_top_k
+from tuner.ranked import TopK, resolve_top_k
 from tuner.space import DEFAULT_STRATEGY
 
 from .database import PREDICTED, Database
@@ -49,7 +49,7 @@ from .opsets import OperatorEntry, OperatorSet
 from .leads import leads
 from .plan import (DISTANCE_WEIGHT, MAX_REDUCTION_RATIO, BridgeOption, CostModel, OperatorPlan, hot_operators,
                    plan_operator_set, plan_selective)
-from .target import target_key
+from .target import export_threads, parse_target, target_key
 from .tuning import OperatorReport, SetProgress, TuneReport, checkable_here, gated, report_row, tune_with_backend
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -147,17 +147,14 @@ def tune(
     the OC graph's root-edge cost (a small ``trials`` for a quick run would make every reuse edge
     look too dear: plan with the budget the backend would really be given);
     ``strategy`` is the reuse tuner's (``"global"``: rounds after T once; ``"per-b"``: the paper's
-    loop per block count); ``top_k``: each reuse round measures its best-ranked few at a time, ranked
-    by a model learned from the database (None: every candidate, as in the paper; ``"auto"``: 4 on a
-    CPU, the builder's width on a GPU, :func:`tuner.reuse.default_top_k`).
+    loop per block count); ``top_k``: how many of a reuse round's best-ranked candidates are measured at a
+    time (:func:`tuner.ranked.resolve_top_k`; None: every candidate, as in the paper).
     ``max_reduction_ratio`` (None: no cap) and ``distance_weight``: see :func:`eto.plan.plan_operator_set`;
     ``hot_share``/``hot_factor``, ``evolve_trials`` and ``method``: see the module doc. Given several
     measurers (one per RPC device), independent subtrees of the plan are tuned concurrently (scale-out).
     """
     from tuner.cost_model import LearnedRanker
     from tuner.measure import MeasureConfig, Measurer
-
-    from .target import export_threads, parse_target
 
     _check_options(trials=trials, evolve_trials=evolve_trials, hot_share=hot_share, hot_factor=hot_factor,
                    method=method)

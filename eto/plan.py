@@ -30,7 +30,7 @@ from .time_model import TimeModel, learn_time_model
 
 if TYPE_CHECKING:  # pragma: no cover
     from .database import Database
-    from tuner.reuse import TopK
+    from tuner.ranked import TopK
     from tuner.space import Strategy
 
     from .target import TargetKind
@@ -254,7 +254,7 @@ def plan_operator_set(
 
     ``cost_fn`` estimates the candidates of tuning α from β; by default ``cost`` picks it:
     ``"estimate"`` is the tuner's trial estimator for the reuse tuner's ``strategy`` and ``top_k``
-    (the ranked few per round, ``"auto"`` as :func:`tuner.reuse.default_top_k` gives it for ``target``;
+    (the ranked few per round, ``"auto"`` as :func:`tuner.ranked.default_top_k` gives it for ``target``;
     None or a budget too small to train the ranker: every candidate)
     (reads every operator's program), ``"analytic"`` the selector's TVM-free stand-in
     (milliseconds). The backend costs ``budget`` trials per operator. Candidates become seconds by
@@ -281,7 +281,7 @@ def plan_operator_set(
         def operator_of(n: LoopNestOp) -> Operator | None:
             return names.get(n.name) or catalogue(n)
 
-        from tuner.reuse import resolve_top_k
+        from tuner.ranked import resolve_top_k
 
         # a backend run too short to train the ranker leaves the reuse tuner measuring everything
         counted = resolve_top_k(top_k, parse_target(target or "cpu")) if budget >= LearnedRanker.MIN_SAMPLES else None

@@ -59,7 +59,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _bench import SESSION, open_run, warm_measurer, warm_up  # noqa: E402
 from _env import environment  # noqa: E402
-from tuner.reuse import DEFAULT_TOP_K  # noqa: E402
+from tuner.ranked import DEFAULT_TOP_K  # noqa: E402
 from tuner.space import DEFAULT_STRATEGY, default_ranges  # noqa: E402
 
 # (type, params) lists per scale. Conv2d operators are chosen so that many ordered pairs satisfy

@@ -104,7 +104,7 @@ def test_plan_with_the_tuners_trial_estimator(capsys, strategy):
     from eto.time_model import DEFAULTS
     from tuner.estimate import estimate_trials
     from tuner.features import loop_nest_of, major_block
-    from tuner.reuse import DEFAULT_TOP_K
+    from tuner.ranked import DEFAULT_TOP_K
 
     d = plan_json(capsys, "--opset", "bert_base", "--bridges", "none", "--cost", "estimate", "--strategy", strategy)
     ops = {e.op.name: e.op for e in builtin_opset("bert_base")}
@@ -202,7 +202,8 @@ def test_plans_cost_the_strategy_that_tuning_runs(tmp_path):
     from eto.cli import build_parser
     from eto.plan import plan_operator_set
     from tuner.estimate import estimate_trials
-    from tuner.reuse import DEFAULT_TOP_K, reuse_tune
+    from tuner.ranked import DEFAULT_TOP_K
+    from tuner.reuse import reuse_tune
     from tuner.space import DEFAULT_STRATEGY
 
     defaults = {f.__name__: inspect.signature(f).parameters["strategy"].default
@@ -236,7 +237,7 @@ def test_plans_cost_the_strategy_that_tuning_runs(tmp_path):
                                ("nvidia/nvidia-h100", 2, DEFAULT_TOP_K)):
         with pytest.MonkeyPatch.context() as mp, pytest.raises(Planned) as planned:
             mp.setattr(eto.pipeline, "plan_operator_set", plan_and_stop)
-            mp.setattr("tuner.reuse.physical_cores", lambda: workers)
+            mp.setattr("tuner.ranked.physical_cores", lambda: workers)
             eto.pipeline.tune(load_opset("bert_base"), target, Database(tmp_path / f"{workers}"))
         assert planned.value.args == (DEFAULT_STRATEGY, k), (target, workers)
 

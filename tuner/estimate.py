@@ -43,7 +43,7 @@ class TrialEstimate:
 
 
 #: The chance that a ranked batch beats the best so far enough to earn its round another batch
-#: (:func:`tuner.reuse.ranked_batches`); a plan refines it from what its database recorded.
+#: (:func:`tuner.ranked.ranked_batches`); a plan refines it from what its database recorded.
 CONTINUE_RATE = 0.3
 
 

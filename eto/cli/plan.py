@@ -20,7 +20,7 @@ from .errors import EXIT_OK, CLIError
 
 def add_strategy_option(p: argparse.ArgumentParser, *, suffix: str = "") -> None:
     """``--strategy`` and ``--top-k``: one copy for ``eto tune`` and ``eto plan``, so plans cost what tuning runs."""
-    from tuner.reuse import DEFAULT_TOP_K
+    from tuner.ranked import DEFAULT_TOP_K
 
     p.add_argument("--strategy", default=DEFAULT_STRATEGY, choices=list(get_args(Strategy)),
                    help="reuse tuner: rounds after T once (global) or per block count as in the paper (per-b); "

@@ -8,7 +8,7 @@ import pytest
 from eto.operators import Operator
 from eto.target import cpu_target
 from tuner.estimate import ranked_count, trials_for_config
-from tuner.reuse import ranked_batches
+from tuner.ranked import ranked_batches
 
 tvm = pytest.importorskip("tvm")
 
