@@ -110,6 +110,8 @@ def count_trials(space: ReuseSpace, *, unroll_values: Sequence[int], fetch_lanes
 
     # after a lead, round T has an incumbent: its first batch is measured, the rest only if it improves
     total = lead + ranked_count(n_slots, top_k, open_round=not lead, continue_rate=continue_rate)
+    # round "panel" (tuner.panel): once, against round T's best
+    total += ranked_count(len(space.panel_round()), top_k, open_round=False, continue_rate=continue_rate)
     current = len(unroll_values) - 1 if beta_unroll is None else beta_unroll
     one = fetch_lanes.index(1) if 1 in fetch_lanes else None
     for bs, t in _followed(groups, n_slots, per_b=strategy == "per-b"):

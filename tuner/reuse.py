@@ -3,7 +3,8 @@
 Given a reuse pair (α, β) and β's best program S*_β, it derives α's program by a hierarchical
 search over B, T and M instead of sampling the whole space. The rounds' candidates are enumerated
 by :class:`tuner.space.ReuseSpace` (equations 1-3, GetBShape / GetTShape / GetLShape); this module
-measures them, round by round, keeping the best: T, M, unroll, then the cooperative-fetch vector
+measures them, round by round, keeping the best: T, (CPU) the register-blocked panel of
+:mod:`tuner.panel`, M, unroll, then the cooperative-fetch vector
 lengths. Decisions outside the major loop nest (composite sketches, other sketch types) are tuned
 last, sub-sketch by sub-sketch (:mod:`tuner.subsketch`, section 5.2).
 
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .faults import kill_point
+from .panel import unroll_covering
 from .ranked import DEFAULT_TOP_K, MIN_GAIN, TopK, ranked_batches, resolve_top_k
 from .features import Kind, LoopNest, TileConfig
 from .space import DEFAULT_STRATEGY, RangeName, ReuseSpace, Strategy, default_ranges, target_limits
@@ -248,6 +250,13 @@ class ReuseTuner:
             # no B/T in range is admissible for α: start from β's own shape scaled to α
             measured = run([self._cand(c) for c in self._fallback()], "fallback")
         groups: dict[int, _Cand] = {}
+        if self.has_mlt:  # round "panel" once, from round T's best (tuner.panel)
+            done = [c for c in measured if math.isfinite(c.latency)]
+            if done:
+                best_t = min(done, key=lambda c: c.latency)
+                panel = [(cfg, unroll_covering(cfg, self.unroll_values)) for cfg in self.space.panel_round()]
+                measured += run([best_t.but(cfg=cfg, unroll=best_t.unroll if u is None else u)
+                                 for cfg, u in panel if self._fits(cfg)], "panel", best_t.latency)
         for c in measured:
             key = c.cfg.B if strategy == "per-b" and c.cfg is not None else 0
             if key not in groups or c.latency < groups[key].latency:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Literal, Sequence
 
 from .cost_model import bshape_cost, cpu_cache_bytes, tshape_cost
 from .features import Kind, LoopNest, TileConfig, cached_property
+from .panel import panel_configs
 from .tiling import (MAX_INNERMOST, achievable_products, divisors, factorizations, largest_divisor_at_most,
                      log_distance, split_inner, split_vector)
 
@@ -350,6 +351,10 @@ class ReuseSpace:
         width = self.alpha.inputs[input_index].dtype_bytes if input_index < len(self.alpha.inputs) else 4
         # global memory accesses are 1, 2, 4, 8 or 16-byte words
         return [i for i, n in enumerate(lanes) if i != current and n * width in (2, 4, 8, 16)]
+
+    def panel_round(self) -> list[TileConfig]:
+        """Round "panel" (CPU, beyond the paper): :func:`tuner.panel.panel_configs` for α."""
+        return list(panel_configs(self.kind, self.alpha, self.kept_tiles(), self.vector_lanes, self.cache_bytes))
 
     def m_round(self, best: TileConfig) -> list[TileConfig]:
         """Round M: other LShapes of ``best`` whose M lies in the equation-3 range, ``best``'s inner

@@ -1,0 +1,96 @@
+"""Round "panel" (beyond the paper, tuner.panel): which nests get it, its tilings, its unroll, and that
+the trial estimator counts what the tuner measures with it."""
+
+import math
+
+import pytest
+
+from eto.operators import Operator
+from eto.target import cpu_target
+from tuner.estimate import trials_for_config
+from tuner.panel import panel_configs, unroll_covering
+
+tvm = pytest.importorskip("tvm")
+
+#: BERT-Base's feed-forward matmul at a new length: 9.4 MB of weights, read along the columns only
+FFN = Operator.create("BMM", B=1, M=256, N=768, K=3072)
+FFN_SOURCE = Operator.create("BMM", B=1, M=128, N=768, K=3072)
+
+
+@pytest.fixture
+def ffn_tuner(monkeypatch):
+    from tests.tuner.test_reuse_tuner import sampled_record
+    from tuner.reuse import ReuseTuner
+
+    monkeypatch.setenv("ETO_CPU_CACHE_BYTES", str(1 << 20))
+    target = cpu_target()
+    return ReuseTuner(FFN.prim_func(), sampled_record(FFN_SOURCE, target), target, ranges="cpu")
+
+
+def test_panel_keeps_the_rows_whole_and_tiles_alpha_exactly(ffn_tuner):
+    space = ffn_tuner.space
+    configs = space.panel_round()
+    assert len(configs) == 8 and len(set(configs)) == 8  # 2 vector widths x 2 tiles x 2 chunks
+    for cfg in configs:
+        assert all(math.prod(f) == e for f, e in zip(cfg.space + cfg.reduction, FFN.extents))
+        batch, rows, cols = cfg.space
+        assert rows == (1, 1, 256, 1) and batch == (1, 1, 1, 1)
+        assert cols[1] == 1 and cols[2] in (1, 2) and cols[3] in (8, 16)  # threads split the columns only
+        assert cfg.reduction[0][1] in (4, 8)
+    assert {(c.space[2][2], c.space[2][3], c.reduction[0][1]) for c in configs} == \
+        {(n, v, k) for n in (1, 2) for v in (8, 16) for k in (4, 8)}
+    # no panel: on CUDA, where no input outgrows the cache, or with the cache model off
+    assert panel_configs("cuda", space.alpha, space.kept_tiles(), 8, 1 << 20) == ()
+    assert panel_configs("cpu", space.alpha, space.kept_tiles(), 8, 16 << 20) == ()
+    assert panel_configs("cpu", space.alpha, space.kept_tiles(), 8, 0) == ()
+
+
+def test_attention_matmuls_get_no_panel(monkeypatch):
+    """A head's operands (12 x 256 x 64 floats, 786 KB) fit the cache: nothing for a panel to keep."""
+    from tests.tuner.test_reuse_tuner import sampled_record
+    from tuner.reuse import ReuseTuner
+
+    monkeypatch.setenv("ETO_CPU_CACHE_BYTES", str(1 << 20))
+    target = cpu_target()
+    alpha, beta = Operator.create("BMM", B=12, M=256, N=256, K=64), Operator.create("BMM", B=12, M=128, N=128, K=64)
+    assert ReuseTuner(alpha.prim_func(), sampled_record(beta, target), target).space.panel_round() == []
+
+
+def test_the_panel_unroll_covers_its_register_block(ffn_tuner):
+    configs = {(c.space[2][2], c.reduction[0][1]): c for c in ffn_tuner.space.panel_round()}
+    options = [0, 16, 64, 512]
+    assert unroll_covering(configs[(2, 8)], options) == 1  # 2 tiles x 8 chunk = 16 iterations
+    assert unroll_covering(configs[(1, 4)], options) == 1
+    assert unroll_covering(configs[(2, 8)], [0, 8]) == 1  # none covers it: the largest
+    assert unroll_covering(configs[(2, 8)], []) is None
+
+
+def test_the_tuner_measures_the_panel_round_and_the_estimator_counts_it(ffn_tuner):
+    """Nothing improves after β's kept tiles: the tuner measures them, k of round T, k of the panel
+    round and k of each later round, which is what the estimator counts with a zero continue rate."""
+    tuner, k = ffn_tuner, 3
+
+    class InOrder:
+        trained = True
+
+        def knows(self, mod):
+            return True
+
+        def rank(self, mod, schedules):
+            return list(range(len(schedules)))
+
+        def observe(self, mod, schedules, seconds):
+            pass
+
+    batches = []
+
+    def dry_measure(schedules):
+        batches.append(len(schedules))
+        return [1.0 if len(batches) == 1 else 2.0 for _ in schedules]
+
+    res = tuner.tune(dry_measure, strategy="global", ranker=InOrder(), top_k=k)
+    assert res.rounds.get("panel") == k and res.invalid == 0
+    estimated = trials_for_config("cpu", tuner.alpha, tuner.beta, tuner.beta_cfg, strategy="global",
+                                  unroll_values=tuner.unroll_values, beta_unroll=tuner.beta_unroll, ranges="cpu",
+                                  top_k=k, continue_rate=0.0)
+    assert estimated == res.candidates

@@ -1,0 +1,85 @@
+"""Round "panel" (CPU, beyond the paper): the register-blocked panel of a matmul-like loop nest.
+
+MetaSchedule's CPU programs for BERT-Base's feed-forward matmul [L x 3072] x [3072 x 768] fall into
+two families. Most of its 200-trial runs split the L rows between threads, so each thread streams
+all 9.4 MB of weights; at seq 192 and 256 it happened on the other: all L rows in one inner tile
+(level 2 of SSRSRS, inside the outer reduction loop), the threads splitting only the vectorised
+columns, so a k-chunk of a column panel of the weights sits in registers while every row passes.
+Replayed at every length that family runs 23-26 us per row against 41-47 for MetaSchedule's own
+programs at 128 and 384 (experiments/README.md, "panel_family.py"). It wins only as a whole -- the
+rows whole, an inner column tile of one or two vectors in one or two registers, an inner reduction
+chunk, and an unroll that covers them -- and each part alone is slower than β's tiles, so
+Algorithm 1's rounds, which change one decision at a time from β's program, do not reach it.
+Round "panel" tries the combinations, ranked and measured like any other round.
+
+It applies where a panel can pay: some input (the weights) is larger than a core's private cache,
+is read along the vectorised loop and not along another space loop (the rows), and the rows'
+accumulators of the widest panel fit that cache.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Sequence
+
+from .features import Kind, LoopNest, TileConfig
+
+#: Vectors per inner column tile (SSRSRS level 3), inner column tiles per row (level 2), inner
+#: reduction chunks: the panel's register block is (tiles x vectors) wide and runs a chunk per step.
+PANEL_VECTORS = (1, 2)
+PANEL_TILES = (1, 2)
+PANEL_CHUNKS = (4, 8)
+
+
+def panel_rows(alpha: LoopNest, lanes: int, cache_bytes: int) -> int | None:
+    """The space loop a panel keeps whole in one inner tile: the longest loop (not the vectorised
+    last one) along which some input larger than ``cache_bytes`` is not read while it is read along
+    the vectorised loop; None when there is none, or the widest panel's accumulators for it would
+    not fit the cache. O(inputs x loops)."""
+    last = len(alpha.space) - 1
+    if last < 1 or not alpha.reduction or cache_bytes <= 0:
+        return None
+    rows = None
+    for acc in alpha.inputs:
+        if math.prod(acc.shape) * acc.dtype_bytes <= cache_bytes or not any(c[last] for c in acc.coeffs):
+            continue
+        for d in range(last):
+            if alpha.space[d] > 1 and not any(c[d] for c in acc.coeffs) and \
+                    (rows is None or alpha.space[d] > alpha.space[rows]):
+                rows = d
+    widest = max(PANEL_TILES) * max(PANEL_VECTORS) * lanes * 4
+    return rows if rows is not None and alpha.space[rows] * widest <= cache_bytes else None
+
+
+def panel_configs(kind: Kind, alpha: LoopNest, kept: TileConfig, lanes: int, cache_bytes: int
+                  ) -> tuple[TileConfig, ...]:
+    """Round "panel"'s tile configurations of α: the rows whole at level 2, the vectorised loop
+    (rest, 1, tiles, vectors x ``lanes``), the last reduction loop (rest, chunk) and the others
+    outer; other space loops as ``kept`` (β's tiles kept on α's loops). Only CPU configurations
+    of four space and two reduction levels, and only splits that divide α's extents. O(choices)."""
+    if kind != "cpu" or any(len(f) != 4 for f in kept.space) or any(len(f) != 2 for f in kept.reduction):
+        return ()
+    rows = panel_rows(alpha, lanes, cache_bytes)
+    if rows is None:
+        return ()
+    last, cols, red = len(alpha.space) - 1, alpha.space[-1], alpha.reduction
+    out: list[TileConfig] = []
+    for v, n, k in itertools.product(PANEL_VECTORS, PANEL_TILES, PANEL_CHUNKS):
+        width = n * v * lanes
+        if cols % width or red[-1] % k:
+            continue
+        space = tuple((1, 1, e, 1) if d == rows else (cols // width, 1, n, v * lanes) if d == last else f
+                      for d, (e, f) in enumerate(zip(alpha.space, kept.space)))
+        reduction = tuple((e // k, k) if i == len(red) - 1 else (e, 1) for i, e in enumerate(red))
+        out.append(TileConfig(kind, space, reduction))
+    return tuple(out)
+
+
+def unroll_covering(cfg: TileConfig, options: Sequence[int]) -> int | None:
+    """Index of the smallest unroll option that covers the panel's register block (its inner
+    column tiles times its reduction chunk), else the largest; None without options."""
+    if not options:
+        return None
+    need = cfg.space[-1][2] * cfg.reduction[-1][-1]
+    return next((i for i, u in enumerate(options) if int(u) >= need), len(options) - 1)
