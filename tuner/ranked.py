@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
 
-from .measure import physical_cores
-
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
 
@@ -39,7 +37,11 @@ def default_top_k(target: "Target", build_workers: int | None = None) -> int:
     """
     if target.kind.name != "cuda":
         return DEFAULT_TOP_K
-    return max(DEFAULT_TOP_K, build_workers or physical_cores())
+    if build_workers is None:
+        from .measure import physical_cores  # TVM's measuring stack: not imported by `eto --help`
+
+        build_workers = physical_cores()
+    return max(DEFAULT_TOP_K, build_workers)
 
 
 def resolve_top_k(top_k: TopK, target: "Target") -> int | None:
