@@ -275,18 +275,18 @@ def plan_operator_set(
     catalogue = BridgeCatalogue.of([names[n.name] for n in nodes])
     if cost_fn is None and cost == "estimate":
         from tuner.cost_model import LearnedRanker
+        from tuner.ranked import resolve_top_k
 
         from .leads import LeadCount
 
         def operator_of(n: LoopNestOp) -> Operator | None:
             return names.get(n.name) or catalogue(n)
 
-        from tuner.ranked import resolve_top_k
-
+        parsed = parse_target(target if target is not None else "cpu")
         # a backend run too short to train the ranker leaves the reuse tuner measuring everything
-        counted = resolve_top_k(top_k, parse_target(target or "cpu")) if budget >= LearnedRanker.MIN_SAMPLES else None
+        counted = resolve_top_k(top_k, parsed) if budget >= LearnedRanker.MIN_SAMPLES else None
         cost_fn = estimator_cost_fn(operator_of, kind, budget, strategy=strategy, top_k=counted,
-                                    limits=target_limits(kind, parse_target(target) if target is not None else None),
+                                    limits=target_limits(kind, parsed if target is not None else None),
                                     leads=LeadCount(database, target, names.values(), tuned=tuned))
     cost_fn = cost_fn or analytic_cost_fn(float(budget))
     tm = time_model or learn_time_model(database, target, kind)

@@ -25,23 +25,22 @@ TopK = int | None | Literal["auto"]
 MIN_GAIN = 0.02
 
 
-def default_top_k(target: "Target", build_workers: int | None = None) -> int:
+def default_top_k(target: "Target") -> int:
     """How many ranked candidates a reuse round measures at a time on ``target``.
 
     A batch on a CPU costs about the sum of its candidates' runs, so small batches
     (:data:`DEFAULT_TOP_K`) let a round stop after few. On a GPU a batch costs the build's latency:
-    nvcc takes seconds per kernel and the builder's ``build_workers`` (default: the host's physical
-    cores) compile a batch in parallel, while each run takes milliseconds (on an H100 host with 16
-    cores a batch of 1-4 took 2.5 s + 0.14 s per candidate, experiments/README.md "On a GPU"), so a
-    batch as wide as the builder costs about what one candidate does.
+    nvcc takes seconds per kernel and the builder's workers (by default the host's physical cores,
+    :class:`tuner.measure.MeasureConfig`) compile a batch in parallel, while each run takes
+    milliseconds (on an H100 host with 16 cores a batch of 1-4 took 2.5 s + 0.14 s per candidate,
+    experiments/README.md "On a GPU"), so a batch as wide as the builder costs about what one
+    candidate does.
     """
     if target.kind.name != "cuda":
         return DEFAULT_TOP_K
-    if build_workers is None:
-        from .measure import physical_cores  # TVM's measuring stack: not imported by `eto --help`
+    from .measure import physical_cores  # TVM's measuring stack: not imported by `eto --help`
 
-        build_workers = physical_cores()
-    return max(DEFAULT_TOP_K, build_workers)
+    return max(DEFAULT_TOP_K, physical_cores())
 
 
 def resolve_top_k(top_k: TopK, target: "Target") -> int | None:
