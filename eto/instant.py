@@ -4,7 +4,8 @@ When shapes change (a new sequence length, batch size or image size), a user nee
 and a tuned one soon. :func:`instant` takes the database's nearest tuned program of the same
 operator type and sketch, derives α's program from it without a search (β's tile factors kept,
 only the outer factors following the new extents: :func:`tuner.predict.predict`; on CPU two
-placements of that growth, both timed here, the faster kept), checks it against the catalogue's
+placements of that growth and, for a large matmul-like nest, the widest register-blocked panel of
+:mod:`tuner.panel`, all timed here, the fastest kept), checks it against the catalogue's
 numpy reference, times it, and
 stores it with method ``"instant"``. It is served (it is ``Database.best``) until tuning stores a
 faster program; it never counts as a tuning result, so the operator is still tuned later.
@@ -40,7 +41,7 @@ class Instant:
     op: Operator
     source: Operator
     program: ProgramRecord
-    by: str  # "kept", "kept-parallel", "ranker" or "nearest" (see tuner.predict.predict)
+    by: str  # "kept", "kept-parallel", "panel", "ranker" or "nearest" (see tuner.predict.predict)
     ranked: int
     seconds: float
 
@@ -89,7 +90,7 @@ def instant(op: Operator, database: Database, target: "Target", *, ranker: "Lear
     inputs = op.random_inputs(0)
     want = op.reference(*inputs)
     timed = []
-    for pred in (first, *first.alternatives):  # at most two on CPU (tuner.space.ReuseSpace.kept_tiles)
+    for pred in (first, *first.alternatives):  # at most three on CPU (two placements, a panel)
         lib = build(pred.schedule.mod, target)
         got = run_once(lib, inputs, op.output_shape)
         err = float(np.max(np.abs(got - want))) if got.size else 0.0

@@ -13,7 +13,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from tuner.cost_model import cpu_cache_bytes
+from tuner.host import cpu_cache_bytes, physical_cores
 from tuner.features import Kind as TargetKind, kind_of
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -160,18 +160,6 @@ def use_threads() -> int:
                       f"before this process runs any TVM kernel, or in-process timings and served programs are "
                       f"slower than measured ones", RuntimeWarning, stacklevel=2)
     return have
-
-
-def physical_cores() -> int:
-    try:
-        import psutil
-
-        n = psutil.cpu_count(logical=False)
-        if n:
-            return int(n)
-    except Exception:  # pragma: no cover
-        pass
-    return os.cpu_count() or 1
 
 
 @functools.lru_cache(maxsize=None)

@@ -237,7 +237,7 @@ def test_plans_cost_the_strategy_that_tuning_runs(tmp_path):
                                ("nvidia/nvidia-h100", 2, DEFAULT_TOP_K)):
         with pytest.MonkeyPatch.context() as mp, pytest.raises(Planned) as planned:
             mp.setattr(eto.pipeline, "plan_operator_set", plan_and_stop)
-            mp.setattr("tuner.measure.physical_cores", lambda: workers)
+            mp.setattr("tuner.ranked.physical_cores", lambda: workers)
             eto.pipeline.tune(load_opset("bert_base"), target, Database(tmp_path / f"{workers}"))
         assert planned.value.args == (DEFAULT_STRATEGY, k), (target, workers)
 

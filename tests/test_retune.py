@@ -88,6 +88,40 @@ def test_instant_program_is_checked_served_and_not_a_tuning_result(tuned_db, tmp
         instant(conv, db, target)
 
 
+@pytest.mark.slow
+def test_instant_program_also_times_the_widest_panel_where_one_applies(tuned_db, tmp_path, monkeypatch):
+    """With a 16 KB cache the 64 KB of weights of BMM[1,16,64,256] outgrow it: round "panel" applies,
+    so the instant program times its widest block beside β's kept tiles, and keeps the fastest."""
+    import shutil
+
+    from eto.instant import instant
+    from eto.target import parse_target
+    from eto.verify import check_record
+    from tuner.panel import widest_panel
+    from tuner.predict import predict
+    from tuner.reuse import ReuseTuner, _config_of
+
+    monkeypatch.setenv("ETO_CPU_CACHE_BYTES", str(16 << 10))
+    db_dir = tmp_path / "db"
+    shutil.copytree(tuned_db, db_dir)
+    db, target = Database(db_dir), parse_target("cpu")
+    source = db.best(KNOWN, target).tuning_record
+    new = Operator.create("BMM", B=1, M=16, N=64, K=256)
+    pred = predict(new.prim_func(), source, target)
+    by = {p.by: p for p in (pred, *pred.alternatives)}
+    tuner = ReuseTuner(new.prim_func(), source, target)
+    panel = widest_panel(tuner.space.panel_round())
+    assert "panel" in by and by["panel"].config == panel
+    assert panel.space[1] == (1, 1, 16, 1) and panel.space[2][1:] == (1, 2, 16)  # rows whole, 2 x 2 vectors
+    r = instant(new, db, target)
+    assert [m["timed"] for m in db.results() if m["op_key"] == new.key] == [len(by)]
+    assert r.by in by and _config_of(r.program.tuning_record, tuner) == by[r.by].config
+    assert check_record(new, r.program.tuning_record, target).ok
+    monkeypatch.setenv("ETO_CPU_CACHE_BYTES", str(16 << 20))  # the weights fit: no panel
+    plain = predict(new.prim_func(), source, target)
+    assert "panel" not in {p.by for p in (plain, *plain.alternatives)}
+
+
 def test_instant_program_follows_a_ranker_only_where_it_knows_the_shape(tuned_db, monkeypatch):
     """Where β's kept tiles do not build, round T is ranked only by a ranker that knows α's shape
     (a ranker trained far from it orders worse than chance); otherwise the nearest BShape wins."""

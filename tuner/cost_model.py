@@ -10,10 +10,7 @@ candidates, so the reuse tuner measures a ranked few per round instead of all of
 
 from __future__ import annotations
 
-import functools
 import math
-import os
-import re
 import threading
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
@@ -72,29 +69,6 @@ def core_region(counts: Sequence[int], bshape: Sequence[int], cores: int) -> tup
             k[d] = math.ceil(n / inner)
             break
     return tuple(c * b for c, b in zip(k, bshape))
-
-
-@functools.lru_cache(maxsize=None)
-def cpu_cache_bytes(level: int = 2, kind: str = "Data") -> int | None:
-    """Size of one instance of the level-``level`` cache of cpu0, from sysfs (None if unknown)."""
-    base = "/sys/devices/system/cpu/cpu0/cache"
-    try:
-        for entry in sorted(os.listdir(base)):
-            d = os.path.join(base, entry)
-            with open(os.path.join(d, "level")) as f:
-                if int(f.read()) != level:
-                    continue
-            with open(os.path.join(d, "type")) as f:
-                t = f.read().strip()
-            if level == 1 and t != kind:
-                continue
-            with open(os.path.join(d, "size")) as f:
-                m = re.fullmatch(r"(\d+)([KMG]?)", f.read().strip())
-            if m:
-                return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2)]
-    except (OSError, ValueError):
-        pass
-    return None
 
 
 def tshape_cost(nest: LoopNest, cfg: TileConfig, *, warp: int = 32, lanes: int = 8) -> float:

@@ -29,6 +29,7 @@ from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuild
 from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig, RunnerInput
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
+from .host import physical_cores
 from .trajectory import median_secs
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -77,15 +78,6 @@ class MeasureResult:
     def median(self) -> float:
         """Median seconds, or +inf for a failed candidate (so it never wins a comparison)."""
         return median_secs(self.run_secs) if self.ok else float("inf")
-
-
-def physical_cores() -> int:
-    try:
-        import psutil
-
-        return int(psutil.cpu_count(logical=False) or os.cpu_count() or 1)
-    except Exception:  # pragma: no cover
-        return os.cpu_count() or 1
 
 
 # -- builder ------------------------------------------------------------------------------------

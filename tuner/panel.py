@@ -76,6 +76,14 @@ def panel_configs(kind: Kind, alpha: LoopNest, kept: TileConfig, lanes: int, cac
     return tuple(out)
 
 
+def widest_panel(configs: Sequence[TileConfig]) -> TileConfig | None:
+    """The panel with the widest register block (inner column tiles x vector width), then the
+    longest reduction chunk; None for none. The instant program's one pick, made without measuring:
+    of round "panel"'s winners on E7's eight large matmuls (seq 64-384), all eight ran two vectors
+    per tile and six of them two tiles. O(configs)."""
+    return max(configs, key=lambda c: (c.space[-1][2] * c.space[-1][3], c.reduction[-1][-1]), default=None)
+
+
 def unroll_covering(cfg: TileConfig, options: Sequence[int]) -> int | None:
     """Index of the smallest unroll option that covers the panel's register block (its inner
     column tiles times its reduction chunk), else the largest; None without options."""

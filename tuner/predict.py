@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, get_args
 
 from .features import TileConfig
+from .panel import unroll_covering, widest_panel
 from .reuse import ReuseTuner, _built, _Cand
 from .space import Growth
 
@@ -31,8 +32,8 @@ class Prediction:
 
     schedule: Any  # the postprocessed schedule: ``schedule.mod`` builds
     config: TileConfig | None
-    by: str  # "kept" / "kept-parallel": β's tiles kept; "ranker": the learned model chose; "nearest": β's block
-    # and thread sizes
+    by: str  # "kept" / "kept-parallel": β's tiles kept; "panel": round "panel"'s widest block; "ranker": the
+    # learned model chose; "nearest": β's block and thread sizes
     ranked: int  # candidates the choice was made among
     seconds: float
     _tuner: ReuseTuner = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
@@ -52,7 +53,9 @@ def predict(func: "PrimFunc", source_record: "TuningRecord", target: "Target", *
 
     Beyond the paper: β's tile factors kept on α's loops, only the outer factors following the new
     extents (:meth:`ReuseSpace.kept_tiles`, ``by="kept"``; on CPU the variant with α's growth inside
-    the parallel loop, ``by="kept-parallel"``, comes as an alternative). On BERT-Base's operators at three
+    the parallel loop, ``by="kept-parallel"``, comes as an alternative, and so does the widest
+    register-blocked panel where round "panel" applies, ``by="panel"``: :mod:`tuner.panel`; β's
+    tiles kept lose 2x to it on large matmuls far from β's length). On BERT-Base's operators at three
     new lengths they ran at a median 0.87 of the best sampled round-T candidate (worst 0.41); the
     learned ranker's pick at 0.72 (worst 0.15), the nearest BShape at 0.68
     (experiments/results/instant_choice.json).
@@ -75,6 +78,11 @@ def predict(func: "PrimFunc", source_record: "TuningRecord", target: "Target", *
             cand = tuner._cand(cfg)
             if _built(tuner, cand):
                 kept.append((cand, "kept" if growth == "outer" else f"kept-{growth}"))
+        panel = widest_panel(tuner.space.panel_round())
+        if panel is not None and tuner._fits(panel) and all(c.cfg != panel for c, _ in kept):
+            cand = tuner._cand(panel, unroll=unroll_covering(panel, tuner.unroll_values))
+            if _built(tuner, cand):
+                kept.append((cand, "panel"))
         if kept:
             secs = time.perf_counter() - start
             first, *rest = (Prediction(c.sch, c.cfg, by, 1, secs, tuner) for c, by in kept)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
 
+from .host import physical_cores
+
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
 
@@ -38,8 +40,6 @@ def default_top_k(target: "Target") -> int:
     """
     if target.kind.name != "cuda":
         return DEFAULT_TOP_K
-    from .measure import physical_cores  # TVM's measuring stack: not imported by `eto --help`
-
     return max(DEFAULT_TOP_K, physical_cores())
 
 

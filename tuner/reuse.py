@@ -228,7 +228,9 @@ class ReuseTuner:
         configurations from elsewhere (α's instant program, other operators', β's runner-ups), all
         measured first. When a lead with inner tiles other than β's wins, round T's candidates take
         its inner tiles instead of β's (beyond the paper: a small bridge's inner tiles can be far from
-        right for a large α, see :func:`eto.leads.runner_ups`).
+        right for a large α, see :func:`eto.leads.runner_ups`). On CPU round "panel"
+        (:mod:`tuner.panel`) follows round T once, from its best; a seed that is one of its
+        configurations is measured there, not in round T's lead.
         """
         session = _Session(self, measure, ranker, top_k, min_gain)
         run = session.run
@@ -236,9 +238,10 @@ class ReuseTuner:
             measured = run([self._cand(None)], "transfer")
         else:  # β's kept tiles and the seeds first (measured first, all of them), then round T's
             kept = self.space.kept_extra()
+            panels = set(self.space.panel_round())  # a seed that is one (α's instant program) waits for its round
             lead: list[TileConfig] = []
             for c in [kept, self.space.grown_tiles(), *seeds]:
-                if c is not None and c not in lead and self._fits(c):
+                if c is not None and c not in lead and c not in panels and self._fits(c):
                     lead.append(c)
             measured = run([self._cand(c) for c in lead], "T", first=len(lead)) if lead else []
             won = min((c for c in measured if math.isfinite(c.latency)), key=lambda c: c.latency, default=None)

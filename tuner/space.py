@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Literal, Sequence
 
-from .cost_model import bshape_cost, cpu_cache_bytes, tshape_cost
+from .cost_model import bshape_cost, tshape_cost
+from .host import cpu_cache_bytes
 from .features import Kind, LoopNest, TileConfig, cached_property
 from .panel import panel_configs
 from .tiling import (MAX_INNERMOST, achievable_products, divisors, factorizations, largest_divisor_at_most,
