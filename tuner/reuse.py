@@ -230,7 +230,7 @@ class ReuseTuner:
         its inner tiles instead of β's (beyond the paper: a small bridge's inner tiles can be far from
         right for a large α, see :func:`eto.leads.runner_ups`). On CPU round "panel"
         (:mod:`tuner.panel`) follows round T once, from its best; a seed that is one of its
-        configurations is measured there, not in round T's lead.
+        configurations leads that round, not round T.
         """
         session = _Session(self, measure, ranker, top_k, min_gain)
         run = session.run
@@ -238,7 +238,7 @@ class ReuseTuner:
             measured = run([self._cand(None)], "transfer")
         else:  # β's kept tiles and the seeds first (measured first, all of them), then round T's
             kept = self.space.kept_extra()
-            panels = set(self.space.panel_round())  # a seed that is one (α's instant program) waits for its round
+            panels = set(self.space.panel_round())  # a seed that is one (α's instant program) leads that round
             lead: list[TileConfig] = []
             for c in [kept, self.space.grown_tiles(), *seeds]:
                 if c is not None and c not in lead and c not in panels and self._fits(c):
@@ -253,13 +253,8 @@ class ReuseTuner:
             # no B/T in range is admissible for α: start from β's own shape scaled to α
             measured = run([self._cand(c) for c in self._fallback()], "fallback")
         groups: dict[int, _Cand] = {}
-        if self.has_mlt:  # round "panel" once, from round T's best (tuner.panel)
-            done = [c for c in measured if math.isfinite(c.latency)]
-            if done:
-                best_t = min(done, key=lambda c: c.latency)
-                panel = [(cfg, unroll_covering(cfg, self.unroll_values)) for cfg in self.space.panel_round()]
-                measured += run([best_t.but(cfg=cfg, unroll=best_t.unroll if u is None else u)
-                                 for cfg, u in panel if self._fits(cfg)], "panel", best_t.latency)
+        if self.has_mlt:
+            measured += self._panel_round(run, measured, seeds)
         for c in measured:
             key = c.cfg.B if strategy == "per-b" and c.cfg is not None else 0
             if key not in groups or c.latency < groups[key].latency:
@@ -284,6 +279,20 @@ class ReuseTuner:
                 if c.latency < best.latency:
                     best = c
         return session.result(best)
+
+    def _panel_round(self, run: Callable[..., list[_Cand]], measured: list[_Cand],
+                     seeds: Sequence[TileConfig]) -> list[_Cand]:
+        """Round "panel" once, from round T's best (:mod:`tuner.panel`). Seeds that are panels (α's
+        instant program) are measured first whatever their rank: a round that stops at its first
+        batch without gain must not skip the program the database already serves."""
+        done = [c for c in measured if math.isfinite(c.latency)]
+        if not done:
+            return []
+        best_t = min(done, key=lambda c: c.latency)
+        configs = sorted((cfg for cfg in self.space.panel_round() if self._fits(cfg)), key=lambda cfg: cfg not in seeds)
+        unrolls = [unroll_covering(cfg, self.unroll_values) for cfg in configs]
+        cands = [best_t.but(cfg=cfg, unroll=best_t.unroll if u is None else u) for cfg, u in zip(configs, unrolls)]
+        return run(cands, "panel", best_t.latency, first=sum(cfg in seeds for cfg in configs))
 
     def _fits(self, cfg: TileConfig) -> bool:
         """A configuration of α's loops (its factors multiply to α's extents) the target admits."""

@@ -94,3 +94,39 @@ def test_the_tuner_measures_the_panel_round_and_the_estimator_counts_it(ffn_tune
                                   unroll_values=tuner.unroll_values, beta_unroll=tuner.beta_unroll, ranges="cpu",
                                   top_k=k, continue_rate=0.0)
     assert estimated == res.candidates
+
+
+def test_a_panel_seed_leads_round_panel_even_when_ranked_last(ffn_tuner):
+    """α's instant program may be a panel (eto.instant): it is measured first in round "panel", not in
+    round T's lead, so a round that stops at its first batch still measures what the database serves."""
+    from tuner.reuse import _config_of
+
+    tuner, k = ffn_tuner, 2
+    seed = tuner.space.panel_round()[0]
+
+    class Reversed:
+        trained = True
+
+        def knows(self, mod):
+            return True
+
+        def rank(self, mod, schedules):
+            return list(range(len(schedules)))[::-1]
+
+        def observe(self, mod, schedules, seconds):
+            pass
+
+    def run(seeds):
+        batches = []
+
+        def dry_measure(schedules):
+            batches.append(len(schedules))
+            return [1.0 if len(batches) == 1 else 2.0 for _ in schedules]
+
+        return tuner.tune(dry_measure, strategy="global", ranker=Reversed(), top_k=k, seeds=seeds)
+
+    plain, seeded = run([]), run([seed])
+    assert seeded.rounds["panel"] == plain.rounds["panel"] == k  # the round stopped after one batch...
+    assert seeded.rounds["T"] == plain.rounds["T"]  # ...and round T did not measure the seed
+    assert seed in {_config_of(r, tuner) for r in seeded.records}  # ranked last, measured first
+    assert seed not in {_config_of(r, tuner) for r in plain.records}
