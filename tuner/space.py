@@ -28,8 +28,8 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Literal, Sequence
 
 from .cost_model import bshape_cost, tshape_cost
-from .host import cpu_cache_bytes
 from .features import Kind, LoopNest, TileConfig, cached_property
+from .host import cpu_cache_bytes
 from .panel import panel_configs
 from .tiling import (MAX_INNERMOST, achievable_products, divisors, factorizations, largest_divisor_at_most,
                      log_distance, split_inner, split_vector)
@@ -355,7 +355,12 @@ class ReuseSpace:
 
     def panel_round(self) -> list[TileConfig]:
         """Round "panel" (CPU, beyond the paper): :func:`tuner.panel.panel_configs` for α."""
-        return list(panel_configs(self.kind, self.alpha, self.kept_tiles(), self.vector_lanes, self.cache_bytes))
+        return list(self._panels)
+
+    @cached_property
+    def _panels(self) -> tuple[TileConfig, ...]:
+        # once per space: the tuner reads it for round T's lead and for the round, the instant program too
+        return panel_configs(self.kind, self.alpha, self.kept_tiles(), self.vector_lanes, self.cache_bytes)
 
     def m_round(self, best: TileConfig) -> list[TileConfig]:
         """Round M: other LShapes of ``best`` whose M lies in the equation-3 range, ``best``'s inner
