@@ -18,13 +18,14 @@ at any point leaves complete lines plus at most one partial last line, which the
 to ``corrupt_lines.txt`` (reported, never silently dropped). A corrupt line anywhere is
 reported with file and line number and skipped.
 
-Reading needs no TVM: lines are parsed as JSON; TuningRecords are built only when asked for.
+Reading needs no TVM: lines are parsed as JSON; TuningRecords are built only when asked for. Each
+file is read once: a reload (before every write, so once per measured batch of a run) parses only
+the lines appended since the last one, so its cost does not grow with the database.
 """
 
 from __future__ import annotations
 
 import fcntl
-import json
 import math
 import os
 import threading
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
 from tuner.faults import kill_point
 from tuner.trajectory import median_secs
 
-from .jsonlines import append_lines, count_lines, cut_partial_line, dumps, parse, raw_line, read_lines
+from .jsonlines import Tail, append_lines, count_lines, cut_at, dumps, parse, raw_line
 from .operators import Operator
 from .target import target_key
 
@@ -50,6 +51,9 @@ META = "eto_meta.json"
 PROGRESS = "eto_progress.json"
 CORRUPT = "corrupt_lines.txt"
 LOCK = ".lock"
+#: The files a load reads, in the order their lines refer to each other (records to workloads,
+#: metadata to records)
+_READ = (WORKLOADS, RECORDS, META, PROGRESS)
 
 Method = Literal["backend", "reuse", "reuse+evolve", "topk", "import", "instant"]
 #: A program derived for a new shape without a search (:mod:`eto.instant`): served until tuning
@@ -136,35 +140,53 @@ class Database:
             os.makedirs(self.path, exist_ok=True)
         elif not os.path.isdir(self.path):
             raise DatabaseError(f"{self.path}: no such database")
-        self.problems: list[Problem] = []
         # concurrent subtrees share a Database: this keeps readers off a half-built index
         self._mutex = threading.RLock()
+        self._reset()
         self.reload()
 
     # -- loading --------------------------------------------------------------------------
     def _file(self, name: str) -> str:
         return os.path.join(self.path, name)
 
-    def _lines_into(self, problems: list[Problem]):
-        def read(name: str) -> list[str | None]:
-            lines, found = read_lines(self._file(name))
-            problems.extend(Problem(name, n, reason) for n, reason in found)
-            return lines
-        return read
+    def _reset(self) -> None:
+        self._tails = {name: Tail() for name in _READ}
+        self._workloads: list[Any] = []  # parsed JSON or None, by line
+        self._workload_index: dict[str, int] = {}
+        self._records: list[Any] = []
+        self._programs: list[ProgramRecord] = []
+        self._results, self._progress = [], []  # type: list[dict], list[dict]
+        self._line_problems: list[Problem] = []  # of lines read (a partial last line is not one yet)
+        self._owned: set[int] = set()
+        self.problems, self.orphans = [], []  # type: list[Problem], list[int]
 
     def reload(self) -> None:
-        """Read the files again: other processes may have committed (see :mod:`eto.claims`)."""
+        """Read what was appended since the last read: other processes may have committed (see
+        :mod:`eto.claims`). O(new bytes); a file that shrank (rewritten) is read again whole."""
         with self._mutex:
             self._load_unlocked()
 
+    def _new_lines(self) -> dict[str, list[tuple[int, str | None]]] | None:
+        """Each file's lines appended since the last read; None if a file shrank."""
+        out = {}
+        for name, tail in self._tails.items():
+            got = tail.read(self._file(name))
+            if got is None:
+                return None
+            out[name] = got[0]
+            self._line_problems += [Problem(name, n, reason) for n, reason in got[1]]
+        return out
+
     def _load_unlocked(self) -> None:
-        """Parse the four files into new lists, then publish them: a reader in another thread sees
-        the old state or the new one, never a half-built list (the files only grow)."""
-        problems: list[Problem] = []
-        read = self._lines_into(problems)
-        workloads: list[Any] = []  # parsed JSON or None
-        index: dict[str, int] = {}
-        for i, text in enumerate(read(WORKLOADS)):
+        """Parse the new lines of the four files and publish them: a reader in another thread sees
+        the old state or the new one, never a half-built list (lists by line only grow)."""
+        new = self._new_lines()
+        if new is None:
+            self._reset()
+            new = self._new_lines() or {name: [] for name in _READ}
+        problems = self._line_problems
+        workloads, index = self._workloads, self._workload_index  # _workload_json_line adds to them too
+        for i, text in new[WORKLOADS]:
             obj = parse(text)
             if not (isinstance(obj, list) and len(obj) == 2 and isinstance(obj[0], str)):
                 if text is not None:
@@ -172,9 +194,10 @@ class Database:
                 obj = None
             else:
                 index.setdefault(obj[0], i)
-            workloads.append(obj)
-        records: list[Any] = []
-        for i, text in enumerate(read(RECORDS)):
+            workloads.extend([None] * (i + 1 - len(workloads)))
+            workloads[i] = obj
+        records = self._records
+        for i, text in new[RECORDS]:
             obj = parse(text)
             ok = (isinstance(obj, list) and len(obj) == 2 and isinstance(obj[0], int)
                   and isinstance(obj[1], list) and len(obj[1]) == 4)
@@ -188,7 +211,7 @@ class Database:
             records.append(obj)
         programs: list[ProgramRecord] = []
         results: list[dict] = []
-        for i, text in enumerate(read(META)):
+        for i, text in new[META]:
             obj = parse(text)
             try:
                 if not isinstance(obj, dict):
@@ -201,16 +224,22 @@ class Database:
             results.append(obj)
             programs.extend(progs)
         progress = []
-        for i, text in enumerate(read(PROGRESS)):
+        for i, text in new[PROGRESS]:
             obj = parse(text)
             if _progress_batch_ok(obj, len(workloads)):
                 progress.append(obj)
             elif text is not None:
                 problems.append(Problem(PROGRESS, i + 1, "not a progress batch"))
-        owned = {p.line for p in programs}
-        self._workloads, self._workload_index, self._records = workloads, index, records
-        self._programs, self._results, self._progress, self.problems = programs, results, progress, problems
-        self.orphans = [i for i, r in enumerate(records) if r is not None and i not in owned]
+        self._owned |= {p.line for p in programs}
+        self._programs, self._results = self._programs + programs, self._results + results
+        self._progress = self._progress + progress
+        self._publish_problems()
+        self.orphans = [i for i, r in enumerate(records) if r is not None and i not in self._owned]
+
+    def _publish_problems(self) -> None:
+        self.problems = self._line_problems + [
+            Problem(name, tail.lines + 1, "incomplete last line (interrupted write)")
+            for name, tail in self._tails.items() if tail.partial]
 
     def _programs_of(self, meta: dict, records: list) -> list[ProgramRecord]:
         op = Operator.from_dict(meta["op"])
@@ -277,7 +306,7 @@ class Database:
                                 for rec, lat in entries if lat < math.inf], "time": time.time(), "pid": os.getpid()}
             self._append(PROGRESS, dumps(line))
             kill_point("db.progress")
-            self._progress.append(json.loads(dumps(line)))
+            self._load_unlocked()
 
     def best(self, op: Operator, target: "str | Target", *, predicted: bool = True) -> ProgramRecord | None:
         """The fastest stored program of ``op`` on ``target`` (None if never tuned there);
@@ -334,10 +363,10 @@ class Database:
         fd = os.open(self._file(LOCK), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
+            self._load_unlocked()  # another process may have appended
             self._repair_partial_lines()
-            self.reload()  # another process may have appended
-            self._line_counts = {name: count_lines(self._file(name))
-                                 for name in (WORKLOADS, RECORDS, META, CORRUPT, PROGRESS)}
+            self._line_counts = {name: tail.lines for name, tail in self._tails.items()}
+            self._line_counts[CORRUPT] = count_lines(self._file(CORRUPT))
             yield
         finally:
             self._line_counts = None
@@ -346,10 +375,14 @@ class Database:
             self._mutex.release()
 
     def _repair_partial_lines(self) -> None:
-        """Move an interrupted write's partial last line to corrupt_lines.txt and cut it off."""
-        for name in (WORKLOADS, RECORDS, META, PROGRESS):
-            if (cut := cut_partial_line(self._file(name))) is not None:
-                self._append(CORRUPT, f"{name}:{cut[0]}: {cut[1]}")
+        """Move an interrupted write's partial last line to corrupt_lines.txt and cut it off (hold
+        the lock: no writer is then in the middle of a line)."""
+        for name, tail in self._tails.items():
+            if tail.partial:
+                cut_at(self._file(name), tail.offset)
+                self._append(CORRUPT, f"{name}:{tail.lines + 1}: {tail.partial.decode('utf-8', 'replace')}")
+                tail.partial = b""
+        self._publish_problems()
 
     def _append(self, name: str, line: str) -> int:
         """Append one line with a single write; return its 0-based line number."""

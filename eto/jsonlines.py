@@ -3,40 +3,54 @@
 A line goes out in one ``write`` on an ``O_APPEND`` descriptor and is fsync'ed, so a process killed
 at any point leaves complete lines plus at most one partial last line; readers report that line
 (and any line that is not UTF-8) by number instead of failing, and the next writer cuts it off.
-Everything here is O(size of the file).
+Reading from an offset is O(bytes after it); the rest is O(size of the file).
 """
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from tuner.faults import torn_write
 
 
-def read_lines(path: str) -> tuple[list[str | None], list[tuple[int, str]]]:
-    """The file's lines (None for one that is not text) and its problems as (1-based line, reason)."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return [], []
-    if not data:
-        return [], []
-    raw = data.split(b"\n")
-    partial = raw.pop()  # b"" when the file ends with a newline
-    lines: list[str | None] = []
-    problems = []
-    for i, b in enumerate(raw):
+@dataclass
+class Tail:
+    """How far a reader has read one file: the end of its last complete line, the lines before it,
+    and the partial line after it (an interrupted write, or one another process is making)."""
+
+    offset: int = 0
+    lines: int = 0
+    partial: bytes = b""
+
+    def read(self, path: str) -> tuple[list[tuple[int, str | None]], list[tuple[int, str]]] | None:
+        """The complete lines appended since the last read as (0-based line, text; None for one that
+        is not text) and their problems as (1-based line, reason); None when the file is shorter
+        than what was read (it was rewritten). O(bytes appended): each line is read once."""
         try:
-            lines.append(b.decode("utf-8"))
-        except UnicodeDecodeError:
-            problems.append((i + 1, "not UTF-8 text"))
-            lines.append(None)
-    if partial:
-        problems.append((len(raw) + 1, "incomplete last line (interrupted write)"))
-    return lines, problems
+            with open(path, "rb") as f:
+                if f.seek(0, os.SEEK_END) < self.offset:
+                    return None
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return None if self.offset else ([], [])
+        raw = data.split(b"\n")
+        partial = raw.pop()  # b"" when the data ends with a newline
+        lines: list[tuple[int, str | None]] = []
+        problems = []
+        for i, b in enumerate(raw, self.lines):
+            try:
+                lines.append((i, b.decode("utf-8")))
+            except UnicodeDecodeError:
+                problems.append((i + 1, "not UTF-8 text"))
+                lines.append((i, None))
+        self.offset += len(data) - len(partial)
+        self.lines += len(raw)
+        self.partial = partial
+        return lines, problems
 
 
 def append_lines(path: str, lines: Sequence[str]) -> None:
@@ -52,20 +66,11 @@ def append_lines(path: str, lines: Sequence[str]) -> None:
         os.close(fd)
 
 
-def cut_partial_line(path: str) -> tuple[int, str] | None:
-    """Cut an interrupted write's partial last line off; return its 1-based number and text."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return None
-    if not data or data.endswith(b"\n"):
-        return None
-    cut = data.rfind(b"\n") + 1
+def cut_at(path: str, offset: int) -> None:
+    """Cut the file off at ``offset`` (an interrupted write's partial last line starts there)."""
     with open(path, "r+b") as f:
-        f.truncate(cut)
+        f.truncate(offset)
         os.fsync(f.fileno())
-    return data[:cut].count(b"\n") + 1, data[cut:].decode("utf-8", "replace")
 
 
 def parse(text: str | None) -> Any:

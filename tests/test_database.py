@@ -169,3 +169,31 @@ def test_progress_batches_are_durable_and_invisible_to_metaschedule(tmp_path, ta
     again.commit(op, target, [r for r, _ in p.programs()], method="backend", candidates=6, seconds=3.5)
     assert again.progress(op, target).trials == 0  # a result exists: nothing to continue
     assert len(ms.database.JSONDatabase(work_dir=str(tmp_path / "db")).get_all_tuning_records()) == 2
+
+
+def test_a_reload_reads_each_line_once_and_sees_other_writers(tmp_path, target, monkeypatch):
+    """Every write reloads first (other processes may have appended): that must cost the new lines,
+    not the whole database, or checkpointing a run slows down as the database grows."""
+    import eto.database as database
+
+    a, b, c = (Operator.create("DENSE", M=m, N=8, K=16) for m in (4, 5, 6))
+    db = Database(tmp_path / "db")
+    db.commit(a, target, make_records(a, [[1e-6], [2e-6]], target), method="backend", candidates=2, seconds=1)
+    read = {n: (tmp_path / "db" / n).read_text().splitlines() for n in (WORKLOADS, RECORDS, META)}
+    other = Database(tmp_path / "db")  # another process's view of the same files
+    other.commit(b, target, make_records(b, [[3e-6]], target), method="backend", candidates=1, seconds=1)
+    parsed = []
+    real_parse = database.parse
+    monkeypatch.setattr(database, "parse", lambda text: parsed.append(text) or real_parse(text))
+    db.checkpoint(c, target, make_records(c, [[4e-6]], target), method="reuse", trials=1, seconds=1.0)
+    assert not {line for lines in read.values() for line in lines} & set(parsed)  # nothing read before
+    assert (tmp_path / "db" / META).read_text().splitlines()[1] in parsed  # other's commit
+    assert {p.op for p in db.programs()} == {a, b} and db.progress(c, target, "reuse").trials == 1
+    parsed.clear()
+    db.reload()
+    assert parsed == [] and len(db) == 3
+    # a file rewritten shorter (not an append) is read again whole, not from a stale offset
+    lines = (tmp_path / "db" / META).read_text().splitlines()
+    (tmp_path / "db" / META).write_text(lines[1] + "\n")
+    db.reload()
+    assert {p.op for p in db.programs()} == {b} and sorted(db.orphans) == [0, 1]
