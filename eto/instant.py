@@ -30,8 +30,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from tuner.cost_model import LearnedRanker
 
-#: Timed calls of an instant program (after one warm-up call); its latency is their median.
+#: An instant program's latency is the median of its timed calls: in each of :data:`TIMED_ROUNDS`
+#: rounds, after a warm-up call, at least :data:`TIMED_RUNS` calls and :data:`TIMED_MIN_S` seconds.
 TIMED_RUNS = 5
+TIMED_MIN_S = 0.02
+TIMED_ROUNDS = 3
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ def instant(op: Operator, database: Database, target: "Target", *, ranker: "Lear
     first = predict(op.prim_func(), src.tuning_record, target, ranker=ranker)
     inputs = op.random_inputs(0)
     want = op.reference(*inputs)
-    timed = []
+    built = []
     for pred in (first, *first.alternatives):  # at most three on CPU (two placements, a panel)
         lib = build(pred.schedule.mod, target)
         got = run_once(lib, inputs, op.output_shape)
@@ -97,7 +100,8 @@ def instant(op: Operator, database: Database, target: "Target", *, ranker: "Lear
         if not err <= _tolerance(op) + 1e-4 * float(np.max(np.abs(want), initial=0.0)):
             raise ValueError(f"the instant program for {op.name} (from {src.op.name}, {pred.by}) differs from "
                              f"numpy (max abs error {err:.3g}); not stored")
-        timed.append((_time(lib, inputs, op), pred))
+        built.append((lib, pred))
+    timed = list(zip(_time_all([lib for lib, _ in built], inputs, op), (pred for _, pred in built)))
     latency, pred = min(timed, key=lambda t: t[0])
     program = database.commit(op, target, [pred.record(latency)], method=PREDICTED, source=src.op, candidates=0,
                               seconds=time.perf_counter() - start,
@@ -107,17 +111,29 @@ def instant(op: Operator, database: Database, target: "Target", *, ranker: "Lear
 
 
 def _time(lib, inputs, op: Operator) -> float:
-    """Median wall time of :data:`TIMED_RUNS` calls after a warm-up call (no search measures it)."""
+    """One program's median call time (:func:`_time_all`)."""
+    return _time_all([lib], inputs, op)[0]
+
+
+def _time_all(libs: list, inputs, op: Operator) -> list[float]:
+    """Each program's median call time, the programs interleaved round by round: the choice between
+    alternatives compares them under the same drift of the machine's speed, not one after the other
+    (timed 5 calls each in turn, the choice for BERT's seq-32 feed-forward matmul flipped between
+    two runs, to a placement that re-measured 1.15x slower than the other run's panel)."""
     import tvm
 
     dev = tvm.cpu()
     args = [tvm.runtime.tensor(np.ascontiguousarray(a), dev) for a in inputs]
     out = tvm.runtime.tensor(np.zeros(tuple(op.output_shape), "float32"), dev)
-    lib(*args, out)
-    times = []
-    for _ in range(TIMED_RUNS):
-        t0 = time.perf_counter()
-        lib(*args, out)
-        dev.sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    times: list[list[float]] = [[] for _ in libs]
+    for _ in range(TIMED_ROUNDS):
+        for lib, samples in zip(libs, times):
+            lib(*args, out)
+            n, until = 0, time.perf_counter() + TIMED_MIN_S
+            while n < TIMED_RUNS or time.perf_counter() < until:
+                t0 = time.perf_counter()
+                lib(*args, out)
+                dev.sync()
+                samples.append(time.perf_counter() - t0)
+                n += 1
+    return [statistics.median(s) for s in times]
