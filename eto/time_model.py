@@ -48,19 +48,22 @@ class Line:
         return self.per + self.per_gflop * gflops
 
 
-#: Before a target has results. CPU: fitted (:func:`fit_line`) on this project's 2-core machines,
-#: on the results of experiments/set_bench.py --opset bert_base --trials 100 --seeds 3 (28 MetaSchedule
-#: runs on 0.03-0.6 GFLOP matmuls: 0.68 s per trial plus 1.8 s per trial and GFLOP; the reuses there
-#: grew by 0.4 s per candidate and GFLOP) and
-#: experiments/reuse_pairs.py --scale small --trials 128 (24 ranked reuses: 4.0 s of set-up --
-#: design space, ranker training on β's programs -- plus about 0.45 s per candidate, growing
-#: more slowly with size than a backend trial because ranked candidates are the good ones).
+#: Before a target has results. CPU: fitted (``python experiments/estimate_accuracy.py --fit``, see
+#: experiments/results/estimate_accuracy_time_fit_znver4.json) on the results of three runs on a 2-core
+#: znver4 machine after the database's incremental reload: the ResNet-50 set benchmark at N = 100 and
+#: the retune benchmarks of BERT-Base at 8 new lengths and ResNet-50's convolutions at 4 new batch
+#: sizes (28 MetaSchedule runs on 0.006-0.6 GFLOP operators: 0.52 s per trial plus 0.84 s per trial
+#: and GFLOP; 72 ranked reuses of 0.002-3.8 GFLOP operators: 0.75 s of set-up -- design space,
+#: ranker training on β's programs -- plus 0.38 s per candidate and 0.34 s per candidate and GFLOP,
+#: growing more slowly with size than a backend trial because ranked candidates are the good ones). The earlier CPU defaults
+#: (0.68 + 1.8 / GFLOP, and 4.0 s + 0.45 + 0.4 / GFLOP), fitted before that fix, over-costed
+#: ResNet-50's reuses 1.8x.
 #: CUDA: host-side search and nvcc dominate, not the operator's size; fitted on the BERT-Base set
 #: benchmark on an H200 with 16 host cores, reuses measuring 16 ranked candidates a batch
 #: (``top_k="auto"``; experiments/results/set_bench_bert_base_N64_h200.json: MetaSchedule 0.90 s per
 #: trial over 320; 4 reuses of 16-31 candidates, 15.2-25.0 s, least squares 4.3 s + 0.65 s each).
 DEFAULTS: Mapping[str, tuple[Line, Line]] = {
-    "cpu": (Line(0.0, 0.68, 1.8), Line(4.0, 0.45, 0.4)),
+    "cpu": (Line(0.0, 0.52, 0.84), Line(0.75, 0.38, 0.34)),
     "cuda": (Line(0.0, 0.9), Line(4.3, 0.65)),
 }
 #: Results needed before a fitted line replaces the default (fewer: the default's shape is kept
@@ -160,11 +163,17 @@ def learn_time_model(database: "Database | None", target: "str | Target", kind: 
     """The target's model from the database's results (backend and reuse, evolve excluded)."""
     from .target import target_key
 
-    d_backend, d_reuse = DEFAULTS.get(kind, DEFAULTS["cpu"])
     if database is None:
-        return TimeModel(d_backend, d_reuse)
+        return TimeModel(*DEFAULTS.get(kind, DEFAULTS["cpu"]))
     tk = target_key(target)
-    rows = [r for r in database.results() if r.get("target") == tk and r.get("records")]
+    return fit_time_model([r for r in database.results() if r.get("target") == tk and r.get("records")], kind)
+
+
+def fit_time_model(results: Iterable[dict], kind: str) -> TimeModel:
+    """The model fitted on tuning results of one target (stored result dicts), ``DEFAULTS[kind]`` as
+    the fallback; ``experiments/estimate_accuracy.py --fit`` pools several databases' results."""
+    d_backend, d_reuse = DEFAULTS.get(kind, DEFAULTS["cpu"])
+    rows = list(results)
     backend = [p for r in rows if r.get("method") == "backend" and (p := _point(r))]
     reuse = [p for r in rows if r.get("method") == "reuse" and (p := _point(r))]
     # the estimator's own count: a stored estimate was already scaled by the plan's count_scale

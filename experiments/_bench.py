@@ -46,7 +46,9 @@ def warm_up(target: "Target", *, plan: bool = True) -> float:
     with the trial estimator (selector, networkx, the ILP solver).
     """
     t0 = time.perf_counter()
-    import tvm.s_tir.tensor_intrin  # noqa: F401  (~25 s once per process)
+    from tuner.intrinsics import register_tensor_intrinsics
+
+    register_tensor_intrinsics(target)
 
     import eto.pipeline  # noqa: F401
     import eto.plan  # noqa: F401

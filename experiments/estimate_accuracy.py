@@ -8,6 +8,12 @@ Nothing is tuned here: the numbers are those of the runs the inputs come from.
 
     python experiments/estimate_accuracy.py --scale small          # every results file of that scale
     python experiments/estimate_accuracy.py --inputs A.json B.json --out /tmp/e5.json
+    python experiments/estimate_accuracy.py --inputs A.json --fit DB1 DB2    # and the time model those
+                                                                              # databases' results fit
+
+``--fit``: pools the tuning results of the given databases (one target; a result copied into several
+databases counts once) and fits eto's time model on them (:func:`eto.time_model.fit_time_model`), the
+fit from which ``eto.time_model.DEFAULTS`` is taken.
 """
 
 from __future__ import annotations
@@ -52,6 +58,26 @@ def accuracy(rows: list[dict], what: str) -> dict:
             "within_0.67_1.5": sum(0.67 <= x <= 1.5 for x in ratios) / len(ratios)}
 
 
+def fit(db_paths: list[str], kind: str) -> dict:
+    """The time model fitted on the pooled results of ``db_paths``, and how many results it saw."""
+    from eto.database import Database
+    from eto.time_model import fit_time_model
+
+    seen, results = set(), []
+    for path in db_paths:
+        for r in Database(path).results():
+            key = (json.dumps(r.get("op"), sort_keys=True), r.get("method"), r.get("candidates"), r.get("seconds"))
+            if r.get("records") and key not in seen:
+                seen.add(key)
+                results.append(r)
+    targets = {r.get("target") for r in results}
+    if len(targets) > 1:
+        raise SystemExit(f"--fit: the databases hold results of {len(targets)} targets; give one target's")
+    model = fit_time_model(results, kind)
+    return {"databases": db_paths, "kind": kind, "target": next(iter(targets), None), **model.to_json(),
+            "results": {m: sum(r.get("method") == m for r in results) for m in ("backend", "reuse")}}
+
+
 def plot(sources: dict[str, list[dict]], path: str) -> None:
     from eto.plots import _figure
 
@@ -81,6 +107,8 @@ def main(argv=None) -> int:
     ap.add_argument("--scale", choices=("ci", "small", "paper"), default="small",
                     help="pool every E2/E3 results file of this scale (default: small)")
     ap.add_argument("--inputs", nargs="+", help="these results files instead")
+    ap.add_argument("--fit", nargs="+", metavar="DB", help="also fit the time model on these databases' results")
+    ap.add_argument("--kind", default="cpu", help="target kind of --fit's databases (default cpu)")
     ap.add_argument("--out", help="result JSON (default experiments/results/estimate_accuracy_<scale>.json)")
     args = ap.parse_args(argv)
     paths = args.inputs or sorted(glob.glob(os.path.join(HERE, "results", "reuse_pairs_*.json"))
@@ -102,6 +130,8 @@ def main(argv=None) -> int:
               "summary": {"all": {w: accuracy(pooled, w) for w in ("candidates", "seconds")},
                           **{k: {w: accuracy(v, w) for w in ("candidates", "seconds")} for k, v in sources.items()}},
               "rows": sources}
+    if args.fit:
+        result["fit"] = fit(args.fit, args.kind)
     out = args.out or os.path.join(HERE, "results", f"estimate_accuracy_{args.scale}.json")
     with open(out, "w") as f:
         json.dump(result, f, indent=1)
@@ -110,6 +140,8 @@ def main(argv=None) -> int:
     except ImportError as exc:  # matplotlib is an optional extra
         print(f"no plot: {exc}")
     print(json.dumps(result["summary"]["all"], indent=1))
+    if args.fit:
+        print("fitted:", json.dumps({k: result["fit"][k] for k in ("backend", "reuse", "count_scale", "results")}))
     print(f"written {out}")
     return 0
 

@@ -72,16 +72,16 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     os.environ.setdefault("TVM_NUM_THREADS", "2")
 
-    import tvm.s_tir.tensor_intrin  # noqa: F401  (registers the intrinsics MetaSchedule's rules use)
-
     from eto.database import Database
     from eto.operators import Operator
     from eto.target import parse_target
+    from tuner.intrinsics import register_tensor_intrinsics
     from tuner.cost_model import LearnedRanker
     from tuner.measure import MeasureConfig, Measurer
     from tuner.reuse import ReuseTuner
 
     target = parse_target(args.target)
+    register_tensor_intrinsics(target)  # the intrinsics MetaSchedule's rules use
     db = Database(args.db, readonly=True)
     beta, alpha = Operator.parse(args.source), Operator.parse(args.alpha)
     progs = db.programs(target=target, op=beta)

@@ -149,7 +149,9 @@ def run_case(root: Path, set_file: Path, ops: list, kill_at: str) -> dict:
 
 def run_suite(root: Path, cases: list[str] = CASES) -> dict:
     """Every case in ``cases``; a summary with the per-case checks."""
-    import tvm.s_tir.tensor_intrin  # noqa: F401  (once, before forking)
+    from tuner.intrinsics import register_tensor_intrinsics
+
+    register_tensor_intrinsics()  # once, before forking
 
     from eto.operators import Operator
     from eto.opsets import OperatorSet

@@ -29,6 +29,7 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture
 
 from .faults import kill_point
+from .intrinsics import register_tensor_intrinsics
 from .measure import Measurer, run_error_message
 from .trajectory import TrajectoryPoint, median_secs, time_to_reach, trials_to_reach
 
@@ -280,7 +281,7 @@ def tune_backend(
     """
     if not tasks or trials_per_task < 1:
         raise ValueError("no tasks to tune" if not tasks else f"trials_per_task must be positive, got {trials_per_task}")
-    import tvm.s_tir.tensor_intrin  # noqa: F401  (~25 s once per process: keep it off the clock)
+    register_tensor_intrinsics(target)  # what a TuneContext would import, without its 25 s
 
     threads = num_threads or int(os.environ.get("TVM_NUM_THREADS", "0") or 0) or measurer.config.num_threads or 1
     contexts = _contexts(tasks, target, strategy=strategy, seed=seed, threads=threads, work_dir=work_dir,

@@ -15,6 +15,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from .features import LoopNest, TileConfig, major_extents
+from .intrinsics import register_tensor_intrinsics
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.ir import IRModule
@@ -168,6 +169,7 @@ class LearnedRanker:
 
         key = key or shash2hex(mod)
         if key not in self._contexts:
+            register_tensor_intrinsics(self.target)
             self._contexts[key] = ms.TuneContext(mod=mod, target=self.target, num_threads=1)
             self._trained_on.setdefault(key, [major_extents(mod), 0])
         return self._contexts[key]

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .faults import kill_point
+from .intrinsics import register_tensor_intrinsics
 from .panel import unroll_covering
 from .ranked import DEFAULT_TOP_K, MIN_GAIN, TopK, ranked_batches, resolve_top_k
 from .features import Kind, LoopNest, TileConfig
@@ -106,6 +107,7 @@ class ReuseTuner:
         self.kind: Kind = kind_of(target)
         self.beta_sketch = Sketch(beta_record.trace)
         self.alpha_mod = IRModule({"main": alpha_func})
+        register_tensor_intrinsics(target)
         self.ctx = ms.TuneContext(mod=self.alpha_mod, target=target, space_generator="post-order-apply",
                                   search_strategy="replay-trace", task_name="reuse", num_threads=1)
         sketches = [Sketch(s.trace) for s in self.ctx.generate_design_space()]

@@ -131,7 +131,9 @@ def bench_model(model: "RelaxModel", target: "Target", *, database: "Database | 
 def tune_metaschedule(tasks: ModelTasks, target: "Target", trials: int, work_dir: str | None, *,
                       log: Callable[[str], None] = lambda m: None):
     """MetaSchedule's own tuning of the tasks eto tunes; reuses a finished run in ``work_dir``."""
-    import tvm.s_tir.tensor_intrin  # noqa: F401  (the one-time import stays off the clock)
+    from tuner.intrinsics import register_tensor_intrinsics
+
+    register_tensor_intrinsics(target)  # before any TuneContext, off the clock
     from tvm.s_tir import meta_schedule as ms
 
     from tuner.measure import MeasureConfig, Measurer
