@@ -4,7 +4,8 @@ When shapes change (a new sequence length, batch size or image size), a user nee
 and a tuned one soon. :func:`instant` takes the database's nearest tuned program of the same
 operator type and sketch, derives α's program from it without a search (β's tile factors kept,
 only the outer factors following the new extents: :func:`tuner.predict.predict`; on CPU two
-placements of that growth and, for a large matmul-like nest, the widest register-blocked panel of
+placements of that growth, the set-safe register rows of :mod:`tuner.cachesets` where β's rows
+collide in L1, and, for a large matmul-like nest, the widest register-blocked panel of
 :mod:`tuner.panel`, all timed here, the fastest kept), checks it against the catalogue's
 numpy reference, times it, and
 stores it with method ``"instant"``. It is served (it is ``Database.best``) until tuning stores a
@@ -31,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tuner.cost_model import LearnedRanker
 
 #: An instant program's latency is the median of its timed calls: in each of :data:`TIMED_ROUNDS`
-#: rounds, after a warm-up call, at least :data:`TIMED_RUNS` calls and :data:`TIMED_MIN_S` seconds.
+#: rounds (one for a lone program), after a warm-up call, at least :data:`TIMED_RUNS` calls and :data:`TIMED_MIN_S` seconds.
 TIMED_RUNS = 5
 TIMED_MIN_S = 0.02
 TIMED_ROUNDS = 3
@@ -44,7 +45,7 @@ class Instant:
     op: Operator
     source: Operator
     program: ProgramRecord
-    by: str  # "kept", "kept-parallel", "panel", "ranker" or "nearest" (see tuner.predict.predict)
+    by: str  # "kept", "kept-parallel", "set-safe", "panel", "ranker" or "nearest" (tuner.predict.predict)
     ranked: int
     seconds: float
 
@@ -93,7 +94,7 @@ def instant(op: Operator, database: Database, target: "Target", *, ranker: "Lear
     inputs = op.random_inputs(0)
     want = op.reference(*inputs)
     built = []
-    for pred in (first, *first.alternatives):  # at most three on CPU (two placements, a panel)
+    for pred in (first, *first.alternatives):  # at most four on CPU (two placements, set-safe, a panel)
         lib = build(pred.schedule.mod, target)
         got = run_once(lib, inputs, op.output_shape)
         err = float(np.max(np.abs(got - want))) if got.size else 0.0
@@ -126,7 +127,7 @@ def _time_all(libs: list, inputs, op: Operator) -> list[float]:
     args = [tvm.runtime.tensor(np.ascontiguousarray(a), dev) for a in inputs]
     out = tvm.runtime.tensor(np.zeros(tuple(op.output_shape), "float32"), dev)
     times: list[list[float]] = [[] for _ in libs]
-    for _ in range(TIMED_ROUNDS):
+    for _ in range(TIMED_ROUNDS if len(libs) > 1 else 1):  # one program: nothing to interleave
         for lib, samples in zip(libs, times):
             lib(*args, out)
             n, until = 0, time.perf_counter() + TIMED_MIN_S

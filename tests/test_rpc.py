@@ -107,10 +107,12 @@ def test_scale_out_tunes_independent_subtrees_on_two_devices(tmp_path, tracker, 
         assert check_record(op, db.best(op, target).tuning_record, target).ok
 
 
-def test_rpc_flags_are_checked(capsys):
+def test_rpc_flags_are_checked_before_any_database_is_made(capsys, tmp_path):
     from eto.cli import main
 
-    assert main(["tune", "--devices", "2"]) == 2
+    db = tmp_path / "db"
+    assert main(["tune", "--db", str(db), "--devices", "2"]) == 2
     assert "--devices needs --rpc" in capsys.readouterr().err
-    assert main(["tune", "--rpc", "nohost", "--rpc-key", "k"]) == 2
+    assert main(["tune", "--db", str(db), "--rpc", "nohost", "--rpc-key", "k"]) == 2
     assert "HOST:PORT" in capsys.readouterr().err
+    assert not db.exists()  # bad flags leave no empty database behind

@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass
 from typing import Sequence
 
+from .cachesets import set_safe_tiles
 from .features import Kind, LoopNest, TileConfig, align_loops
 from .space import (DEFAULT_STRATEGY, GPU_MAX_THREADS, GPU_MIN_THREADS, RangeName, ReuseSpace, Strategy,
                     default_ranges, target_limits)
@@ -102,8 +103,8 @@ def count_trials(space: ReuseSpace, *, unroll_values: Sequence[int], fetch_lanes
     n_slots = sum(len(threads) for _, threads in groups)
     if not n_slots:
         return 3  # the reuse tuner's fallback measures at most three configurations
-    # β's kept tiles (and their grown inner tiles) lead round T, measured on their own first
-    lead = int(space.kept_extra() is not None) + int(space.grown_tiles() is not None)
+    # β's kept tiles (and their grown and set-safe variants) lead round T, measured on their own first
+    lead = sum(c is not None for c in (space.kept_extra(), space.grown_tiles(), set_safe_tiles(space)))
 
     def later(n: int) -> float:
         return ranked_count(n, top_k, open_round=strategy == "per-b", continue_rate=continue_rate)

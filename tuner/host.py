@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+from dataclasses import dataclass
 
 
 def physical_cores() -> int:
@@ -25,24 +26,47 @@ def physical_cores() -> int:
     return os.cpu_count() or 1
 
 
-@functools.lru_cache(maxsize=None)
 def cpu_cache_bytes(level: int = 2, kind: str = "Data") -> int | None:
     """Size of one instance of the level-``level`` cache of cpu0, from sysfs (None if unknown)."""
+    geometry = cpu_cache(level, kind)
+    return geometry.size if geometry else None
+
+
+@dataclass(frozen=True)
+class CacheGeometry:
+    """One cache of cpu0: ``size`` bytes in ``ways``-way sets of ``line``-byte lines."""
+
+    size: int
+    ways: int
+    line: int
+
+    @property
+    def set_span(self) -> int:
+        """Bytes between two addresses that map to the same set (sets x line: 4 KB for 32 KB 8-way)."""
+        return self.size // self.ways if self.ways else 0
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_cache(level: int = 1, kind: str = "Data") -> CacheGeometry | None:
+    """The level-``level`` cache of cpu0 (for L1, the ``kind`` one), from sysfs; None if unknown
+    (ways and line 0 where sysfs does not say)."""
     base = "/sys/devices/system/cpu/cpu0/cache"
+
+    def read(d: str, name: str) -> str:
+        with open(os.path.join(d, name)) as f:
+            return f.read().strip()
+
     try:
         for entry in sorted(os.listdir(base)):
             d = os.path.join(base, entry)
-            with open(os.path.join(d, "level")) as f:
-                if int(f.read()) != level:
-                    continue
-            with open(os.path.join(d, "type")) as f:
-                t = f.read().strip()
-            if level == 1 and t != kind:
+            if int(read(d, "level")) != level or (level == 1 and read(d, "type") != kind):
                 continue
-            with open(os.path.join(d, "size")) as f:
-                m = re.fullmatch(r"(\d+)([KMG]?)", f.read().strip())
+            m = re.fullmatch(r"(\d+)([KMG]?)", read(d, "size"))
             if m:
-                return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2)]
+                size = int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2)]
+                extra = [int(read(d, n)) if os.path.exists(os.path.join(d, n)) else 0
+                         for n in ("ways_of_associativity", "coherency_line_size")]
+                return CacheGeometry(size, *extra)
     except (OSError, ValueError):
         pass
     return None

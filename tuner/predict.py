@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, get_args
 
+from .cachesets import set_safe_tiles
 from .features import TileConfig
 from .panel import unroll_covering, widest_panel
 from .reuse import ReuseTuner, _built, _Cand
@@ -32,8 +33,8 @@ class Prediction:
 
     schedule: Any  # the postprocessed schedule: ``schedule.mod`` builds
     config: TileConfig | None
-    by: str  # "kept" / "kept-parallel": β's tiles kept; "panel": round "panel"'s widest block; "ranker": the
-    # learned model chose; "nearest": β's block and thread sizes
+    by: str  # "kept" / "kept-parallel": β's tiles kept; "set-safe": tuner.cachesets; "panel": round
+    # "panel"'s widest block; "ranker": the learned model chose; "nearest": β's block and thread sizes
     ranked: int  # candidates the choice was made among
     seconds: float
     _tuner: ReuseTuner = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
@@ -78,6 +79,11 @@ def predict(func: "PrimFunc", source_record: "TuningRecord", target: "Target", *
             cand = tuner._cand(cfg)
             if _built(tuner, cand):
                 kept.append((cand, "kept" if growth == "outer" else f"kept-{growth}"))
+        safe = set_safe_tiles(tuner.space)  # register rows that collide in L1 cut to its ways
+        if safe is not None and all(c.cfg != safe for c, _ in kept):
+            cand = tuner._cand(safe)
+            if _built(tuner, cand):
+                kept.append((cand, "set-safe"))
         panel = widest_panel(tuner.space.panel_round())
         if panel is not None and tuner._fits(panel) and all(c.cfg != panel for c, _ in kept):
             cand = tuner._cand(panel, unroll=unroll_covering(panel, tuner.unroll_values))

@@ -22,8 +22,6 @@ from .plan import add_strategy_option, distance_weight_of, max_reduction_ratio_o
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
 
-    from tuner.measure import Measurer
-
     from ..database import Database
     from ..tuning import TuneReport
 
@@ -98,12 +96,17 @@ def _tune(args: argparse.Namespace) -> int:
         else _operators(args)
     if args.trials < 1:
         raise CLIError(f"--trials must be positive, got {args.trials}")
-    paths = args.db or [DEFAULT_DB]
-    db = _open_database(paths)
     if args.method == "ansor" and (args.hot_share is not None or args.evolve or args.rpc or args.devices != 1):
         raise CLIError("--hot-share, --evolve, --rpc and --devices apply to --method eto only")
     if args.method in ("topk", "st") and (args.hot_share is not None or args.evolve):
         raise CLIError(f"--hot-share and --evolve apply to --method eto only, not {args.method}")
+    # every flag checked before the database is opened: bad flags leave no empty database behind
+    devices = _rpc_devices(args)
+    reuse_options = {} if args.method == "ansor" else dict(
+        top_k=top_k_of(args), max_reduction_ratio=max_reduction_ratio_of(args),
+        distance_weight=distance_weight_of(args))
+    paths = args.db or [DEFAULT_DB]
+    db = _open_database(paths)
     todo = [e for e in opset if not db.attempted(e.op, target)]
     how = {"ansor": "MetaSchedule for every operator", "eto": "eto (reuse)",
            "topk": "eto's plan with TopK instead of the reuse tuner (baseline)",
@@ -124,14 +127,14 @@ def _tune(args: argparse.Namespace) -> int:
     else:
         from ..pipeline import tune
 
-        measurers = _rpc_measurers(args)
+        from tuner.measure import Measurer
+
+        measurers = None if devices is None else [Measurer.rpc(*devices[:3]) for _ in range(devices[3])]
         try:
             report = tune(opset, target, db, trials=args.trials, measurer=measurers, plan_budget=args.plan_budget,
                           num_trials_per_iter=args.trials_per_iter,
                           seed=args.seed, search=search, bridges=args.bridges, cost=args.cost,
-                          strategy=args.strategy, top_k=top_k_of(args),
-                          max_reduction_ratio=max_reduction_ratio_of(args), distance_weight=distance_weight_of(args),
-                          on_batch=on_batch, hot_share=args.hot_share,
+                          strategy=args.strategy, **reuse_options, on_batch=on_batch, hot_share=args.hot_share,
                           hot_factor=args.hot_factor, evolve_trials=args.evolve, method=args.method,
                           log=None if args.quiet else (lambda m: print(f"eto: {m}", file=sys.stderr, flush=True)))
         finally:
@@ -144,8 +147,9 @@ def _tune(args: argparse.Namespace) -> int:
     return EXIT_FAILED if report.failed else EXIT_OK
 
 
-def _rpc_measurers(args: argparse.Namespace) -> "list[Measurer] | None":
-    """``--rpc HOST:PORT --rpc-key KEY --devices N``: N measurers on the tracker's devices (or None)."""
+def _rpc_devices(args: argparse.Namespace) -> "tuple[str, int, str, int] | None":
+    """``--rpc HOST:PORT --rpc-key KEY --devices N``: (host, port, key, N) of the tracker's devices, checked
+    (None: measure locally)."""
     if args.rpc is None:
         if args.devices != 1:
             raise CLIError("--devices needs --rpc (a tracker with that many devices)")
@@ -157,9 +161,7 @@ def _rpc_measurers(args: argparse.Namespace) -> "list[Measurer] | None":
         raise CLIError("--rpc needs --rpc-key (the key the devices registered under)")
     if args.devices < 1:
         raise CLIError(f"--devices must be positive, got {args.devices}")
-    from tuner.measure import Measurer
-
-    return [Measurer.rpc(host, int(port), args.rpc_key) for _ in range(args.devices)]
+    return host, int(port), args.rpc_key, args.devices
 
 
 def _report_table(report: "TuneReport") -> str:
