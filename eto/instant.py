@@ -32,7 +32,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from tuner.cost_model import LearnedRanker
 
 #: An instant program's latency is the median of its timed calls: in each of :data:`TIMED_ROUNDS`
-#: rounds (one for a lone program), after a warm-up call, at least :data:`TIMED_RUNS` calls and :data:`TIMED_MIN_S` seconds.
+#: rounds (one for a lone program), after a warm-up call, at least :data:`TIMED_RUNS` calls and
+#: :data:`TIMED_MIN_S` seconds.
 TIMED_RUNS = 5
 TIMED_MIN_S = 0.02
 TIMED_ROUNDS = 3

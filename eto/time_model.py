@@ -55,9 +55,10 @@ class Line:
 #: sizes (28 MetaSchedule runs on 0.006-0.6 GFLOP operators: 0.52 s per trial plus 0.84 s per trial
 #: and GFLOP; 72 ranked reuses of 0.002-3.8 GFLOP operators: 0.75 s of set-up -- design space,
 #: ranker training on β's programs -- plus 0.38 s per candidate and 0.34 s per candidate and GFLOP,
-#: growing more slowly with size than a backend trial because ranked candidates are the good ones). The earlier CPU defaults
-#: (0.68 + 1.8 / GFLOP, and 4.0 s + 0.45 + 0.4 / GFLOP), fitted before that fix, over-costed
-#: ResNet-50's reuses 1.8x.
+#: growing more slowly with size than a backend trial because ranked candidates are the good ones).
+#: The earlier CPU defaults (0.68 + 1.8 / GFLOP, and 4.0 s + 0.45 + 0.4 / GFLOP), fitted before that
+#: fix, over-costed ResNet-50's reuses 1.8x. Fitted on runs of 100 and 200 trials, the backend line
+#: under-costs short runs of tiny operators (the quick start's 64 trials: about 1 s a trial).
 #: CUDA: host-side search and nvcc dominate, not the operator's size; fitted on the BERT-Base set
 #: benchmark on an H200 with 16 host cores, reuses measuring 16 ranked candidates a batch
 #: (``top_k="auto"``; experiments/results/set_bench_bert_base_N64_h200.json: MetaSchedule 0.90 s per
