@@ -25,7 +25,7 @@ PACKAGE = "tvm.s_tir.tensor_intrin"
 
 def _is_arm() -> bool:
     machine = platform.machine().lower()
-    return machine in ("aarch64", "arm64") or machine.startswith("arm")
+    return machine == "aarch64" or machine.startswith("arm")  # arm64, armv7l, ...
 
 
 def register_tensor_intrinsics(target: "Target | None" = None) -> None:
