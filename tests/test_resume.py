@@ -123,14 +123,17 @@ class _DryMeasurer:
     """Times a module by a hash of its text (the same in every run), counting what it measures."""
 
     def __init__(self):
-        self.measured = 0
+        self.measured = self.remeasured = 0
 
-    def measure(self, mods, target):
+    def measure(self, mods, target, screen=False):
         import zlib
 
         from tuner.measure import MeasureResult
 
-        self.measured += len(mods)
+        if screen:
+            self.measured += len(mods)
+        else:  # a screened search's finalists, timed again in full
+            self.remeasured += len(mods)
         return [MeasureResult((1e-6 * (1 + zlib.crc32(m.script().encode()) % 1000),)) for m in mods]
 
 
@@ -164,5 +167,6 @@ def test_an_interrupted_reuse_search_is_not_measured_again(tmp_path):
     known = {trace_key(r.trace): s for r, s in prior.programs()}
     rest = _DryMeasurer()
     again = reuse_tune(alpha.prim_func(), source, target, rest, strategy="global", ranges="paper", known=known)
-    assert rest.measured == full.candidates - len(known)  # nothing measured twice
+    assert rest.measured == full.candidates - len(known)  # nothing screened twice
+    assert rest.remeasured == whole.remeasured == full.remeasured == 3  # the finalists, in full, once per run
     assert again.candidates == full.candidates and again.latency_s == full.latency_s

@@ -52,12 +52,16 @@ class MeasureConfig:
     num_threads: int | None = None  # TVM_NUM_THREADS for timed runs; default: physical cores
     builder_workers: int | None = None  # default: physical cores
     recycle_after: int = 256  # builds per worker process before it is restarted
+    #: screening (``Measurer.measure(..., screen=True)``): fewer, shorter repeats, for candidates that
+    #: only need ranking; a search re-times its finalists with the full configuration (tuner.finalists)
+    screen_repeat: int = 3
+    screen_min_repeat_ms: int = 10
 
-    def evaluator(self) -> EvaluatorConfig:
+    def evaluator(self, *, screen: bool = False) -> EvaluatorConfig:
         return EvaluatorConfig(
             number=self.number,
-            repeat=self.repeat,
-            min_repeat_ms=self.min_repeat_ms,
+            repeat=self.screen_repeat if screen else self.repeat,
+            min_repeat_ms=self.screen_min_repeat_ms if screen else self.min_repeat_ms,
             enable_cpu_cache_flush=self.enable_cpu_cache_flush,
         )
 
@@ -199,8 +203,11 @@ class Measurer:
         )
         return cls(builder, runner, config, "rpc")
 
-    def measure(self, mods: Sequence["IRModule"], target: "Target") -> list[MeasureResult]:
-        """Build all candidates in parallel, then run each; failures are results, not exceptions."""
+    def measure(self, mods: Sequence["IRModule"], target: "Target", *, screen: bool = False) -> list[MeasureResult]:
+        """Build all candidates in parallel, then run each; failures are results, not exceptions.
+
+        ``screen``: time them with the configuration's screening repeats (a third of the run time
+        here), for ranking; the runner's own configuration is restored afterwards."""
         if not mods:
             return []
         from tvm.s_tir.meta_schedule.arg_info import ArgInfo
@@ -218,7 +225,13 @@ class Measurer:
             device = "cpu" if target.kind.name == "llvm" else target.kind.name
             inputs.append(RunnerInput(b.artifact_path, device, args))
             where.append(i)
-        futures = self.runner.run(inputs)
+        full = self.runner.evaluator_config
+        if screen:  # both of MetaSchedule's runners read it when a run is submitted
+            self.runner.evaluator_config = self.config.evaluator(screen=True)
+        try:
+            futures = self.runner.run(inputs)
+        finally:
+            self.runner.evaluator_config = full
         for i, fut, inp in zip(where, futures, inputs):
             r = fut.result()
             if r.error_msg is not None or r.run_secs is None:

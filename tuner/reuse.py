@@ -25,20 +25,20 @@ Algorithm 1 measures, built in parallel.
 from __future__ import annotations
 
 import math
-import random
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .cachesets import set_safe_tiles
 from .faults import kill_point
+from .finalists import DEFAULT_FINALISTS
 from .intrinsics import register_tensor_intrinsics
 from .panel import unroll_covering
-from .ranked import DEFAULT_TOP_K, MIN_GAIN, TopK, ranked_batches, resolve_top_k
+from .ranked import DEFAULT_TOP_K, MIN_GAIN, TopK, resolve_top_k
 from .features import Kind, LoopNest, TileConfig
+from .session import ReuseResult, _Cand, _Session
 from .space import DEFAULT_STRATEGY, RangeName, ReuseSpace, Strategy, default_ranges, target_limits
 from .tiling import achievable_products, largest_divisor_at_most
-from .trajectory import TrajectoryPoint
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.s_tir.meta_schedule.database import TuningRecord
@@ -49,49 +49,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from .measure import Measurer
 
 
-
 def _index_of(values: Sequence[Any], want: int) -> int | None:
     return next((i for i, v in enumerate(values) if int(v) == want), None)
 
 
 # -- tuning ----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ReuseResult:
-    """What the reuse-based tuner found for α, and what it cost."""
-
-    record: "TuningRecord | None"
-    latency_s: float
-    config: TileConfig | None
-    candidates: int  # measured
-    invalid: int  # generated but rejected by the postprocessors (not measured)
-    failed: int  # measured but failed to build or run
-    seconds: float
-    trajectory: tuple[TrajectoryPoint, ...]
-    rounds: dict = field(default_factory=dict)  # round name -> candidates measured
-    #: every candidate that ran, best first, as (postprocessed schedule, seconds): what a search
-    #: continuing from here (reuse-then-evolve) seeds its population and trains its cost model with
-    measured: tuple[tuple[Any, float], ...] = ()
-    #: the best program's B/T/M features (:meth:`TileConfig.features`), None without multi-level tiling
-    features: dict | None = None
-    #: every candidate that ran as a TuningRecord, best first (``record`` is the first): the database
-    #: keeps them all, so later reuses' rankers learn from them
-    records: tuple = ()
-
-
-@dataclass
-class _Cand:
-    cfg: TileConfig | None  # None: the sketch has no multi-level tiling (section 5.2 only)
-    unroll: int | None
-    fetch: tuple[int, ...]
-    extra: dict[int, Any] = field(default_factory=dict)  # sub-sketch decisions (tuner.subsketch)
-    sch: Any = None
-    latency: float = math.inf
-
-    def but(self, **changes: Any) -> "_Cand":
-        """A new, unmeasured candidate differing from this one in ``changes``."""
-        return replace(self, sch=None, latency=math.inf, **changes)
-
-
 class ReuseTuner:
     """Algorithm 1 on one reuse pair (α's function, β's best record, the target)."""
 
@@ -213,8 +175,10 @@ class ReuseTuner:
 
     def tune(self, measure: Callable[[list[Any]], list[float]], *, strategy: Strategy = DEFAULT_STRATEGY,
              ranker: "LearnedRanker | None" = None, top_k: int | None = DEFAULT_TOP_K,
-             min_gain: float = MIN_GAIN, seeds: Sequence[TileConfig] = ()) -> ReuseResult:
+             min_gain: float = MIN_GAIN, seeds: Sequence[TileConfig] = (), finalists: int = 0) -> ReuseResult:
         """Run Algorithm 1; ``measure(schedules)`` returns seconds per schedule (inf if it failed).
+        ``finalists``: the candidates were screened; ``measure(schedules, precise=True)`` re-times
+        that many of the best in full at the end (:func:`tuner.finalists.settle`).
 
         ``"per-b"`` keeps the paper's structure: after round T every B value keeps its own best
         candidate through rounds M, unroll and vector; the best over all B is returned.
@@ -236,7 +200,7 @@ class ReuseTuner:
         (:mod:`tuner.panel`) follows round T once, from its best; a seed that is one of its
         configurations leads that round, not round T.
         """
-        session = _Session(self, measure, ranker, top_k, min_gain)
+        session = _Session(self, measure, ranker, top_k, min_gain, finalists)
         run = session.run
         if not self.has_mlt:  # section 5.2: β's decisions transferred, then sub-sketch rounds
             measured = run([self._cand(None)], "transfer")
@@ -329,86 +293,19 @@ class ReuseTuner:
         return TuningRecord(sch.trace, wl, [float(seconds)], self.target, args)
 
 
-class _Session:
-    """One run of Algorithm 1: builds and measures rounds, keeps the counts, the trajectory and all that ran."""
-
-    def __init__(self, tuner: ReuseTuner, measure: Callable[[list[Any]], list[float]],
-                 ranker: "LearnedRanker | None", top_k: int | None, min_gain: float) -> None:
-        self.tuner, self.measure, self.ranker, self.top_k, self.min_gain = tuner, measure, ranker, top_k, min_gain
-        # batches with a ranker: in its order if it knows α's shape, else in a random order seeded by
-        # α (a rerun, resuming, draws the same batches)
-        self.batched = ranker is not None and top_k is not None
-        self.ranked = self.batched and ranker.knows(tuner.alpha_mod)  # type: ignore[union-attr]
-        self.rng = random.Random(str(tuner.alpha_mod))
-        self.start = time.perf_counter()
-        self.trials = self.invalid = self.failed = 0
-        self.best_s = math.inf
-        self.trajectory: list[TrajectoryPoint] = []
-        self.rounds: dict[str, int] = {}
-        self.seen: list[_Cand] = []
-
-    def run(self, cands: list[_Cand], name: str, incumbent: float = math.inf, first: int = 0) -> list[_Cand]:
-        """Build ``cands`` (GetS; rejected ones are counted, not measured), then measure them: all of
-        them, or with a ranker ``top_k`` at a time (:func:`ranked_batches`), best-ranked first or at
-        random (:meth:`ReuseTuner.tune`). The ``first`` candidates lead the order whatever their rank."""
-        lead = {id(c) for c in cands[:first]}
-        for c in cands:
-            c.sch = self.tuner.schedule(c)
-        ok = [c for c in cands if c.sch is not None]
-        self.invalid += len(cands) - len(ok)
-        if not ok:
-            return []
-        if not self.batched:
-            self._measure(ok, name)
-            return ok
-        order = self.rng.sample(range(len(ok)), len(ok))
-        if self.ranked:
-            order = self.ranker.rank(self.tuner.alpha_mod, [c.sch for c in ok]) or order  # type: ignore[union-attr]
-        order = sorted(order, key=lambda i: id(ok[i]) not in lead)  # stable: the lead first, then by rank
-        done: list[_Cand] = []
-        for batch in ranked_batches([ok[i] for i in order], self.top_k, incumbent, self.min_gain):  # type: ignore[arg-type]
-            self._measure(batch, name)
-            done += batch
-        return done
-
-    def _measure(self, batch: list[_Cand], name: str) -> None:
-        for c, l in zip(batch, self.measure([c.sch for c in batch])):
-            c.latency = l
-            self.trials += 1
-            self.failed += math.isinf(l)
-            self.best_s = min(self.best_s, l)
-            self.trajectory.append(TrajectoryPoint(time.perf_counter() - self.start, self.trials, self.best_s))
-        self.rounds[name] = self.rounds.get(name, 0) + len(batch)
-        self.seen.extend(c for c in batch if math.isfinite(c.latency))
-        if self.ranker is not None and not self.ranked:
-            # a round measured whole or sampled at random is a fair sample of α's space; ranked
-            # picks, all near the best, would teach the ranker their tiles for every later operator
-            self.ranker.observe(self.tuner.alpha_mod, [c.sch for c in batch], [c.latency for c in batch])
-
-    def result(self, best: _Cand | None) -> ReuseResult:
-        found = best is not None and math.isfinite(best.latency)
-        self.seen.sort(key=lambda c: c.latency)
-        records = tuple(self.tuner.record_of(c.sch, c.latency) for c in self.seen)
-        return ReuseResult(
-            records[0] if found else None, best.latency if found else math.inf,  # type: ignore[union-attr]
-            best.cfg if found else None, self.trials, self.invalid, self.failed,  # type: ignore[union-attr]
-            time.perf_counter() - self.start, tuple(self.trajectory), self.rounds,
-            tuple((c.sch, c.latency) for c in self.seen),
-            features=best.cfg.features(self.tuner.alpha) if found and best.cfg is not None else None,  # type: ignore[union-attr]
-            records=records)
-
-
 def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target", measurer: "Measurer", *,
                vector_lanes: int = 8, strategy: Strategy = DEFAULT_STRATEGY,
                ranges: RangeName | None = None, ranker: "LearnedRanker | None" = None,
                history: Sequence["TuningRecord"] = (), top_k: TopK = "auto",
                known: "Mapping[str, float] | None" = None,
                on_measured: "Callable[[list[TuningRecord], int, float], None] | None" = None,
-               seeds: Sequence["TuningRecord"] = (), alternates: Sequence["TuningRecord"] = ()) -> ReuseResult:
+               seeds: Sequence["TuningRecord"] = (), alternates: Sequence["TuningRecord"] = (),
+               finalists: int = DEFAULT_FINALISTS) -> ReuseResult:
     """Derive α's program (``func``) from β's best program (``source_record``) by Algorithm 1.
 
-    Every candidate is built and timed by ``measurer``; the result's record carries the median of
-    the measured repeats as its run time. ``ranker`` (shared across a run, so it keeps learning)
+    Every candidate is built and timed by ``measurer``, screened, and the ``finalists`` best again
+    in full (:mod:`tuner.finalists`; 0: all in full); the result's record carries the median of the
+    full repeats as its run time. ``ranker`` (shared across a run, so it keeps learning)
     is first trained on ``history`` (measured records, e.g. β's whole backend run); then each
     round measures its ``top_k`` best-ranked candidates at a time (:meth:`ReuseTuner.tune`; ``"auto"``:
     :func:`default_top_k`). Its
@@ -433,12 +330,15 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
     setup = time.perf_counter() - start  # design space, β's sketch, ranker training: on the clock
     known = known or {}
 
-    def measure(schedules: list) -> list[float]:
+    def measure(schedules: list, precise: bool = False) -> list[float]:
+        if precise:  # the finalists, not checkpointed: a resumed search re-times its own
+            return [r.median for r in measurer.measure([s.mod for s in schedules], target)]
         t0 = time.perf_counter()
         keys = [trace_key(s.trace) for s in schedules] if known else [None] * len(schedules)
         todo = [i for i, k in enumerate(keys) if k not in known]
         out = [known.get(k, math.inf) for k in keys]  # type: ignore[arg-type]
-        for i, r in zip(todo, measurer.measure([schedules[i].mod for i in todo], target) if todo else ()):
+        for i, r in zip(todo, measurer.measure([schedules[i].mod for i in todo], target, screen=finalists > 0)
+                              if todo else ()):
             out[i] = r.median
         kill_point("reuse.measured")
         if on_measured is not None and todo:
@@ -446,7 +346,8 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
                         time.perf_counter() - t0)
         return out
 
-    res = tuner.tune(measure, strategy=strategy, ranker=ranker, top_k=resolve_top_k(top_k, target), seeds=seed_cfgs)
+    res = tuner.tune(measure, strategy=strategy, ranker=ranker, top_k=resolve_top_k(top_k, target), seeds=seed_cfgs,
+                     finalists=finalists)
     return replace(res, seconds=setup + res.seconds, trajectory=tuple(p.after(setup, 0) for p in res.trajectory))
 
 

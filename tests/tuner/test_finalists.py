@@ -1,0 +1,103 @@
+"""Screened measurement and finalists (tuner.finalists): the search ranks by short timings, the
+result is decided and recorded by full ones."""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from eto.operators import Operator
+from eto.target import cpu_target
+from tuner.finalists import settle
+
+
+@dataclass
+class C:
+    sch: Any
+    latency: float
+
+
+def test_settle_retimes_the_best_few_and_puts_the_rest_on_their_scale():
+    cands = [C("a", 1.0), C("b", 2.0), C("c", 3.0), C("d", 4.0), C("e", math.inf), C("f", 10.0)]
+    asked = []
+
+    def remeasure(scheds):
+        asked.extend(scheds)
+        return [{"a": 3.0, "b": 2.2, "c": 3.3}[s] for s in scheds]
+
+    winner, f = settle(cands, remeasure, 3)
+    assert asked == ["a", "b", "c"]  # the three fastest screened, not the failed one
+    assert winner.sch == "b" and winner.latency == 2.2  # the full timings decide
+    assert f == 2.2 / 1.0  # the winner's full time over the screened best
+    by = {c.sch: c.latency for c in cands}
+    assert by["a"] == 3.0 and by["c"] == 3.3
+    assert math.isclose(by["d"], 4.0 * 1.1) and math.isclose(by["f"], 10.0 * 1.1)  # median ratio 1.1
+    assert math.isinf(by["e"])
+
+
+def test_settle_drops_finalists_that_fail_in_full():
+    cands = [C("a", 1.0), C("b", 1.1), C("c", 1.2)]
+    winner, _ = settle(cands, lambda s: [math.inf, 5.5][: len(s)], 2)
+    assert winner.sch == "b" and winner.latency == 5.5
+    assert math.isinf(cands[0].latency) and math.isclose(cands[2].latency, 6.0)  # 1.2 x (5.5 / 1.1)
+    # no finalist ran again: nothing changes
+    cands = [C("a", 1.0)]
+    assert settle(cands, lambda s: [math.inf], 3) == (None, 1.0) and cands[0].latency == 1.0
+    assert settle([C("a", math.inf)], lambda s: [], 3) == (None, 1.0)
+
+
+def test_a_screened_measurement_runs_the_short_configuration_and_restores_the_full_one():
+    from tuner.measure import MeasureConfig, Measurer
+    from tvm.ir import IRModule
+
+    target = cpu_target()
+    mod = IRModule({"main": Operator.create("BMM", B=1, M=16, N=16, K=16).prim_func()})
+    config = MeasureConfig(repeat=4, min_repeat_ms=5, screen_repeat=2, screen_min_repeat_ms=1)
+    with Measurer.local(config) as m:
+        screened = m.measure([mod], target, screen=True)[0]
+        assert m.runner.evaluator_config.repeat == 4
+        full = m.measure([mod], target)[0]
+    assert screened.ok and len(screened.run_secs) == 2
+    assert full.ok and len(full.run_secs) == 4
+
+
+class Hashed:
+    """Times a module by a hash of its text; in full, the screened best takes 1000 times as long
+    (so that the finalists' full timings, not the screening, must decide)."""
+
+    def __init__(self):
+        self.screened, self.full = [], []
+
+    @staticmethod
+    def secs(text: str) -> float:
+        return 1e-6 * (1 + zlib.crc32(text.encode()) % 1_000_000)
+
+    def measure(self, mods, target, screen=False):
+        from tuner.measure import MeasureResult
+
+        texts = [m.script() for m in mods]
+        (self.screened if screen else self.full).extend(texts)
+        if screen:
+            return [MeasureResult((self.secs(t),)) for t in texts]
+        best = min(self.screened, key=self.secs)
+        return [MeasureResult((self.secs(t) * (1000 if t == best else 1),)) for t in texts]
+
+
+def test_a_reuse_search_screens_every_candidate_and_returns_the_finalist_that_won_in_full():
+    from tests.tuner.test_reuse_tuner import sampled_record
+    from tuner.reuse import reuse_tune
+
+    target = cpu_target()
+    alpha, beta = Operator.create("BMM", B=2, M=64, N=32, K=64), Operator.create("BMM", B=4, M=64, N=64, K=64)
+    m = Hashed()
+    res = reuse_tune(alpha.prim_func(), sampled_record(beta, target), target, m, strategy="global", finalists=3)
+    assert len(m.screened) == res.candidates and len(m.full) == res.remeasured == 3
+    ranked = sorted(set(m.screened), key=Hashed.secs)
+    assert m.full == ranked[:3]  # the screened best three, timed again in full
+    assert res.latency_s == Hashed.secs(ranked[1])  # decided in full, where the screened best lost
+    lats = [float(r.run_secs[0]) for r in res.records]
+    assert lats[0] == res.latency_s and all(x >= res.latency_s for x in lats)
+    assert res.trajectory[-1].best_s == res.latency_s
+    assert all(a.best_s >= b.best_s for a, b in zip(res.trajectory, res.trajectory[1:]))
