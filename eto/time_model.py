@@ -53,18 +53,21 @@ class Line:
 #: znver4 machine after the database's incremental reload: the ResNet-50 set benchmark at N = 100 and
 #: the retune benchmarks of BERT-Base at 8 new lengths and ResNet-50's convolutions at 4 new batch
 #: sizes (28 MetaSchedule runs on 0.006-0.6 GFLOP operators: 0.52 s per trial plus 0.84 s per trial
-#: and GFLOP; 72 ranked reuses of 0.002-3.8 GFLOP operators: 0.75 s of set-up -- design space,
-#: ranker training on β's programs -- plus 0.38 s per candidate and 0.34 s per candidate and GFLOP,
-#: growing more slowly with size than a backend trial because ranked candidates are the good ones).
-#: The earlier CPU defaults (0.68 + 1.8 / GFLOP, and 4.0 s + 0.45 + 0.4 / GFLOP), fitted before that
-#: fix, over-costed ResNet-50's reuses 1.8x. Fitted on runs of 100 and 200 trials, the backend line
-#: under-costs short runs of tiny operators (the quick start's 64 trials: about 1 s a trial).
+#: and GFLOP). The reuse line was refitted when reuses began to screen their candidates
+#: (tuner.finalists), on the 27 reuses of ``eto tune --opset resnet50 --trials 100`` and ``--opset
+#: bert_base --trials 200`` (experiments/results/estimate_accuracy_time_fit_screened_znver4.json;
+#: 0.002-3.8 GFLOP): 2.89 s of set-up -- design space, ranker training, the finalists' builds and
+#: full runs -- plus 0.088 s per candidate and 0.23 s per candidate and GFLOP (before screening:
+#: 0.75 s + 0.38 s + 0.34 s / GFLOP). The earlier CPU defaults (0.68 + 1.8 / GFLOP, and 4.0 s + 0.45 +
+#: 0.4 / GFLOP), fitted before the database's incremental reload, over-costed ResNet-50's reuses
+#: 1.8x. Fitted on runs of 100 and 200 trials, the backend line under-costs short runs of tiny
+#: operators (the quick start's 64 trials: about 1 s a trial).
 #: CUDA: host-side search and nvcc dominate, not the operator's size; fitted on the BERT-Base set
 #: benchmark on an H200 with 16 host cores, reuses measuring 16 ranked candidates a batch
 #: (``top_k="auto"``; experiments/results/set_bench_bert_base_N64_h200.json: MetaSchedule 0.90 s per
 #: trial over 320; 4 reuses of 16-31 candidates, 15.2-25.0 s, least squares 4.3 s + 0.65 s each).
 DEFAULTS: Mapping[str, tuple[Line, Line]] = {
-    "cpu": (Line(0.0, 0.52, 0.84), Line(0.75, 0.38, 0.34)),
+    "cpu": (Line(0.0, 0.52, 0.84), Line(2.89, 0.088, 0.23)),
     "cuda": (Line(0.0, 0.9), Line(4.3, 0.65)),
 }
 #: Results needed before a fitted line replaces the default (fewer: the default's shape is kept
