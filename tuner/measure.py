@@ -225,13 +225,16 @@ class Measurer:
             device = "cpu" if target.kind.name == "llvm" else target.kind.name
             inputs.append(RunnerInput(b.artifact_path, device, args))
             where.append(i)
-        full = self.runner.evaluator_config
-        if screen:  # both of MetaSchedule's runners read it when a run is submitted
+        # MetaSchedule's local and RPC runners read it when a run is submitted; another runner times its way
+        full = getattr(self.runner, "evaluator_config", None)
+        swap = screen and full is not None
+        if swap:
             self.runner.evaluator_config = self.config.evaluator(screen=True)
         try:
             futures = self.runner.run(inputs)
         finally:
-            self.runner.evaluator_config = full
+            if swap:
+                self.runner.evaluator_config = full
         for i, fut, inp in zip(where, futures, inputs):
             r = fut.result()
             if r.error_msg is not None or r.run_secs is None:
