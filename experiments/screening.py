@@ -2,9 +2,10 @@
 
 For every reuse result in ``--db`` (or the ``--limit`` first), the reuse tuner derives α from the
 same source program twice, as ``eto tune`` does (ranked, the ranker trained on the database's other
-backend programs of α's type, one ranker per arm kept across the pairs; α's own programs left out): once screening every candidate (3 repeats of
->= 10 ms) and re-timing its 3 best in full (:mod:`tuner.finalists`, the default), once timing
-every candidate in full (``finalists=0``, as before). The order alternates per pair. Both results
+backend programs of α's type, one ranker per arm kept across the pairs; α's own programs left out):
+once screening every candidate (3 repeats of >= 10 ms) and re-timing its 3 best in full
+(:mod:`tuner.finalists`, the default), once timing every candidate in full (``finalists=0``, as
+before). The order alternates per pair. Both results
 are then re-measured side by side (interleaved rounds).
 
     python experiments/screening.py --db DB --out experiments/results/screening_resnet50.json

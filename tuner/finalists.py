@@ -33,9 +33,10 @@ def settle(cands: Sequence[T], remeasure: Callable[[list[Any]], list[float]], fi
 
     Finalists take their new times (inf where the full run failed); every other candidate its
     screened time times the finalists' median full/screened ratio, which keeps it behind the winner
-    (a finalist at or below that ratio was screened no slower than it). Returns the winner (None, and nothing changed, if no
-    finalist ran again) and the winner's full time over the screened best, which maps a screened
-    best-so-far curve onto the full scale. O(n log n) plus ``finalists`` measurements.
+    (a finalist at or below that ratio was screened no slower than it). Returns the winner (None,
+    and nothing changed, if no finalist ran again) and the winner's full time over the screened
+    best, which maps a screened best-so-far curve onto the full scale. O(n log n) plus
+    ``finalists`` measurements.
     """
     done = sorted((c for c in cands if math.isfinite(c.latency)), key=lambda c: c.latency)
     top = done[:max(finalists, 0)]
