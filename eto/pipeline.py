@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Callable, Literal, Mapping, Sequence, get_args
 
 from selector import ROOT, Plan
 from tuner.faults import kill_point
+from tuner.finalists import DEFAULT_FINALISTS
 from tuner.ranked import TopK, resolve_top_k
 from tuner.space import DEFAULT_STRATEGY
 
@@ -86,6 +87,8 @@ class _Run:
     #: every reuse of the run, so each one trains it for the next
     ranker: "LearnedRanker | None" = None
     top_k: int | None = None
+    #: a reuse search's best candidates re-timed in full after screening (tuner.finalists; 0: all in full)
+    finalists: int = DEFAULT_FINALISTS
     #: how a non-root operator is derived from its parent: the reuse tuner, or TopK (baselines)
     derive: Literal["reuse", "topk"] = "reuse"
     fed: set = field(default_factory=set)  # database record lines the ranker has been trained on
@@ -137,6 +140,7 @@ def tune(
     hot_factor: float = 2.0,
     evolve_trials: int = 0,
     top_k: TopK = "auto",
+    finalists: int = DEFAULT_FINALISTS,
     method: Method = "eto",
     max_reduction_ratio: float | None = MAX_REDUCTION_RATIO,
     distance_weight: float = DISTANCE_WEIGHT,
@@ -148,7 +152,9 @@ def tune(
     look too dear: plan with the budget the backend would really be given);
     ``strategy`` is the reuse tuner's (``"global"``: rounds after T once; ``"per-b"``: the paper's
     loop per block count); ``top_k``: how many of a reuse round's best-ranked candidates are measured at a
-    time (:func:`tuner.ranked.resolve_top_k`; None: every candidate, as in the paper).
+    time (:func:`tuner.ranked.resolve_top_k`; None: every candidate, as in the paper); ``finalists``: a
+    reuse search times every candidate briefly and that many of the best again in full
+    (:mod:`tuner.finalists`; 0: every candidate in full).
     ``max_reduction_ratio`` (None: no cap) and ``distance_weight``: see :func:`eto.plan.plan_operator_set`;
     ``hot_share``/``hot_factor``, ``evolve_trials`` and ``method``: see the module doc. Given several
     measurers (one per RPC device), independent subtrees of the plan are tuned concurrently (scale-out).
@@ -157,7 +163,7 @@ def tune(
     from tuner.measure import MeasureConfig, Measurer
 
     _check_options(trials=trials, evolve_trials=evolve_trials, hot_share=hot_share, hot_factor=hot_factor,
-                   method=method)
+                   method=method, finalists=finalists)
     target = parse_target(target)
     top_k = resolve_top_k(top_k, target)
     export_threads()
@@ -168,7 +174,7 @@ def tune(
                log or (lambda _msg: None),
                dict(num_trials_per_iter=num_trials_per_iter, seed=seed, on_batch=on_batch, strategy=search),
                ranker=LearnedRanker(target) if top_k is not None and method == "eto" else None, top_k=top_k,
-               derive="reuse" if method == "eto" else "topk")
+               finalists=finalists, derive="reuse" if method == "eto" else "topk")
     wall_start = time.time()
     kill_point("plan.before")
     if method == "st":
@@ -198,9 +204,11 @@ def tune(
 
 
 def _check_options(*, trials: int, evolve_trials: int, hot_share: float | None, hot_factor: float,
-                   method: str) -> None:
+                   method: str, finalists: int) -> None:
     if trials < 1:
         raise ValueError(f"trials must be positive, got {trials}")
+    if finalists < 0:
+        raise ValueError(f"finalists must be >= 0 (0: every reuse candidate timed in full), got {finalists}")
     if evolve_trials < 0:
         raise ValueError(f"evolve_trials must be >= 0, got {evolve_trials}")
     if hot_factor < 1:
@@ -348,7 +356,7 @@ def _reuse_claimed(alpha: Operator, beta: Operator, run: _Run, measurer: "Measur
             res = reuse_tune(alpha.prim_func(), source.tuning_record, run.target, measurer, strategy=run.strategy,
                              ranker=run.ranker, history=run.history(alpha.type) if run.ranker else (),
                              top_k=run.top_k, known=known, on_measured=checkpoint, seeds=seeds,
-                             alternates=alternates)
+                             alternates=alternates, finalists=run.finalists)
         except ValueError as exc:  # e.g. reuse condition 1 fails on this target
             reason = str(exc)
         else:
@@ -413,7 +421,7 @@ def _commit_reuse(alpha: Operator, beta: Operator, res: "ReuseResult", run: _Run
     feats = [feats[at[id(r)]] for r in kept]
     run.database.commit(alpha, run.target, kept, method="reuse+evolve" if run.evolve_trials else "reuse",
                         source=beta, candidates=candidates, seconds=seconds, features=feats, error=wrong,
-                        extra={**estimate, "rounds": res.rounds, **extra, **checked, "trajectory": trajectory})
+                        extra={**estimate, "rounds": res.rounds, "remeasured": res.remeasured, **extra, **checked, "trajectory": trajectory})
     run.say(f"reuse: {alpha.name} <- {beta.name}: {res.candidates} candidates (estimated "
             f"{estimate['estimate'] or 0:.0f}), {res.seconds:.1f} s (estimated {estimate['estimated_seconds']:.1f} s), "
             f"{res.latency_s * 1e6:.1f} us")

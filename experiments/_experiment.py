@@ -57,3 +57,35 @@ def setup(args, scales: dict, name: str):
     work = args.work or os.path.join(HERE, "work", f"{name}_{args.scale}")
     out = args.out or os.path.join(HERE, "results", f"{name}_{args.scale}.json")
     return cfg, load_set(args.opset or cfg["opset"]), parse_target("cpu"), work, out
+
+
+def ab_parser(doc: str):
+    """The options of an A/B experiment (one search run two ways, both results re-measured side by side):
+    ``--target``, ``--rounds`` of the interleaved re-measurement, ``--out``."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--target", default="cpu")
+    ap.add_argument("--rounds", type=int, default=4, help="interleaved re-measurement rounds")
+    ap.add_argument("--out")
+    return ap
+
+
+def ab_target(args):
+    """``args.target`` parsed, with TVM's threads set and its tensor intrinsics registered (before any
+    clock starts: the registration takes seconds)."""
+    from eto.target import parse_target
+    from tuner.intrinsics import register_tensor_intrinsics
+
+    os.environ.setdefault("TVM_NUM_THREADS", "2")
+    target = parse_target(args.target)
+    register_tensor_intrinsics(target)
+    return target
+
+
+def write_json(result: dict, out: str | None) -> None:
+    """``result`` to ``out`` (nothing without one); values JSON lacks (targets, configs) as strings."""
+    if out:
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        with open(out, "w") as f:
+            json.dump(result, f, indent=1, default=str)

@@ -15,7 +15,6 @@ Costs: two reuses per pair (3-20 s each on 2 cores) and the re-measurement.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -23,32 +22,27 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _experiment import ab_parser, ab_target, write_json  # noqa: E402
 
 ARMS = {"screened": 3, "full": 0}  # finalists
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = ab_parser(__doc__)
     ap.add_argument("--db", required=True, help="an eto database with reuse results (their sources' programs)")
     ap.add_argument("--limit", type=int, help="only the first k reuse results")
-    ap.add_argument("--target", default="cpu")
-    ap.add_argument("--rounds", type=int, default=4, help="interleaved re-measurement rounds")
-    ap.add_argument("--out")
     args = ap.parse_args(argv)
-    os.environ.setdefault("TVM_NUM_THREADS", "2")
+    target = ab_target(args)
 
     from eto.database import Database
     from eto.operators import Operator
     from eto.pipeline import RANKER_METHODS
-    from eto.target import parse_target
     from tuner.apply import scheduled_module
     from tuner.cost_model import LearnedRanker
-    from tuner.intrinsics import register_tensor_intrinsics
     from tuner.measure import Measurer
     from tuner.reuse import reuse_tune
 
-    target = parse_target(args.target)
-    register_tensor_intrinsics(target)
     db = Database(args.db, readonly=True)
     pairs = [(Operator.from_dict(r["op"]), Operator.parse(r["source"])) for r in db.results()
              if r.get("method") == "reuse" and r.get("source") and r.get("records")][: args.limit]
@@ -88,9 +82,7 @@ def main(argv=None) -> int:
                        "throughput_screened_vs_full": summary("throughput_screened_vs_full"),
                        "seconds": {k: sum(r["runs"][k]["seconds"] for r in rows) for k in ARMS},
                        "candidates": {k: statistics.median(r["runs"][k]["candidates"] for r in rows) for k in ARMS}}}
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(out, f, indent=1, default=str)
+    write_json(out, args.out)
     print(json.dumps(out["summary"], indent=1))
     return 0
 

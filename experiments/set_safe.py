@@ -15,7 +15,6 @@ Costs: two reuses per pair (10-40 s each on 2 cores) and the re-measurement.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -23,6 +22,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _experiment import ab_parser, ab_target, write_json  # noqa: E402
 
 
 def tune_pair(alpha, beta_records, target, measurer, *, lead: bool) -> dict:
@@ -42,28 +43,21 @@ def tune_pair(alpha, beta_records, target, measurer, *, lead: bool) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = ab_parser(__doc__)
     ap.add_argument("--db", required=True, help="database holding β's programs (all of them rank)")
     ap.add_argument("--reference", help="database holding α's programs to compare with (e.g. MetaSchedule's)")
     ap.add_argument("--pair", nargs=2, action="append", required=True, metavar=("ALPHA", "BETA"))
-    ap.add_argument("--target", default="cpu")
-    ap.add_argument("--rounds", type=int, default=4, help="interleaved re-measurement rounds")
-    ap.add_argument("--out")
     args = ap.parse_args(argv)
-    os.environ.setdefault("TVM_NUM_THREADS", "2")
+    target = ab_target(args)
 
     from eto.database import Database
     from eto.operators import Operator
-    from eto.target import parse_target
     from tuner.apply import scheduled_module
     from tuner.cachesets import set_safe_tiles
     from tuner.host import cpu_cache
-    from tuner.intrinsics import register_tensor_intrinsics
     from tuner.measure import Measurer
     from tuner.reuse import ReuseTuner
 
-    target = parse_target(args.target)
-    register_tensor_intrinsics(target)
     db = Database(args.db, readonly=True)
     ref_db = Database(args.reference, readonly=True) if args.reference else None
     rows = []
@@ -98,9 +92,7 @@ def main(argv=None) -> int:
            "reference": args.reference, "rows": rows,
            "median_with_over_without": statistics.median(r["with_over_without"] for r in rows if r["lead"]) if
            any(r["lead"] for r in rows) else None}
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(out, f, indent=1, default=str)
+    write_json(out, args.out)
     print(json.dumps({k: out[k] for k in ("l1", "median_with_over_without")}))
     return 0
 

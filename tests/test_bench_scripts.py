@@ -21,6 +21,7 @@ import reuse_pairs  # noqa: E402
 import retune_bench  # noqa: E402
 import reuse_quality  # noqa: E402
 import set_bench  # noqa: E402
+import timing_split  # noqa: E402
 
 
 def test_same_uses_remeasured_latency_moved_to_the_recorded_scale():
@@ -37,6 +38,21 @@ def test_same_uses_remeasured_latency_moved_to_the_recorded_scale():
 def test_spread_skips_missing_values():
     assert set_bench.spread([2.0, None, 1.0, 3.0, math.inf]) == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}
     assert set_bench.spread([None])["median"] is None
+
+
+def test_timing_split_samples_every_operator_and_skips_failed_timings():
+    from types import SimpleNamespace as P
+
+    def prog(op, s):
+        return P(op=P(key=op), latency_s=s)
+
+    progs = [prog("a", 3.0), prog("a", 1.0), prog("a", 2.0), prog("b", 5.0), prog("c", 4.0)]
+    picked = timing_split.spread(progs, 4)  # round-robin over operators, fastest first
+    assert [(p.op.key, p.latency_s) for p in picked] == [("a", 1.0), ("c", 4.0), ("b", 5.0), ("a", 2.0)]
+    assert len(timing_split.spread(progs, 99)) == 5
+    d = timing_split.deviations([1.1, math.inf, 0.5], [1.0, 1.0, 1.0])  # the failed run is left out
+    assert d["n"] == 2 and d["median"] == pytest.approx(0.3) and d["max"] == pytest.approx(0.5)
+    assert timing_split.deviations([math.inf], [1.0]) == {"n": 0}
 
 
 def test_scale_defaults_and_explicit_options():

@@ -122,6 +122,14 @@ def test_prior_database_operators_are_free_reuse_sources(tmp_path):
     (row,) = report.rows
     assert row.method == "reuse" and row.source == first.entries[0].op.key and row.status == "tuned"
     assert check_record(new, db.best(new, target).tuning_record, target).ok
+    # screened, then its 3 best timed again in full (the default); with finalists=0 none is re-timed
+    full = Operator.create("BMM", B=2, M=32, N=16, K=32)
+    tune(OperatorSet.from_layers("third", [full]), target, db, trials=8, num_trials_per_iter=8,
+         search=light_search(), seed=0, bridges="none", plan_budget=1000, finalists=0)
+    remeasured = {r["op_key"]: r["remeasured"] for r in db.results() if r.get("method") == "reuse"}
+    assert remeasured == {new.key: 3, full.key: 0}
+    with pytest.raises(ValueError, match="finalists must be >= 0"):
+        tune(OperatorSet.from_layers("bad", [full]), target, db, trials=8, finalists=-1)
 
 
 def test_hot_share_evolve_and_prior_databases(capsys, tmp_path):

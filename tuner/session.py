@@ -97,7 +97,8 @@ class _Session:
             order = self.ranker.rank(self.tuner.alpha_mod, [c.sch for c in ok]) or order  # type: ignore[union-attr]
         order = sorted(order, key=lambda i: id(ok[i]) not in lead)  # stable: the lead first, then by rank
         done: list[_Cand] = []
-        for batch in ranked_batches([ok[i] for i in order], self.top_k, incumbent, self.min_gain):  # type: ignore[arg-type]
+        batches = ranked_batches([ok[i] for i in order], self.top_k, incumbent, self.min_gain)  # type: ignore[arg-type]
+        for batch in batches:
             self._measure(batch, name)
             done += batch
         return done
@@ -132,5 +133,6 @@ class _Session:
             best.cfg if found else None, self.trials, self.invalid, self.failed,  # type: ignore[union-attr]
             time.perf_counter() - self.start, tuple(self.trajectory), self.rounds,
             tuple((c.sch, c.latency) for c in self.seen),
-            features=best.cfg.features(self.tuner.alpha) if found and best.cfg is not None else None,  # type: ignore[union-attr]
+            features=(best.cfg.features(self.tuner.alpha)  # type: ignore[union-attr]
+                      if found and best.cfg is not None else None),  # type: ignore[union-attr]
             records=records, remeasured=self.remeasured)

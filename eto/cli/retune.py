@@ -15,7 +15,7 @@ from ..report import format_table
 from .errors import EXIT_FAILED, EXIT_OK, CLIError
 from .ops import parse_dims
 from .plan import add_strategy_option, distance_weight_of, max_reduction_ratio_of, top_k_of
-from .tune import DEFAULT_DB, _operators, add_operator_options
+from .tune import DEFAULT_DB, _operators, add_finalists_option, add_operator_options, finalists_of
 
 
 def _retune(args: argparse.Namespace) -> int:
@@ -24,6 +24,7 @@ def _retune(args: argparse.Namespace) -> int:
         raise CLIError(f"--db {args.db}: no such database directory (tune the known sizes first: eto tune)")
     if args.trials < 1:
         raise CLIError(f"--trials must be positive, got {args.trials}")
+    finalists = finalists_of(args)
     shapes = _model_shapes(args, dim, values)
     if shapes is None:
         base: str | OperatorSet = args.opset if args.opset and not (args.op or args.model) else _operators(args)
@@ -42,7 +43,7 @@ def _retune(args: argparse.Namespace) -> int:
     report = retune(shapes, target, db, dim=dim, trials=args.trials, instant_only=args.instant_only, log=log,
                     strategy=args.strategy, top_k=top_k_of(args), seed=args.seed,
                     max_reduction_ratio=max_reduction_ratio_of(args), distance_weight=distance_weight_of(args),
-                    plan_budget=args.plan_budget)
+                    plan_budget=args.plan_budget, finalists=finalists)
     if args.json:
         print(json.dumps(report.to_json(), indent=1))
     else:
@@ -179,6 +180,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="backend cost per operator when planning (default: --trials)")
     p.add_argument("--instant-only", action="store_true", help="store the instant programs and stop (seconds)")
     add_strategy_option(p)
+    add_finalists_option(p)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress lines")

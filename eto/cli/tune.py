@@ -104,7 +104,7 @@ def _tune(args: argparse.Namespace) -> int:
     devices = _rpc_devices(args)
     reuse_options = {} if args.method == "ansor" else dict(
         top_k=top_k_of(args), max_reduction_ratio=max_reduction_ratio_of(args),
-        distance_weight=distance_weight_of(args))
+        distance_weight=distance_weight_of(args), finalists=finalists_of(args))
     paths = args.db or [DEFAULT_DB]
     db = _open_database(paths)
     todo = [e for e in opset if not db.attempted(e.op, target)]
@@ -145,6 +145,22 @@ def _tune(args: argparse.Namespace) -> int:
     else:
         print(_report_table(report))
     return EXIT_FAILED if report.failed else EXIT_OK
+
+
+def add_finalists_option(p: argparse.ArgumentParser) -> None:
+    """``--finalists``: one copy for ``eto tune`` and ``eto retune``."""
+    from tuner.finalists import DEFAULT_FINALISTS
+
+    p.add_argument("--finalists", type=int, default=DEFAULT_FINALISTS, metavar="F",
+                   help=f"reuse tuner: time every candidate briefly (3 runs of >= 10 ms) and the F best again in "
+                        f"full, which pick the winner (default {DEFAULT_FINALISTS}; 0: every candidate in full, "
+                        f"about 0.2 s more each on a CPU; the plan's time model assumes the default)")
+
+
+def finalists_of(args: argparse.Namespace) -> int:
+    if args.finalists < 0:
+        raise CLIError(f"--finalists must be >= 0 (0: every candidate timed in full), got {args.finalists}")
+    return args.finalists
 
 
 def _rpc_devices(args: argparse.Namespace) -> "tuple[str, int, str, int] | None":
@@ -202,6 +218,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--cost", default="estimate", choices=["estimate", "analytic"],
                    help="OC-graph edge costs: the tuner's trial estimator or the analytic stand-in (eto)")
     add_strategy_option(p, suffix=" (eto)")
+    add_finalists_option(p)
     p.add_argument("--hot-share", type=float, default=None, metavar="SHARE",
                    help="frequency-aware tuning (beyond the paper): operators with at least this share of the "
                         "set's frequency x FLOPs get backend tuning with --hot-factor x --trials, never reuse (eto)")
