@@ -152,9 +152,8 @@ def tune(
     look too dear: plan with the budget the backend would really be given);
     ``strategy`` is the reuse tuner's (``"global"``: rounds after T once; ``"per-b"``: the paper's
     loop per block count); ``top_k``: how many of a reuse round's best-ranked candidates are measured at a
-    time (:func:`tuner.ranked.resolve_top_k`; None: every candidate, as in the paper); ``finalists``: a
-    reuse search times every candidate briefly and that many of the best again in full
-    (:mod:`tuner.finalists`; 0: every candidate in full).
+    time (:func:`tuner.ranked.resolve_top_k`; None: every candidate, as in the paper); ``finalists``: see
+    :mod:`tuner.finalists` (0: every reuse candidate timed in full).
     ``max_reduction_ratio`` (None: no cap) and ``distance_weight``: see :func:`eto.plan.plan_operator_set`;
     ``hot_share``/``hot_factor``, ``evolve_trials`` and ``method``: see the module doc. Given several
     measurers (one per RPC device), independent subtrees of the plan are tuned concurrently (scale-out).
@@ -187,7 +186,6 @@ def tune(
                                     strategy=strategy, top_k=top_k, max_reduction_ratio=max_reduction_ratio,
                                     distance_weight=distance_weight)
     kill_point("plan.after")
-    own = measurer is None
     measurers = list(measurer) if isinstance(measurer, (list, tuple)) else [measurer or Measurer.local(MeasureConfig())]
     if not measurers:
         raise ValueError("no measurers given")
@@ -195,7 +193,7 @@ def tune(
         planned, estimated = _tune_multi_sketch_kinds_first(planned, run, measurers[0])
         _tune_plan(planned, run, measurers)
     finally:
-        if own:
+        if measurer is None:  # our own
             measurers[0].close()
     kill_point("tune.end")
     return _report(opset, planned, run, wall_start,
