@@ -1,9 +1,10 @@
 """Screen, then settle: a reuse search times its candidates briefly and its best few precisely.
 
 A reuse candidate's measurement is mostly its timed runs, not its build: with the full configuration
-(5 repeats of >= 40 ms) 0.30 s of 0.41 s per candidate on this 2-core host, against 0.10 s for 3
-repeats of >= 10 ms (:attr:`~tuner.measure.MeasureConfig.screen_repeat`), whose medians were within
-2% of the full ones (median; run-to-run noise of the full configuration itself: 0.5-3%). A round
+(5 repeats of >= 40 ms) 0.28 s of 0.34 s per candidate on this 2-core host, against 0.05 s for 3
+repeats of >= 10 ms (:attr:`~tuner.measure.MeasureConfig.screen_repeat`), whose medians were
+1.4-3.1% off the full ones (median; the full configuration against itself: 1.0-1.4%;
+``experiments/timing_split.py``, experiments/README). A round
 only needs its candidates ranked, so the reuse tuner screens every candidate and, once the search
 is done, re-times its ``finalists`` best with the full configuration (:func:`settle`): the program
 it returns, and the latency stored for it, are a full measurement, comparable with MetaSchedule's
