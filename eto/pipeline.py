@@ -419,7 +419,8 @@ def _commit_reuse(alpha: Operator, beta: Operator, res: "ReuseResult", run: _Run
     feats = [feats[at[id(r)]] for r in kept]
     run.database.commit(alpha, run.target, kept, method="reuse+evolve" if run.evolve_trials else "reuse",
                         source=beta, candidates=candidates, seconds=seconds, features=feats, error=wrong,
-                        extra={**estimate, "rounds": res.rounds, "remeasured": res.remeasured, **extra, **checked, "trajectory": trajectory})
+                        extra={**estimate, "rounds": res.rounds, "remeasured": res.remeasured, **extra, **checked,
+                               "trajectory": trajectory})
     run.say(f"reuse: {alpha.name} <- {beta.name}: {res.candidates} candidates (estimated "
             f"{estimate['estimate'] or 0:.0f}), {res.seconds:.1f} s (estimated {estimate['estimated_seconds']:.1f} s), "
             f"{res.latency_s * 1e6:.1f} us")

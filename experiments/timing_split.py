@@ -16,6 +16,7 @@ Costs: about 1.5 s per program and round on 2 cores.
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import sys
@@ -44,7 +45,7 @@ def spread(programs: list, limit: int) -> list:
 
 def deviations(a: list[float], b: list[float]) -> dict:
     """Median and max of |a/b - 1| over the programs both timed."""
-    d = [abs(x / y - 1) for x, y in zip(a, b) if x > 0 and y > 0 and x != float("inf") and y != float("inf")]
+    d = [abs(x / y - 1) for x, y in zip(a, b) if 0 < x < math.inf and 0 < y < math.inf]
     return {"median": statistics.median(d), "max": max(d), "n": len(d)} if d else {"n": 0}
 
 
