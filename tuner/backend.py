@@ -300,7 +300,9 @@ def tune_backend(
         p = progress[i]
         p.reported = True
         wl = database.commit_workload(contexts[i].mod)
-        records = [r for r in database.get_top_k(wl, top_k or 1 << 30) if median_secs(r.run_secs) < math.inf]
+        # MetaSchedule ranks by mean run time, eto by median: re-rank so records[0] is the median best.
+        records = sorted((r for r in database.get_top_k(wl, 1 << 30) if median_secs(r.run_secs) < math.inf),
+                         key=lambda r: median_secs(r.run_secs))[:top_k or None]
         res = BackendResult(p.name, tuple(records), p.trials, p.failed, p.seconds, tuple(p.trajectory),
                             tuple(p.errors))
         results[i] = res
