@@ -61,7 +61,7 @@ def main(argv=None) -> int:
 
     from eto.database import Database
     from tuner.apply import scheduled_module
-    from tuner.measure import MeasureConfig, Measurer, _remove_artifact
+    from tuner.measure import MeasureConfig, Measurer, remove_artifact
 
     db = Database(args.db, readonly=True)
     picked = spread(list(db.programs(target=target)), args.limit)
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
             seconds["build"].append(time.perf_counter() - t0)
             for b in built:  # only the build was wanted here
                 if b.artifact_path:
-                    _remove_artifact(str(b.artifact_path))
+                    remove_artifact(str(b.artifact_path))
             for c in CONFIGS:
                 t0 = time.perf_counter()
                 rs = (bare.measure(mods, target, screen=True) if c == "bare"

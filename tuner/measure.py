@@ -243,7 +243,7 @@ class Measurer:
             else:
                 self.counters["ok"] += 1
                 results[i] = MeasureResult(tuple(float(s) for s in r.run_secs))
-            _remove_artifact(str(inp.artifact_path))
+            remove_artifact(str(inp.artifact_path))
         return results  # type: ignore[return-value]
 
     def remeasure(self, mods: Sequence["IRModule"], target: "Target", *, rounds: int = 3) -> list[float]:
@@ -279,6 +279,7 @@ def run_error_message(msg: object) -> str:
     return text
 
 
-def _remove_artifact(path: str) -> None:
+def remove_artifact(path: str) -> None:
+    """Delete a built candidate's folder once it has run: a long tuning run builds thousands."""
     shutil.rmtree(os.path.dirname(path), ignore_errors=True)
 
