@@ -17,6 +17,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
 
 import _bench  # noqa: E402
+import reuse_ab  # noqa: E402
 import reuse_pairs  # noqa: E402
 import retune_bench  # noqa: E402
 import reuse_quality  # noqa: E402
@@ -53,6 +54,25 @@ def test_timing_split_samples_every_operator_and_skips_failed_timings():
     d = timing_split.deviations([1.1, math.inf, 0.5], [1.0, 1.0, 1.0])  # the failed run is left out
     assert d["n"] == 2 and d["median"] == pytest.approx(0.3) and d["max"] == pytest.approx(0.5)
     assert timing_split.deviations([math.inf], [1.0]) == {"n": 0}
+
+
+def test_reuse_ab_summary_counts_only_pairs_the_feature_applies_to():
+    def row(applies, with_s, without_s, ref_s=None, won=False):
+        r = {"applies": applies, "with_over_without": without_s / with_s,
+             "with": {"candidates": 14, "seconds": 5.0, "other_write_stage": won},
+             "without": {"candidates": 12, "seconds": 4.0, "other_write_stage": False}}
+        if ref_s is not None:
+            r["throughput_vs_reference"] = {"with": ref_s / with_s, "without": ref_s / without_s}
+        return r
+
+    rows = [row(True, 1.0, 2.0, 1.0, won=True), row(True, 1.0, 1.0), row(False, 1.0, 9.0, 9.0)]
+    s = reuse_ab.summary(rows)
+    assert s["pairs"] == 3 and s["applies"] == 2 and s["other_write_stage_won"] == 1
+    assert s["median_with_over_without"] == 1.5  # the pair it does not apply to is left out
+    assert s["median_throughput_vs_reference_with"] == 1.0 and s["median_throughput_vs_reference_without"] == 0.5
+    assert s["median_candidates_with"] == 14 and s["median_seconds_without"] == 4.0
+    with pytest.raises(SystemExit, match="no pair"):
+        reuse_ab.pairs_of(argparse.Namespace(pair=None, reuses_of=None), target=None)
 
 
 def test_scale_defaults_and_explicit_options():

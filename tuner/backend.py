@@ -299,10 +299,7 @@ def tune_backend(
     def finish(i: int) -> None:
         p = progress[i]
         p.reported = True
-        wl = database.commit_workload(contexts[i].mod)
-        # MetaSchedule ranks by mean run time, eto by median: re-rank so records[0] is the median best.
-        records = sorted((r for r in database.get_top_k(wl, 1 << 30) if median_secs(r.run_secs) < math.inf),
-                         key=lambda r: median_secs(r.run_secs))[:top_k or None]
+        records = _best_first(database, contexts[i].mod, top_k)
         res = BackendResult(p.name, tuple(records), p.trials, p.failed, p.seconds, tuple(p.trajectory),
                             tuple(p.errors))
         results[i] = res
@@ -324,6 +321,14 @@ def tune_backend(
         if r is None:  # the search space was exhausted before the budget
             finish(i)
     return results  # type: ignore[return-value]
+
+
+def _best_first(database, mod, top_k: int | None) -> list:
+    """``mod``'s programs that ran, fastest first by median run time, the best ``top_k`` (None: all).
+    MetaSchedule's database ranks by the mean, so its first could miss a program with a lower median
+    (a warm-start program timed once against a search's three repeats, say)."""
+    ran = (r for r in database.get_top_k(database.commit_workload(mod), 1 << 30) if median_secs(r.run_secs) < math.inf)
+    return sorted(ran, key=lambda r: median_secs(r.run_secs))[:top_k or None]
 
 
 def _as_records(database, contexts, target, tasks, on_measured, i: int, batch: list, trials: int,

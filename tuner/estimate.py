@@ -30,6 +30,11 @@ from .tiling import random_tiling
 #: MetaSchedule's default choices (``unroll_max_steps`` and ``vector_load_lens`` of its rules).
 UNROLL_VALUES: dict[Kind, tuple[int, ...]] = {"cpu": (0, 16, 64, 512), "cuda": (0, 16, 64, 512, 1024)}
 FETCH_LANES: tuple[int, ...] = (1, 2, 3, 4)
+#: The sketches beside β's that round "stage" of the reuse tuner tries round T's best on
+#: (:func:`tuner.reuse.write_stage_siblings`): MetaSchedule's default multi-level tiling on CPU may
+#: write a tile back through a cache at level 1 or 2 or not at all (three sketches), on CUDA must at
+#: level 3 (one).
+WRITE_STAGE_SIBLINGS: dict[Kind, int] = {"cpu": 2, "cuda": 0}
 LEVELS: dict[Kind, tuple[int, int]] = {"cpu": (4, 2), "cuda": (5, 3)}  # (space, reduction) tile levels
 
 
@@ -92,12 +97,13 @@ def random_config(kind: Kind, nest: LoopNest, rng: random.Random, *, max_threads
 
 def count_trials(space: ReuseSpace, *, unroll_values: Sequence[int], fetch_lanes: Sequence[int],
                  n_fetch: int, beta_unroll: int | None = None, strategy: Strategy = DEFAULT_STRATEGY,
-                 top_k: int | None = None, continue_rate: float = CONTINUE_RATE) -> float:
+                 top_k: int | None = None, continue_rate: float = CONTINUE_RATE, stages: int = 0) -> float:
     """Candidates Algorithm 1 would measure for one β configuration (``space.beta_cfg``).
 
     Round T is enumerated exactly; the later rounds run once per B (``"global"``: once) from the
     median candidate, standing in for the (unknown until measured) winner of round T. With
     ``top_k`` (a trained ranker) each round counts :func:`ranked_count` of its candidates.
+    ``stages``: α's sibling write-stage sketches, one candidate each after round T.
     """
     groups = space.t_groups()  # a BShape stands for its B (one BShape per B)
     n_slots = sum(len(threads) for _, threads in groups)
@@ -111,7 +117,8 @@ def count_trials(space: ReuseSpace, *, unroll_values: Sequence[int], fetch_lanes
 
     # after a lead, round T has an incumbent: its first batch is measured, the rest only if it improves
     total = lead + ranked_count(n_slots, top_k, open_round=not lead, continue_rate=continue_rate)
-    # round "panel" (tuner.panel): once, against round T's best
+    # rounds "stage" and "panel" (tuner.panel): once each, against round T's best
+    total += ranked_count(stages, top_k, open_round=False, continue_rate=continue_rate)
     total += ranked_count(len(space.panel_round()), top_k, open_round=False, continue_rate=continue_rate)
     current = len(unroll_values) - 1 if beta_unroll is None else beta_unroll
     one = fetch_lanes.index(1) if 1 in fetch_lanes else None
@@ -141,14 +148,15 @@ def estimate_trials(kind: Kind, alpha: LoopNest, beta: LoopNest, *, samples: int
                     max_shared_bytes: int = 48 * 1024, vector_lanes: int = 8,
                     strategy: Strategy = DEFAULT_STRATEGY, ranges: RangeName | None = None,
                     top_k: int | None = None, continue_rate: float = CONTINUE_RATE, cores: int | None = None,
-                    cache_bytes: int | None = None) -> TrialEstimate:
+                    cache_bytes: int | None = None, stages: int | None = None) -> TrialEstimate:
     """Mean number of candidates Algorithm 1 measures for (α, β) over ``samples`` random β programs.
 
     ``n_fetch`` is the number of cooperatively fetched inputs (GPU; default: all of α's inputs),
     zero on CPU where MetaSchedule's tiling has no cooperative fetch. ``top_k``: the reuse tuner
     measures a ranked few per round (a trained ranker); None: every candidate (the paper's count).
     ``cores`` and ``cache_bytes`` (CPU): as :func:`~tuner.space.target_limits` gives the tuner;
-    None: this machine's, as for a target without ``num-cores``.
+    None: this machine's, as for a target without ``num-cores``. ``stages``: α's sibling
+    write-stage sketches (default :data:`WRITE_STAGE_SIBLINGS` of ``kind``).
     """
     rng = random.Random(seed)
     if kind == "cpu" and (cores is None or cache_bytes is None):
@@ -166,7 +174,8 @@ def estimate_trials(kind: Kind, alpha: LoopNest, beta: LoopNest, *, samples: int
                            cache_bytes=cache_bytes or 0)
         counts.append(count_trials(space, unroll_values=unroll_values, fetch_lanes=fetch_lanes, n_fetch=n_fetch,
                                    beta_unroll=rng.randrange(len(unroll_values)), strategy=strategy,
-                                   top_k=top_k, continue_rate=continue_rate))
+                                   top_k=top_k, continue_rate=continue_rate,
+                                   stages=WRITE_STAGE_SIBLINGS[kind] if stages is None else stages))
     return TrialEstimate(statistics.fmean(counts), min(counts), max(counts), samples)
 
 
@@ -236,6 +245,7 @@ def trials_for_config(kind: Kind, alpha: LoopNest, beta: LoopNest, beta_cfg: Til
                    if k in kw})
     space = ReuseSpace(kind, alpha, beta, beta_cfg, ranges=kw.pop("ranges", None) or default_ranges(kind), **limits)
     n_fetch = kw.pop("n_fetch", fetched_inputs(kind, alpha))
+    kw.setdefault("stages", WRITE_STAGE_SIBLINGS[kind])
     return count_trials(space, unroll_values=kw.pop("unroll_values", UNROLL_VALUES[kind]),
                         fetch_lanes=kw.pop("fetch_lanes", FETCH_LANES), n_fetch=n_fetch, **kw)
 

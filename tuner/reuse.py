@@ -3,9 +3,9 @@
 Given a reuse pair (α, β) and β's best program S*_β, it derives α's program by a hierarchical
 search over B, T and M instead of sampling the whole space. The rounds' candidates are enumerated
 by :class:`tuner.space.ReuseSpace` (equations 1-3, GetBShape / GetTShape / GetLShape); this module
-measures them, round by round, keeping the best: T, (CPU) the register-blocked panel of
-:mod:`tuner.panel`, M, unroll, then the cooperative-fetch vector
-lengths. Decisions outside the major loop nest (composite sketches, other sketch types) are tuned
+measures them, round by round, keeping the best: T, "stage" (round T's best on α's sketches
+that write the tile back elsewhere, :func:`write_stage_siblings`), (CPU) the register-blocked panel
+of :mod:`tuner.panel`, M, unroll, then the cooperative-fetch vector lengths. Decisions outside the major loop nest (composite sketches, other sketch types) are tuned
 last, sub-sketch by sub-sketch (:mod:`tuner.subsketch`, section 5.2).
 
 Candidates are built by :class:`tuner.sketch.Sketch` (β's sketch replayed on α with the new
@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .cost_model import LearnedRanker
     from .measure import Measurer
+    from .sketch import Sketch
 
 
 def _index_of(values: Sequence[Any], want: int) -> int | None:
@@ -82,6 +83,7 @@ class ReuseTuner:
         if self.sketch is None:
             raise ValueError("reuse condition 1 fails: the sketch of β's program is not in α's design space")
         self.sketch = self.sketch.with_values_of(self.beta_sketch)
+        self.siblings = write_stage_siblings(self.sketch, sketches, self.beta_sketch)
         self.postprocs = list(self.ctx.space_generator.postprocs)
         self.has_mlt = bool(self.sketch.tiles)
         self.unroll_inst: int | None = None
@@ -133,16 +135,20 @@ class ReuseTuner:
         variants = [cand.extra,
                     {**cand.extra, **{k: self.sketch.decisions[k] for k in locations}},
                     {**cand.extra, **{k: -1 for k in locations}}]
+        sketch, where = (self.sketch, None) if not cand.stage else self.siblings[cand.stage - 1]
         for extra in variants if locations else variants[:1]:
-            sch = self._replay({**decisions, **extra})
+            merged = {**decisions, **extra}
+            if where is not None:  # a sibling write stage: the same decisions at its instructions
+                merged = {where[k]: v for k, v in merged.items() if k in where}
+            sch = self._replay(sketch, merged)
             if sch is not None:
                 cand.extra = extra
                 return sch
         return None
 
-    def _replay(self, decisions: dict[int, Any]):
+    def _replay(self, sketch, decisions: dict[int, Any]):
         try:
-            sch = self.sketch.apply(self.alpha_mod, decisions)
+            sch = sketch.apply(self.alpha_mod, decisions)
         except Exception:  # a decision the schedule primitives refuse
             return None
         sch.enter_postproc()
@@ -196,7 +202,8 @@ class ReuseTuner:
         configurations from elsewhere (α's instant program, other operators', β's runner-ups), all
         measured first. When a lead with inner tiles other than β's wins, round T's candidates take
         its inner tiles instead of β's (beyond the paper: a small bridge's inner tiles can be far from
-        right for a large α, see :func:`eto.leads.runner_ups`). On CPU round "panel"
+        right for a large α, see :func:`eto.leads.runner_ups`). Round "stage" follows round T once
+        (:meth:`_stage_round`); on CPU round "panel"
         (:mod:`tuner.panel`) follows round T once, from its best; a seed that is one of its
         configurations leads that round, not round T.
         """
@@ -222,6 +229,7 @@ class ReuseTuner:
             measured = run([self._cand(c) for c in self._fallback()], "fallback")
         groups: dict[int, _Cand] = {}
         if self.has_mlt:
+            measured += self._stage_round(run, measured)
             measured += self._panel_round(run, measured, seeds)
         for c in measured:
             key = c.cfg.B if strategy == "per-b" and c.cfg is not None else 0
@@ -247,6 +255,19 @@ class ReuseTuner:
                 if c.latency < best.latency:
                     best = c
         return session.result(best)
+
+    def _stage_round(self, run: Callable[..., list[_Cand]], measured: list[_Cand]) -> list[_Cand]:
+        """Round "stage" once, from round T's best: the same decisions on α's sibling sketches, those
+        that write the tile back at another level or not through a cache (:func:`write_stage_siblings`).
+        Beyond the paper, which keeps β's sketch: where β's backend run put its write stage suits β's
+        size, and every operator derived from it inherited it (ResNet-50, N = 100: one seed's bridge
+        wrote back through a cache and all 18 1x1 convolutions derived from it did, 10 of them at
+        0.53-0.83 of MetaSchedule; the seed whose bridge did not, 18 of 20 at >= 0.94)."""
+        done = [c for c in measured if math.isfinite(c.latency)]
+        if not done or not self.siblings:
+            return []
+        best_t = min(done, key=lambda c: c.latency)
+        return run([best_t.but(stage=k) for k in range(1, len(self.siblings) + 1)], "stage", best_t.latency)
 
     def _panel_round(self, run: Callable[..., list[_Cand]], measured: list[_Cand],
                      seeds: Sequence[TileConfig]) -> list[_Cand]:
@@ -349,6 +370,24 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
     res = tuner.tune(measure, strategy=strategy, ranker=ranker, top_k=resolve_top_k(top_k, target), seeds=seed_cfgs,
                      finalists=finalists)
     return replace(res, seconds=setup + res.seconds, trajectory=tuple(p.after(setup, 0) for p in res.trajectory))
+
+
+def write_stage_siblings(sketch: "Sketch", space: Sequence["Sketch"], beta: "Sketch") -> list[tuple["Sketch", dict[int, int]]]:
+    """The sketches of α's design space ``space`` that are ``sketch`` with another write stage
+    (:attr:`~tuner.sketch.Sketch.stageless` equal, signature not), each with the map of ``sketch``'s
+    decision instructions onto its own. MetaSchedule's CPU rules make three of one tiled block (no
+    cache, a cache at tile level 1 or 2); its CUDA rules one. O(|space| x trace length)."""
+    if not sketch.tiles:
+        return []
+    out, seen = [], {sketch.signature}
+    for sk in space:
+        if sk.signature in seen or sk.stageless != sketch.stageless:
+            continue
+        where = sketch.decision_map(sk)
+        if where is not None:
+            seen.add(sk.signature)
+            out.append((sk.with_values_of(beta), where))
+    return out
 
 
 def _features(record: "TuningRecord", tuner: ReuseTuner) -> "tuple[TileConfig, LoopNest] | None":

@@ -49,6 +49,7 @@ class _Cand:
     unroll: int | None
     fetch: tuple[int, ...]
     extra: dict[int, Any] = field(default_factory=dict)  # sub-sketch decisions (tuner.subsketch)
+    stage: int = 0  # the sketch replayed: 0 β's, k the k-th sibling write stage (ReuseTuner.siblings)
     sch: Any = None
     latency: float = math.inf
 

@@ -45,6 +45,8 @@ VALUE_KEYS = ("meta_schedule.parallel",)
 PLACEMENT_KINDS = frozenset({"GetSBlock", "SampleComputeLocation", "ComputeAt", "ReverseComputeAt", "ComputeInline",
                              "ReverseComputeInline", "GetProducers", "GetConsumers", "Annotate", "Unannotate",
                              "GetLoops"})
+#: The instructions that create and place a tiled block's write stage (MetaSchedule's ``reuse_write``).
+WRITE_STAGE_KINDS = frozenset({"CacheWrite", "GetConsumers", "ReverseComputeAt"})
 #: Instructions a :attr:`Sketch.family` leaves out: which blocks and loops exist, how many tile
 #: splits there are, and how the write stage is created vary with the epilogue and the rank.
 _FAMILY_SKIP = frozenset({"GetSBlock", "GetLoops", "GetConsumers", "CacheWrite", "SamplePerfectTile", "Split",
@@ -202,6 +204,16 @@ class Sketch:
     @property
     def signature(self) -> str:
         """Hash of the normalised instruction sequence (see the module docstring)."""
+        return self._hash(frozenset())
+
+    @property
+    def stageless(self) -> str:
+        """The :attr:`signature` without the write stage (:data:`WRITE_STAGE_KINDS`): equal for the
+        sketches MetaSchedule's multi-level tiling makes of one block that differ only in where, or
+        whether, the tile is written back through a cache or a consumer."""
+        return self._hash(WRITE_STAGE_KINDS)
+
+    def _hash(self, skip: frozenset) -> str:
         rename: dict[str, str] = {}
 
         def norm(x: Any) -> Any:
@@ -214,7 +226,7 @@ class Sketch:
 
         seq = []
         for i, (kind, inputs, attrs, outputs) in enumerate(self.insts):
-            if i in self._tainted:
+            if i in self._tainted or kind in skip:
                 continue
             if kind == "GetSBlock":
                 attrs = ["<block>"]
@@ -265,6 +277,15 @@ class Sketch:
             for lvl, loop in enumerate(split[3] if split is not None else ()):
                 out[loop] = (lvl, pos)
         return out
+
+    def decision_map(self, other: "Sketch") -> dict[int, int] | None:
+        """This sketch's decision instructions paired in order with ``other``'s (index -> index), or
+        None when their kinds and tile levels differ: a GetS decision set moved to a sibling sketch."""
+        mine = [i for i, inst in enumerate(self.insts) if inst[0] in DECISION_KINDS]
+        theirs = [i for i, inst in enumerate(other.insts) if inst[0] in DECISION_KINDS]
+        if len(mine) != len(theirs) or any(self.insts[i][0::2] != other.insts[j][0::2] for i, j in zip(mine, theirs)):
+            return None
+        return dict(zip(mine, theirs))
 
     def with_values_of(self, other: "Sketch") -> "Sketch":
         """This sketch with ``other``'s values of the :data:`VALUE_KEYS` annotations (in order)."""
