@@ -58,8 +58,8 @@ def tune_pair(alpha, beta_records, target, measurer, *, switch: str, on: bool) -
                                history=beta_records)
     finally:
         reuse.set_safe_tiles, reuse.ReuseTuner._stage_round = set_safe_tiles, stage_round
-    other_stage = res.record is not None and Sketch(res.record.trace).stageless == Sketch(beta_records[0].trace).stageless \
-        and Sketch(res.record.trace).signature != Sketch(beta_records[0].trace).signature
+    won, beta = (Sketch(res.record.trace) if res.record is not None else None), Sketch(beta_records[0].trace)
+    other_stage = won is not None and won.stageless == beta.stageless and won.signature != beta.signature
     return {"res": res, "candidates": res.candidates, "seconds": res.seconds, "recorded_s": res.latency_s,
             "rounds": res.rounds, "other_write_stage": other_stage,
             "config": None if res.config is None else [res.config.space, res.config.reduction]}

@@ -327,7 +327,8 @@ def _best_first(database, mod, top_k: int | None) -> list:
     """``mod``'s programs that ran, fastest first by median run time, the best ``top_k`` (None: all).
     MetaSchedule's database ranks by the mean, so its first could miss a program with a lower median
     (a warm-start program timed once against a search's three repeats, say)."""
-    ran = (r for r in database.get_top_k(database.commit_workload(mod), 1 << 30) if median_secs(r.run_secs) < math.inf)
+    everything = database.get_top_k(database.commit_workload(mod), 1 << 30)
+    ran = (r for r in everything if median_secs(r.run_secs) < math.inf)
     return sorted(ran, key=lambda r: median_secs(r.run_secs))[:top_k or None]
 
 

@@ -5,8 +5,9 @@ search over B, T and M instead of sampling the whole space. The rounds' candidat
 by :class:`tuner.space.ReuseSpace` (equations 1-3, GetBShape / GetTShape / GetLShape); this module
 measures them, round by round, keeping the best: T, "stage" (round T's best on α's sketches
 that write the tile back elsewhere, :func:`write_stage_siblings`), (CPU) the register-blocked panel
-of :mod:`tuner.panel`, M, unroll, then the cooperative-fetch vector lengths. Decisions outside the major loop nest (composite sketches, other sketch types) are tuned
-last, sub-sketch by sub-sketch (:mod:`tuner.subsketch`, section 5.2).
+of :mod:`tuner.panel`, M, unroll, then the cooperative-fetch vector lengths. Decisions outside the
+major loop nest (composite sketches, other sketch types) are tuned last, sub-sketch by sub-sketch
+(:mod:`tuner.subsketch`, section 5.2).
 
 Candidates are built by :class:`tuner.sketch.Sketch` (β's sketch replayed on α with the new
 decisions, GetS) and checked by the target's postprocessors (``VerifyGPUCode`` on CUDA); those
@@ -146,7 +147,7 @@ class ReuseTuner:
                 return sch
         return None
 
-    def _replay(self, sketch, decisions: dict[int, Any]):
+    def _replay(self, sketch: "Sketch", decisions: dict[int, Any]):
         try:
             sch = sketch.apply(self.alpha_mod, decisions)
         except Exception:  # a decision the schedule primitives refuse
@@ -372,7 +373,8 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
     return replace(res, seconds=setup + res.seconds, trajectory=tuple(p.after(setup, 0) for p in res.trajectory))
 
 
-def write_stage_siblings(sketch: "Sketch", space: Sequence["Sketch"], beta: "Sketch") -> list[tuple["Sketch", dict[int, int]]]:
+def write_stage_siblings(sketch: "Sketch", space: Sequence["Sketch"],
+                         beta: "Sketch") -> list[tuple["Sketch", dict[int, int]]]:
     """The sketches of α's design space ``space`` that are ``sketch`` with another write stage
     (:attr:`~tuner.sketch.Sketch.stageless` equal, signature not), each with the map of ``sketch``'s
     decision instructions onto its own. MetaSchedule's CPU rules make three of one tiled block (no
