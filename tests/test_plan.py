@@ -104,9 +104,12 @@ def test_plan_with_the_tuners_trial_estimator(capsys, strategy):
     from eto.time_model import DEFAULTS
     from tuner.estimate import estimate_trials
     from tuner.features import loop_nest_of, major_block
+    from eto.target import parse_target
     from tuner.ranked import DEFAULT_TOP_K
+    from tuner.space import target_limits
 
     d = plan_json(capsys, "--opset", "bert_base", "--bridges", "none", "--cost", "estimate", "--strategy", strategy)
+    limits = target_limits("cpu", parse_target("cpu"))  # the plan's: num-cores of the target it tunes for
     ops = {e.op.name: e.op for e in builtin_opset("bert_base")}
 
     def nest(op):
@@ -120,12 +123,13 @@ def test_plan_with_the_tuners_trial_estimator(capsys, strategy):
     leads = LeadCount(None, None, ops.values())  # the seeds the pipeline adds to round T's lead
     for p, c, cost in reuse:
         ranked = estimate_trials("cpu", nest(ops[c]), nest(ops[p]), samples=8, strategy=strategy,
-                                 top_k=DEFAULT_TOP_K).mean
+                                 top_k=DEFAULT_TOP_K, **limits).mean
         want = ranked + leads(ops[c], ops[p])
         assert leads(ops[c], ops[p]) >= 2  # β untuned: its runner-ups expected
         assert candidates[(p, c)] == pytest.approx(want)
         assert cost == pytest.approx(reuse_line(want, ops[c].flops / 1e9))  # α's size, in seconds
-        assert ranked < estimate_trials("cpu", nest(ops[c]), nest(ops[p]), samples=8, strategy=strategy).mean
+        assert ranked < estimate_trials("cpu", nest(ops[c]), nest(ops[p]), samples=8, strategy=strategy,
+                                        **limits).mean
     roots = [c for p, c, _ in d["edge_costs"] if p == "root"]
     assert all(candidates[("root", c)] == 1000 for c in roots)
     assert d["total_cost"] == pytest.approx(sum(backend(1000, ops[c].flops / 1e9) for c in roots)
