@@ -101,10 +101,10 @@ def test_plan_with_the_tuners_trial_estimator(capsys, strategy):
 
     from eto.leads import LeadCount
     from eto.opsets import builtin_opset
+    from eto.target import parse_target
     from eto.time_model import DEFAULTS
     from tuner.estimate import estimate_trials
     from tuner.features import loop_nest_of, major_block
-    from eto.target import parse_target
     from tuner.ranked import DEFAULT_TOP_K
     from tuner.space import target_limits
 

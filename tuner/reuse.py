@@ -382,9 +382,9 @@ def write_stage_siblings(sketch: "Sketch", space: Sequence["Sketch"],
     cache, a cache at tile level 1 or 2); its CUDA rules one. O(|space| x trace length)."""
     if not sketch.tiles:
         return []
-    out, seen = [], {sketch.signature}
+    out, seen, want = [], {sketch.signature}, sketch.stageless  # each a hash over the trace: once
     for sk in space:
-        if sk.signature in seen or sk.stageless != sketch.stageless:
+        if sk.signature in seen or sk.stageless != want:
             continue
         where = sketch.decision_map(sk)
         if where is not None:
