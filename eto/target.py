@@ -13,7 +13,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from tuner.host import cpu_cache_bytes, physical_cores
+from tuner.host import cpu_cache_bytes, cpu_flags, physical_cores, vector_bits
 from tuner.features import Kind as TargetKind, kind_of
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -78,17 +78,6 @@ HardwareInfo = CPUInfo | GPUInfo
 
 
 # -- CPU detection ------------------------------------------------------------------------------
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -164,15 +153,7 @@ def use_threads() -> int:
 
 @functools.lru_cache(maxsize=None)
 def cpu_info(num_cores: int | None = None, mcpu: str | None = None) -> CPUInfo:
-    flags = _cpu_flags()
-    if "avx512f" in flags:
-        bits = 512
-    elif "avx2" in flags or "avx" in flags:
-        bits = 256
-    elif flags & {"sse2", "asimd", "neon"}:
-        bits = 128
-    else:
-        bits = 128
+    flags = cpu_flags()
     cores = num_cores or physical_cores()
     return CPUInfo(
         kind="cpu",
@@ -180,7 +161,7 @@ def cpu_info(num_cores: int | None = None, mcpu: str | None = None) -> CPUInfo:
         model=_cpu_model(),
         cores=cores,
         threads=num_threads() if num_cores is None else num_cores,
-        vector_bits=bits,
+        vector_bits=vector_bits(),
         fma=bool(flags & {"fma", "asimd"}),
         l1d_bytes=cpu_cache_bytes(1),
         l2_bytes=cpu_cache_bytes(2),

@@ -1,7 +1,8 @@
 """Does a reuse-search feature pay? Each reuse pair tuned with it and without it, side by side.
 
 ``--switch`` picks the feature: ``set-safe``, round T's lead whose register rows do not collide in
-L1 (:mod:`tuner.cachesets`), or ``stage``, the round that tries round T's best on α's sibling
+L1 (:mod:`tuner.cachesets`), ``vector``, round T's lead with a native-width vector tile
+(:func:`tuner.leads.vector_tiles`), or ``stage``, the round that tries round T's best on α's sibling
 write-stage sketches (:meth:`tuner.reuse.ReuseTuner._stage_round`). For each ``--pair ALPHA BETA``,
 or every reuse an eto database recorded (``--reuses-of DB``: α and the source it was derived from),
 the reuse tuner derives α twice from β's best program in ``--db``, as ``eto tune`` does (ranked, the
@@ -31,33 +32,40 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _experiment import ab_parser, ab_target, write_json  # noqa: E402
 
-SWITCHES = ("set-safe", "stage")
+SWITCHES = ("set-safe", "vector", "stage")
+#: the round T leads (tuner.leads) a switch turns off
+LEADS = {"set-safe": "set_safe_tiles", "vector": "vector_tiles"}
 
 
 def applies(switch: str, tuner) -> bool:
     """Whether the feature can change this pair's search (else both runs are the same search)."""
-    from tuner.cachesets import set_safe_tiles
+    import tuner.leads as leads
 
-    return set_safe_tiles(tuner.space) is not None if switch == "set-safe" else bool(tuner.siblings)
+    if switch in LEADS:
+        lead = getattr(leads, LEADS[switch])(tuner.space)
+        return lead is not None and lead in leads.lead_tiles(tuner.space)
+    return bool(tuner.siblings)
 
 
 def tune_pair(alpha, beta_records, target, measurer, *, switch: str, on: bool) -> dict:
     """One ranked reuse of α from β's best, with the feature ``switch`` on or off."""
+    import tuner.leads as leads
     import tuner.reuse as reuse
-    from tuner.cachesets import set_safe_tiles
     from tuner.cost_model import LearnedRanker
     from tuner.sketch import Sketch
 
-    stage_round = reuse.ReuseTuner._stage_round
-    if not on and switch == "set-safe":
-        reuse.set_safe_tiles = lambda space: None
+    stage_round, lead = reuse.ReuseTuner._stage_round, getattr(leads, LEADS.get(switch, ""), None)
+    if not on and switch in LEADS:
+        setattr(leads, LEADS[switch], lambda space: None)
     if not on and switch == "stage":
         reuse.ReuseTuner._stage_round = lambda self, run, measured: []
     try:
         res = reuse.reuse_tune(alpha.prim_func(), beta_records[0], target, measurer, ranker=LearnedRanker(target),
                                history=beta_records)
     finally:
-        reuse.set_safe_tiles, reuse.ReuseTuner._stage_round = set_safe_tiles, stage_round
+        reuse.ReuseTuner._stage_round = stage_round
+        if lead is not None:
+            setattr(leads, LEADS[switch], lead)
     won, beta = (Sketch(res.record.trace) if res.record is not None else None), Sketch(beta_records[0].trace)
     other_stage = won is not None and won.stageless == beta.stageless and won.signature != beta.signature
     return {"res": res, "candidates": res.candidates, "seconds": res.seconds, "recorded_s": res.latency_s,

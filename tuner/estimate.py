@@ -21,8 +21,8 @@ import sys
 from dataclasses import dataclass
 from typing import Sequence
 
-from .cachesets import set_safe_tiles
 from .features import Kind, LoopNest, TileConfig, align_loops
+from .leads import lead_tiles
 from .space import (DEFAULT_STRATEGY, GPU_MAX_THREADS, GPU_MIN_THREADS, RangeName, ReuseSpace, Strategy,
                     default_ranges, target_limits)
 from .tiling import random_tiling
@@ -109,8 +109,8 @@ def count_trials(space: ReuseSpace, *, unroll_values: Sequence[int], fetch_lanes
     n_slots = sum(len(threads) for _, threads in groups)
     if not n_slots:
         return 3  # the reuse tuner's fallback measures at most three configurations
-    # β's kept tiles (and their grown and set-safe variants) lead round T, measured on their own first
-    lead = sum(c is not None for c in (space.kept_extra(), space.grown_tiles(), set_safe_tiles(space)))
+    # β's kept tiles and their variants lead round T, measured on their own first (tuner.leads)
+    lead = len(lead_tiles(space))
 
     def later(n: int) -> float:
         return ranked_count(n, top_k, open_round=strategy == "per-b", continue_rate=continue_rate)
@@ -148,20 +148,22 @@ def estimate_trials(kind: Kind, alpha: LoopNest, beta: LoopNest, *, samples: int
                     max_shared_bytes: int = 48 * 1024, vector_lanes: int = 8,
                     strategy: Strategy = DEFAULT_STRATEGY, ranges: RangeName | None = None,
                     top_k: int | None = None, continue_rate: float = CONTINUE_RATE, cores: int | None = None,
-                    cache_bytes: int | None = None, stages: int | None = None) -> TrialEstimate:
+                    cache_bytes: int | None = None, native_lanes: int | None = None,
+                    stages: int | None = None) -> TrialEstimate:
     """Mean number of candidates Algorithm 1 measures for (α, β) over ``samples`` random β programs.
 
     ``n_fetch`` is the number of cooperatively fetched inputs (GPU; default: all of α's inputs),
     zero on CPU where MetaSchedule's tiling has no cooperative fetch. ``top_k``: the reuse tuner
     measures a ranked few per round (a trained ranker); None: every candidate (the paper's count).
-    ``cores`` and ``cache_bytes`` (CPU): as :func:`~tuner.space.target_limits` gives the tuner;
+    ``cores``, ``cache_bytes`` and ``native_lanes`` (CPU): as :func:`~tuner.space.target_limits` gives the tuner;
     None: this machine's, as for a target without ``num-cores``. ``stages``: α's sibling
     write-stage sketches (default :data:`WRITE_STAGE_SIBLINGS` of ``kind``).
     """
     rng = random.Random(seed)
-    if kind == "cpu" and (cores is None or cache_bytes is None):
+    if kind == "cpu" and (cores is None or cache_bytes is None or native_lanes is None):
         here = target_limits(kind)
         cores, cache_bytes = cores or here["cores"], here["cache_bytes"] if cache_bytes is None else cache_bytes
+        native_lanes = here["native_lanes"] if native_lanes is None else native_lanes
     unroll_values = tuple(unroll_values or UNROLL_VALUES[kind])
     if n_fetch is None:
         n_fetch = fetched_inputs(kind, alpha)
@@ -171,7 +173,7 @@ def estimate_trials(kind: Kind, alpha: LoopNest, beta: LoopNest, *, samples: int
         beta_nest, cfg = align_loops(beta, cfg, alpha) or (beta, cfg)  # as the tuner sees β (another rank)
         space = ReuseSpace(kind, alpha, beta_nest, cfg, max_threads=max_threads, max_shared_bytes=max_shared_bytes,
                            vector_lanes=vector_lanes, ranges=ranges or default_ranges(kind), cores=cores or 1,
-                           cache_bytes=cache_bytes or 0)
+                           cache_bytes=cache_bytes or 0, native_lanes=native_lanes or 0)
         counts.append(count_trials(space, unroll_values=unroll_values, fetch_lanes=fetch_lanes, n_fetch=n_fetch,
                                    beta_unroll=rng.randrange(len(unroll_values)), strategy=strategy,
                                    top_k=top_k, continue_rate=continue_rate,
@@ -241,8 +243,8 @@ def _worker() -> None:
 def trials_for_config(kind: Kind, alpha: LoopNest, beta: LoopNest, beta_cfg: TileConfig, **kw) -> float:
     """The enumeration's count for a *known* β program (what :func:`estimate_trials` averages)."""
     limits = target_limits(kind)
-    limits.update({k: kw.pop(k) for k in ("max_threads", "max_shared_bytes", "vector_lanes", "cores", "cache_bytes")
-                   if k in kw})
+    names = ("max_threads", "max_shared_bytes", "vector_lanes", "cores", "cache_bytes", "native_lanes")
+    limits.update({k: kw.pop(k) for k in names if k in kw})
     space = ReuseSpace(kind, alpha, beta, beta_cfg, ranges=kw.pop("ranges", None) or default_ranges(kind), **limits)
     n_fetch = kw.pop("n_fetch", fetched_inputs(kind, alpha))
     kw.setdefault("stages", WRITE_STAGE_SIBLINGS[kind])

@@ -26,6 +26,25 @@ def physical_cores() -> int:
     return os.cpu_count() or 1
 
 
+@functools.lru_cache(maxsize=None)
+def cpu_flags() -> frozenset[str]:
+    """This machine's CPU feature flags (``/proc/cpuinfo``; empty if unknown)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def vector_bits() -> int:
+    """The widest SIMD register this machine's CPU has (AVX-512: 512, AVX/AVX2: 256, else 128)."""
+    flags = cpu_flags()
+    return 512 if "avx512f" in flags else 256 if flags & {"avx2", "avx"} else 128
+
+
 def cpu_cache_bytes(level: int = 2, kind: str = "Data") -> int | None:
     """Size of one instance of the level-``level`` cache of cpu0, from sysfs (None if unknown)."""
     geometry = cpu_cache(level, kind)

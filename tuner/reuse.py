@@ -30,10 +30,10 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from .cachesets import set_safe_tiles
 from .faults import kill_point
 from .finalists import DEFAULT_FINALISTS
 from .intrinsics import register_tensor_intrinsics
+from .leads import lead_tiles
 from .panel import unroll_covering
 from .ranked import DEFAULT_TOP_K, MIN_GAIN, TopK, resolve_top_k
 from .features import Kind, LoopNest, TileConfig
@@ -197,9 +197,9 @@ class ReuseTuner:
         (:meth:`~tuner.cost_model.LearnedRanker.knows`), else in a seeded random order it learns from.
         Without a ranker (or ``top_k=None``) every candidate is measured, as in the paper.
 
-        Round T is led by β's kept tiles (:meth:`ReuseSpace.kept_extra`), the same with the inner
-        tiles β's extents capped doubled (:meth:`ReuseSpace.grown_tiles`) or with register rows that
-        collide in L1 cut to its ways (:mod:`tuner.cachesets`), and ``seeds``, tile
+        Round T is led by β's kept tiles and their variants (:func:`tuner.leads.lead_tiles`: the
+        inner tiles β's extents capped doubled, a native-width vector tile, register rows that
+        collide in L1 cut to its ways), and ``seeds``, tile
         configurations from elsewhere (α's instant program, other operators', β's runner-ups), all
         measured first. When a lead with inner tiles other than β's wins, round T's candidates take
         its inner tiles instead of β's (beyond the paper: a small bridge's inner tiles can be far from
@@ -216,8 +216,8 @@ class ReuseTuner:
             kept = self.space.kept_extra()
             panels = set(self.space.panel_round())  # a seed that is one (α's instant program) leads that round
             lead: list[TileConfig] = []
-            for c in [kept, self.space.grown_tiles(), set_safe_tiles(self.space), *seeds]:
-                if c is not None and c not in lead and c not in panels and self._fits(c):
+            for c in [*lead_tiles(self.space), *seeds]:
+                if c not in lead and c not in panels and self._fits(c):
                     lead.append(c)
             measured = run([self._cand(c) for c in lead], "T", first=len(lead)) if lead else []
             won = min((c for c in measured if math.isfinite(c.latency)), key=lambda c: c.latency, default=None)

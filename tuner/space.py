@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Literal, Sequence
 
 from .cost_model import bshape_cost, tshape_cost
 from .features import Kind, LoopNest, TileConfig, cached_property
-from .host import cpu_cache_bytes
+from .host import cpu_cache_bytes, vector_bits
 from .panel import panel_configs
 from .tiling import (MAX_INNERMOST, achievable_products, divisors, factorizations, largest_divisor_at_most,
                      log_distance, split_inner, split_vector)
@@ -68,9 +68,9 @@ def target_limits(kind: Kind, target: "Target | None" = None) -> dict[str, int]:
     reuse tuner and the plan's trial estimator enumerate the same space.
 
     CUDA: threads per block and shared memory per block. CPU: the cores (``num-cores``, else this
-    machine's) and one core's private cache: ``ETO_CPU_CACHE_BYTES`` if set (0: the paper's BShape
-    cost), else this machine's L2 (sysfs; the target does not carry it), as the tuner measures
-    here or on RPC workers of the same kind.
+    machine's), one core's private cache: ``ETO_CPU_CACHE_BYTES`` if set (0: the paper's BShape
+    cost), else this machine's L2 (sysfs; the target does not carry it), and the fp32 lanes of its
+    widest vector register, as the tuner measures here or on RPC workers of the same kind.
     """
     attrs = target.attrs if target is not None else {}
     if kind == "cuda":
@@ -85,7 +85,7 @@ def target_limits(kind: Kind, target: "Target | None" = None) -> dict[str, int]:
             raise ValueError(f"{CACHE_ENV}={env!r}: expected a size in bytes (0: the paper's BShape cost)") from None
     else:
         cache = cpu_cache_bytes(2) or DEFAULT_CACHE_BYTES
-    return {"cores": cores, "cache_bytes": max(cache, 0)}
+    return {"cores": cores, "cache_bytes": max(cache, 0), "native_lanes": vector_bits() // 32}
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,8 @@ class ReuseSpace:
     #: paper's BShape cost, all blocks' cache-line requests; see :func:`tuner.cost_model.bshape_cost`)
     cores: int = 1
     cache_bytes: int = 0
+    #: CPU: fp32 lanes of the target's widest vector register, for :func:`tuner.leads.vector_tiles` (0: none)
+    native_lanes: int = 0
 
     @property
     def r1(self) -> float:

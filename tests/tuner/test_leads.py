@@ -1,0 +1,58 @@
+"""Round T's leads from β's tiles (tuner.leads): the native-width vector lead, and one list for the
+tuner and the trial estimator."""
+
+import dataclasses
+import math
+
+import pytest
+
+from tuner.estimate import count_trials
+from tuner.features import LoopNest, TileConfig
+from tuner.leads import lead_tiles, vector_tiles
+from tuner.space import ReuseSpace
+
+OPTIONS = dict(unroll_values=[0, 16, 64, 512], fetch_lanes=[], n_fetch=0)
+# a 14x14 1x1 bridge whose best program split its 14 columns 2 x 7 (MobileNetV2's, seed 0)
+BETA = LoopNest((1, 24, 14, 14), (144,), ())
+BETA_CFG = TileConfig("cpu", ((1, 1, 1, 1), (1, 2, 1, 12), (1, 7, 1, 2), (1, 2, 1, 7)), ((3, 48),))
+
+
+def space(w: int, lanes: int = 16, kind: str = "cpu", beta=BETA, beta_cfg=BETA_CFG) -> ReuseSpace:
+    return ReuseSpace(kind, LoopNest((1, 96, w, w), (576,), ()), beta, beta_cfg, ranges="cpu", native_lanes=lanes)
+
+
+# at 112 columns the kept tile is already a full 8-lane vector (ReuseSpace.free_vector): 16 then
+@pytest.mark.parametrize("w, want", [(14, (1, 1, 1, 14)), (28, (1, 2, 1, 14)), (112, (7, 1, 1, 16))])
+def test_the_vector_lead_widens_the_kept_vector_tile_to_the_native_width(w, want):
+    """α's columns get the widest multiple of β's 7-wide tile that divides them and fits 16 lanes
+    (MetaSchedule's own programs of these convolutions tile 14 columns); the factor comes from
+    the outer levels, every other loop and the reduction stay β's kept tiles."""
+    s = space(w)
+    kept, lead = s.kept_tiles(), vector_tiles(s)
+    assert lead.space[-1] == want and lead.space[:-1] == kept.space[:-1] and lead.reduction == kept.reduction
+    assert [math.prod(f) for f in lead.space] == [1, 96, w, w]
+    assert lead in lead_tiles(s)
+
+
+def test_no_vector_lead_where_there_is_nothing_wider():
+    assert vector_tiles(space(7)) is None  # α's 7 columns: 7 is all there is
+    assert vector_tiles(space(56)) is None  # kept 8 wide (a full 8-lane vector); 16 does not divide 56
+    assert vector_tiles(space(28, lanes=4)) is None  # a 4-lane machine: 7 already fills more
+    assert vector_tiles(space(28, lanes=0)) is None  # no native width known
+    assert vector_tiles(space(28, kind="cuda")) is None  # on CUDA the inner levels are thread tiles
+    wide = TileConfig("cpu", BETA_CFG.space[:-1] + ((1, 1, 1, 14),), BETA_CFG.reduction)
+    assert vector_tiles(space(28, beta_cfg=wide)) is None  # β's tile already 14 wide
+
+
+def test_the_estimator_counts_each_distinct_lead_once():
+    """The vector lead adds one candidate to the estimate; where it equals another lead (a 7x7
+    bridge whose capped 7-wide tile is grown to 14, tuner.space.grown_tiles) it is measured once
+    and counted once."""
+    s = space(28)
+    assert count_trials(s, **OPTIONS) == count_trials(dataclasses.replace(s, native_lanes=0), **OPTIONS) + 1
+    bridge = LoopNest((1, 64, 7, 7), (64,), ())
+    bridge_cfg = TileConfig("cpu", ((1, 1, 1, 1), (8, 1, 2, 4), (7, 1, 1, 1), (1, 1, 1, 7)), ((16, 4),))
+    s = ReuseSpace("cpu", LoopNest((1, 256, 28, 28), (64,), ()), bridge, bridge_cfg, ranges="cpu", native_lanes=16)
+    assert s.grown_tiles() == vector_tiles(s) is not None
+    assert lead_tiles(s).count(s.grown_tiles()) == 1
+    assert count_trials(s, **OPTIONS) == count_trials(dataclasses.replace(s, native_lanes=0), **OPTIONS)

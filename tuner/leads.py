@@ -1,0 +1,62 @@
+"""Round T's leads from β's own tiles: what the reuse tuner measures first, and the estimator counts.
+
+Algorithm 1 starts from β's tile configuration; a few variants of β's tiles kept on α's loops
+(:meth:`~tuner.space.ReuseSpace.kept_tiles`) are measured before round T's enumeration, each
+where β's tuning could not have told α what it needs (beyond the paper). One list
+(:func:`lead_tiles`) for the tuner (:meth:`tuner.reuse.ReuseTuner.tune`) and the trial estimator
+(:func:`tuner.estimate.count_trials`), so the two cannot count different leads. Leads from other
+programs (other operators', β's runner-ups) are the database's: :mod:`eto.leads`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from .cachesets import set_safe_tiles
+from .features import TileConfig
+from .tiling import divisors
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .space import ReuseSpace
+
+
+def vector_tiles(space: "ReuseSpace") -> TileConfig | None:
+    """β's kept tiles with the vectorised loop's innermost tile widened to the widest multiple of it
+    that divides α's extent and fits one native vector register (``space.native_lanes``); the
+    factor comes from the outer levels, outermost first. None when there is no wider one, off
+    CPU, or when the target does not admit it. O(d(extent) + levels).
+
+    Beyond the paper. A small source's vector tile reflects its own short rows: MobileNetV2's 1x1
+    convolutions derived from a 14x14 bridge that split its 14 columns 2 x 7 kept 7-wide tiles on
+    14-112 columns, where MetaSchedule's own programs tile 14 or 16 on this 16-lane (AVX-512) CPU;
+    in a set benchmark at N = 100 the nine 1x1 reuses with narrower vector tiles than
+    MetaSchedule's ran at 0.69-0.81 of its throughput, the ten with the same width at 0.85-1.11
+    (README, "What a small source cannot teach").
+    """
+    if space.kind != "cpu" or space.native_lanes <= 1 or not space.alpha.space:
+        return None
+    kept = space.kept_tiles()
+    factors = list(kept.space[-1])
+    inner = factors[-1]
+    wide = max(d for d in divisors(space.alpha.space[-1]) if d % inner == 0 and d <= max(inner, space.native_lanes))
+    need = wide // inner
+    if need == 1 or len(factors) < 2:
+        return None
+    for i in range(len(factors) - 1):  # need divides the outer levels' product, prime by prime
+        take = math.gcd(factors[i], need)
+        factors[i], need = factors[i] // take, need // take
+    factors[-1] = wide
+    cfg = TileConfig(kept.kind, (*kept.space[:-1], tuple(factors)), kept.reduction)
+    return cfg if space.valid(cfg) else None
+
+
+def lead_tiles(space: "ReuseSpace") -> list[TileConfig]:
+    """Round T's leads, distinct, in the order measured: β's kept tiles (when round T does not hold
+    them), with the inner tiles β's extents capped grown, with a native-width vector tile
+    (:func:`vector_tiles`), and with register rows cut to L1's ways (:func:`set_safe_tiles`)."""
+    out: list[TileConfig] = []
+    for cfg in (space.kept_extra(), space.grown_tiles(), vector_tiles(space), set_safe_tiles(space)):
+        if cfg is not None and cfg not in out:
+            out.append(cfg)
+    return out
