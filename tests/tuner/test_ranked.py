@@ -48,9 +48,11 @@ def test_ranked_count_is_the_expected_number_the_batches_measure():
 
 def test_ranked_tuner_measures_the_top_k_and_the_estimator_counts_it():
     """With a ranker that puts round T's median candidate first, and nothing after β's kept tiles
-    improving, the tuner measures the kept tiles (on their own, first), k of round T and k of each
-    later round: what the estimator counts with ``top_k=k`` and a zero continue rate."""
+    improving, the tuner measures the kept tiles and their variants (on their own, first), k of
+    round T and k of each later round: what the estimator counts with ``top_k=k`` and a zero
+    continue rate."""
     from tests.tuner.test_reuse_tuner import sampled_record
+    from tuner.leads import lead_tiles
     from tuner.reuse import ReuseTuner
 
     target = cpu_target()
@@ -86,7 +88,9 @@ def test_ranked_tuner_measures_the_top_k_and_the_estimator_counts_it():
     res = tuner.tune(dry_measure, strategy="global", ranker=MedianFirst(), top_k=k)
     # the ranked picks are not fed back: a biased sample would teach the ranker their tiles
     assert res.invalid == 0 and max(batches) <= k and MedianFirst.observed == 0
-    assert res.rounds["T"] == 1 + k and all(n <= k for name, n in res.rounds.items() if name != "T")
+    assert lead_tiles(tuner.space)[0] == kept
+    assert res.rounds["T"] == len(lead_tiles(tuner.space)) + k
+    assert all(n <= k for name, n in res.rounds.items() if name != "T")
     assert res.config == kept and len(res.records) == res.candidates  # measured first, ties keep it
     estimated = trials_for_config("cpu", tuner.alpha, tuner.beta, tuner.beta_cfg, strategy="global",
                                   unroll_values=tuner.unroll_values, beta_unroll=tuner.beta_unroll, ranges="cpu",
@@ -98,6 +102,7 @@ def test_a_ranker_that_does_not_know_alphas_size_gets_a_random_sample_and_learns
     """Batches as ranked ones are, but in a random order that a rerun repeats; the ranker is not
     asked to rank, and it is trained on every batch (a random sample is a fair one)."""
     from tests.tuner.test_reuse_tuner import sampled_record
+    from tuner.leads import lead_tiles
     from tuner.reuse import ReuseTuner
 
     target = cpu_target()
@@ -143,7 +148,7 @@ def test_a_ranker_that_does_not_know_alphas_size_gets_a_random_sample_and_learns
         assert len(ranker.observed) == len(measured) == res.candidates
         runs.append(measured)
     assert runs[0] == runs[1]  # the same sample on a rerun
-    lead = 1 if tuner.space.kept_extra() is not None else 0
+    lead = len(lead_tiles(tuner.space))  # measured first, all tied: β's kept tiles win them
     t_round = tuner.space.t_round()
     sampled = runs[0][lead:lead + k]
     assert len(t_round) > 3 * k and res.rounds["T"] <= lead + 2 * k
