@@ -42,8 +42,12 @@ def applies(switch: str, tuner) -> bool:
     import tuner.leads as leads
 
     if switch in LEADS:
-        lead = getattr(leads, LEADS[switch])(tuner.space)
-        return lead is not None and lead in leads.lead_tiles(tuner.space)
+        name, on = LEADS[switch], leads.lead_tiles(tuner.space)
+        lead, _ = getattr(leads, name), setattr(leads, name, lambda space, **kw: None)
+        try:
+            return leads.lead_tiles(tuner.space) != on
+        finally:
+            setattr(leads, name, lead)
     return bool(tuner.siblings)
 
 
@@ -56,7 +60,7 @@ def tune_pair(alpha, beta_records, target, measurer, *, switch: str, on: bool) -
 
     stage_round, lead = reuse.ReuseTuner._stage_round, getattr(leads, LEADS.get(switch, ""), None)
     if not on and switch in LEADS:
-        setattr(leads, LEADS[switch], lambda space: None)
+        setattr(leads, LEADS[switch], lambda space, **kw: None)
     if not on and switch == "stage":
         reuse.ReuseTuner._stage_round = lambda self, run, measured: []
     try:

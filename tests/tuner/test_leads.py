@@ -45,14 +45,32 @@ def test_no_vector_lead_where_there_is_nothing_wider():
 
 
 def test_the_estimator_counts_each_distinct_lead_once():
-    """The vector lead adds one candidate to the estimate; where it equals another lead (a 7x7
+    """The vector leads add one candidate each to the estimate; where one equals another lead (a 7x7
     bridge whose capped 7-wide tile is grown to 14, tuner.space.grown_tiles) it is measured once
     and counted once."""
     s = space(28)
-    assert count_trials(s, **OPTIONS) == count_trials(dataclasses.replace(s, native_lanes=0), **OPTIONS) + 1
+    assert vector_tiles(s) != vector_tiles(s, same_block=True) is not None
+    assert count_trials(s, **OPTIONS) == count_trials(dataclasses.replace(s, native_lanes=0), **OPTIONS) + 2
     bridge = LoopNest((1, 64, 7, 7), (64,), ())
     bridge_cfg = TileConfig("cpu", ((1, 1, 1, 1), (8, 1, 2, 4), (7, 1, 1, 1), (1, 1, 1, 7)), ((16, 4),))
     s = ReuseSpace("cpu", LoopNest((1, 256, 28, 28), (64,), ()), bridge, bridge_cfg, ranges="cpu", native_lanes=16)
     assert s.grown_tiles() == vector_tiles(s) is not None
     assert lead_tiles(s).count(s.grown_tiles()) == 1
-    assert count_trials(s, **OPTIONS) == count_trials(dataclasses.replace(s, native_lanes=0), **OPTIONS)
+    extra = vector_tiles(s, same_block=True) is not None
+    assert count_trials(s, **OPTIONS) == count_trials(dataclasses.replace(s, native_lanes=0), **OPTIONS) + extra
+
+
+def test_the_same_block_vector_lead_reshapes_the_register_block():
+    """2 rows of 7 columns become 1 row of 14: the row loop nearest the vectorised one gives its
+    register factor to its outermost level; every loop keeps its extent, the block its size."""
+    s = space(14)
+    kept, lead = s.kept_tiles(), vector_tiles(s, same_block=True)
+    assert kept.space[2][-1] == 2 and kept.space[3][-1] == 7
+    assert lead.space[3] == vector_tiles(s).space[3] == (1, 1, 1, 14)
+    assert lead.space[2] == (kept.space[2][0] * 2, *kept.space[2][1:-1], 1) and lead.space[:2] == kept.space[:2]
+    assert math.prod(f[-1] for f in lead.space) == math.prod(f[-1] for f in kept.space)
+    assert [math.prod(f) for f in lead.space] == [1, 96, 14, 14]
+    assert lead_tiles(s).index(vector_tiles(s)) + 1 == lead_tiles(s).index(lead)
+    # no other loop holds a register tile: nothing to reshape
+    flat = TileConfig("cpu", ((1, 1, 1, 1), (24, 1, 1, 1), (7, 2, 1, 1), (1, 2, 1, 7)), ((3, 48),))
+    assert vector_tiles(space(14, beta_cfg=flat), same_block=True) is None and vector_tiles(space(14, beta_cfg=flat))
