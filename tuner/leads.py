@@ -34,7 +34,7 @@ def vector_tiles(space: "ReuseSpace", *, same_block: bool = False) -> TileConfig
     14-112 columns, where MetaSchedule's own programs tile 14 or 16 on this 16-lane (AVX-512) CPU;
     in a set benchmark at N = 100 the nine 1x1 reuses with narrower vector tiles than
     MetaSchedule's ran at 0.69-0.81 of its throughput, the ten with the same width at 0.85-1.11
-    (README, "What a small source cannot teach"). A register block made wider and kept as tall
+    (recorded latencies; README, "What a small source cannot teach"). A register block made wider and kept as tall
     may no longer fit the registers; MetaSchedule's programs of those 14-column convolutions keep
     one row in registers where the bridge kept two.
     """
