@@ -2,14 +2,16 @@
 
 ``--switch`` picks the feature: ``set-safe``, round T's lead whose register rows do not collide in
 L1 (:mod:`tuner.cachesets`), ``vector``, round T's lead with a native-width vector tile
-(:func:`tuner.leads.vector_tiles`), or ``stage``, the round that tries round T's best on α's sibling
-write-stage sketches (:meth:`tuner.reuse.ReuseTuner._stage_round`). For each ``--pair ALPHA BETA``,
+(:func:`tuner.leads.vector_tiles`), ``kept``, β's kept tiles as round T's lead also where round T
+holds them (:meth:`tuner.space.ReuseSpace.kept_lead`; off: left to round T's rank, as before), or
+``stage``, the round that tries round T's best on α's sibling write-stage sketches
+(:meth:`tuner.reuse.ReuseTuner._stage_round`). For each ``--pair ALPHA BETA``,
 or every reuse an eto database recorded (``--reuses-of DB``: α and the source it was derived from),
 the reuse tuner derives α twice from β's best program in ``--db``, as ``eto tune`` does (ranked, the
 ranker trained on β's records): with the feature and with it switched off. Both results and, where
 ``--reference`` holds α, its MetaSchedule program are then re-measured side by side (interleaved
 rounds). Pairs the feature does not apply to run the same search twice: they show the noise of a
-reuse's result.
+reuse's result (``--applying-only`` skips them).
 
     python experiments/reuse_ab.py --switch stage \\
         --db experiments/work/set_bench_resnet50_N100_screened/seed0/eto \\
@@ -32,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _experiment import ab_parser, ab_target, write_json  # noqa: E402
 
-SWITCHES = ("set-safe", "vector", "stage")
+SWITCHES = ("set-safe", "vector", "kept", "stage")
 #: the round T leads (tuner.leads) a switch turns off
 LEADS = {"set-safe": "set_safe_tiles", "vector": "vector_tiles"}
 
@@ -48,7 +50,15 @@ def applies(switch: str, tuner) -> bool:
             return leads.lead_tiles(tuner.space) != on
         finally:
             setattr(leads, name, lead)
+    if switch == "kept":
+        return tuner.space.kept_lead() is not None and tuner.space.kept_in_t_round()
     return bool(tuner.siblings)
+
+
+def _kept_only_outside_t_round(space):
+    """``kept`` switched off: β's kept tiles lead round T only where round T does not hold them."""
+    kept = space.kept_tiles()
+    return None if space.kept_in_t_round() or not space.valid(kept) else kept
 
 
 def tune_pair(alpha, beta_records, target, measurer, *, switch: str, on: bool) -> dict:
@@ -57,17 +67,21 @@ def tune_pair(alpha, beta_records, target, measurer, *, switch: str, on: bool) -
     import tuner.reuse as reuse
     from tuner.cost_model import LearnedRanker
     from tuner.sketch import Sketch
+    from tuner.space import ReuseSpace
 
-    stage_round, lead = reuse.ReuseTuner._stage_round, getattr(leads, LEADS.get(switch, ""), None)
+    stage_round, kept_lead = reuse.ReuseTuner._stage_round, ReuseSpace.kept_lead
+    lead = getattr(leads, LEADS.get(switch, ""), None)
     if not on and switch in LEADS:
         setattr(leads, LEADS[switch], lambda space, **kw: None)
     if not on and switch == "stage":
         reuse.ReuseTuner._stage_round = lambda self, run, measured: []
+    if not on and switch == "kept":
+        ReuseSpace.kept_lead = _kept_only_outside_t_round
     try:
         res = reuse.reuse_tune(alpha.prim_func(), beta_records[0], target, measurer, ranker=LearnedRanker(target),
                                history=beta_records)
     finally:
-        reuse.ReuseTuner._stage_round = stage_round
+        reuse.ReuseTuner._stage_round, ReuseSpace.kept_lead = stage_round, kept_lead
         if lead is not None:
             setattr(leads, LEADS[switch], lead)
     won, beta = (Sketch(res.record.trace) if res.record is not None else None), Sketch(beta_records[0].trace)
@@ -99,6 +113,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reference", help="database holding α's programs to compare with (e.g. MetaSchedule's)")
     ap.add_argument("--pair", nargs=2, action="append", metavar=("ALPHA", "BETA"))
     ap.add_argument("--reuses-of", metavar="DB", help="also every reuse pair this eto database recorded")
+    ap.add_argument("--applying-only", action="store_true", help="skip the pairs the feature does not apply to")
     args = ap.parse_args(argv)
     target = ab_target(args)
 
@@ -118,6 +133,8 @@ def main(argv=None) -> int:
                 raise SystemExit(f"{beta.name}: no program in {args.db}")
             row = {"alpha": alpha.name, "beta": beta.name,
                    "applies": applies(args.switch, ReuseTuner(alpha.prim_func(), beta_records[0], target))}
+            if args.applying_only and not row["applies"]:
+                continue
             t0 = time.perf_counter()
             runs = {k: tune_pair(alpha, beta_records, target, measurer, switch=args.switch, on=k == "with")
                     for k in ("with", "without")}

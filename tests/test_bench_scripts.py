@@ -75,6 +75,23 @@ def test_reuse_ab_summary_counts_only_pairs_the_feature_applies_to():
         reuse_ab.pairs_of(argparse.Namespace(pair=None, reuses_of=None), target=None)
 
 
+def test_reuse_ab_kept_switched_off_leaves_the_kept_tiles_to_round_t_where_it_holds_them():
+    """``--switch kept``: off, β's kept tiles lead round T only where round T does not hold them
+    (the behaviour before); the switch applies exactly where round T holds them."""
+    from types import SimpleNamespace
+
+    def space(in_t, valid=True):
+        return SimpleNamespace(kept_tiles=lambda: "kept", kept_in_t_round=lambda: in_t, valid=lambda cfg: valid,
+                               kept_lead=lambda: "kept" if valid else None)
+
+    assert reuse_ab._kept_only_outside_t_round(space(in_t=True)) is None
+    assert reuse_ab._kept_only_outside_t_round(space(in_t=False)) == "kept"
+    assert reuse_ab._kept_only_outside_t_round(space(in_t=False, valid=False)) is None
+    assert reuse_ab.applies("kept", SimpleNamespace(space=space(in_t=True)))
+    assert not reuse_ab.applies("kept", SimpleNamespace(space=space(in_t=False)))
+    assert not reuse_ab.applies("kept", SimpleNamespace(space=space(in_t=True, valid=False)))
+
+
 def test_scale_defaults_and_explicit_options():
     ci = set_bench.parse_args(["--scale", "ci"])
     assert (ci.opset, ci.pick, ci.trials, ci.seed_list, ci.control_trials) == ("quickstart", [3, 4], 8, [0, 1], 8)

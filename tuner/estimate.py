@@ -109,8 +109,10 @@ def count_trials(space: ReuseSpace, *, unroll_values: Sequence[int], fetch_lanes
     n_slots = sum(len(threads) for _, threads in groups)
     if not n_slots:
         return 3  # the reuse tuner's fallback measures at most three configurations
-    # β's kept tiles and their variants lead round T, measured on their own first (tuner.leads)
+    # β's kept tiles and their variants lead round T, measured on their own first (tuner.leads);
+    # round T then skips the kept tiles if it holds them
     lead = len(lead_tiles(space))
+    n_slots -= space.kept_lead() is not None and space.kept_in_t_round()
 
     def later(n: int) -> float:
         return ranked_count(n, top_k, open_round=strategy == "per-b", continue_rate=continue_rate)

@@ -64,12 +64,12 @@ def vector_tiles(space: "ReuseSpace", *, same_block: bool = False) -> TileConfig
 
 
 def lead_tiles(space: "ReuseSpace") -> list[TileConfig]:
-    """Round T's leads, distinct, in the order measured: β's kept tiles (when round T does not hold
-    them), with the inner tiles β's extents capped grown, with a native-width vector tile in a
-    taller and in a same-size register block (:func:`vector_tiles`), and with register rows cut to
-    L1's ways (:func:`set_safe_tiles`)."""
+    """Round T's leads, distinct, in the order measured: β's kept tiles (also when round T holds
+    them: it is ranked), with the inner tiles β's extents capped grown, with a native-width vector
+    tile in a taller and in a same-size register block (:func:`vector_tiles`), and with register
+    rows cut to L1's ways (:func:`set_safe_tiles`)."""
     out: list[TileConfig] = []
-    for cfg in (space.kept_extra(), space.grown_tiles(), vector_tiles(space), vector_tiles(space, same_block=True),
+    for cfg in (space.kept_lead(), space.grown_tiles(), vector_tiles(space), vector_tiles(space, same_block=True),
                 set_safe_tiles(space)):
         if cfg is not None and cfg not in out:
             out.append(cfg)

@@ -213,7 +213,7 @@ class ReuseTuner:
         if not self.has_mlt:  # section 5.2: β's decisions transferred, then sub-sketch rounds
             measured = run([self._cand(None)], "transfer")
         else:  # β's kept tiles and the seeds first (measured first, all of them), then round T's
-            kept = self.space.kept_extra()
+            kept = self.space.kept_lead()
             panels = set(self.space.panel_round())  # a seed that is one (α's instant program) leads that round
             lead: list[TileConfig] = []
             for c in [*lead_tiles(self.space), *seeds]:

@@ -251,18 +251,22 @@ class ReuseSpace:
         cfg = TileConfig(self.kind, tuple(space), kept.reduction)
         return cfg if grown and self.valid(cfg) else None
 
-    def kept_extra(self) -> TileConfig | None:
-        """:meth:`kept_tiles` when the target admits it and round T does not already hold it: the
-        reuse tuner then measures it first in round T (beyond the paper: β's own tiles are often
-        the best start when only a dimension's size changed)."""
+    def kept_lead(self) -> TileConfig | None:
+        """:meth:`kept_tiles` when the target admits them (else None): round T's first lead, measured
+        whatever its rank (beyond the paper: β's own tiles are often the best start when only a
+        dimension's size changed). Round T itself is ranked, so a configuration of it is measured
+        only if the ranker puts it in a measured batch: ResNet-50's 1x1 convolution of 2,048
+        channels, reused from one of 1,024, never measured β's tiles, which round T held."""
         kept = self.kept_tiles()
-        if not self.valid(kept):
-            return None
+        return kept if self.valid(kept) else None
+
+    def kept_in_t_round(self) -> bool:
+        """Whether round T (with β's inner tiles) holds :meth:`kept_tiles`: the tuner then measures
+        them once, as the lead. O(one TShape)."""
+        kept = self.kept_tiles()
         t = kept.threads_per_block
-        for bs, threads in self.t_groups():
-            if bs == kept.bshape and t in threads and self.tshape(t, bs, self.lshape(bs)) == kept:
-                return None
-        return kept
+        return any(bs == kept.bshape and t in threads and self.tshape(t, bs, self.lshape(bs)) == kept
+                   for bs, threads in self.t_groups())
 
     @cached_property
     def free_vector(self) -> int:

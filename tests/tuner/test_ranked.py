@@ -59,7 +59,7 @@ def test_ranked_tuner_measures_the_top_k_and_the_estimator_counts_it():
     beta = Operator.create("C2D", N=1, CI=64, H=14, W=14, CO=64, KH=3, KW=3, padding=1)
     alpha = Operator.create("C2D", N=1, CI=32, H=14, W=14, CO=32, KH=3, KW=3, padding=1)
     tuner = ReuseTuner(alpha.prim_func(), sampled_record(beta, target), target, ranges="cpu")
-    kept = tuner.space.kept_extra()  # β's own tiles on α's loops: not one of round T's configurations
+    kept = tuner.space.kept_lead()  # β's own tiles on α's loops: not one of round T's configurations
     assert kept is not None and kept == tuner.space.kept_tiles() and kept not in tuner.space.t_round()
     t_round = tuner.space.t_round()
     k = 3
@@ -96,6 +96,64 @@ def test_ranked_tuner_measures_the_top_k_and_the_estimator_counts_it():
                                   unroll_values=tuner.unroll_values, beta_unroll=tuner.beta_unroll, ranges="cpu",
                                   top_k=k, continue_rate=0.0)
     assert estimated == res.candidates
+
+
+def test_betas_kept_tiles_lead_even_when_round_t_holds_them_and_ranks_them_last():
+    """Only the reduction grows (a 1x1 convolution of 128 channels from one of 64): round T holds
+    β's kept tiles, and a ranker puts them last. They are still measured, with the leads (round T
+    skips them), and win when fastest; the estimator counts them once."""
+    from tests.tuner.test_reuse_tuner import sampled_record
+    from tuner.leads import lead_tiles
+    from tuner.reuse import ReuseTuner
+
+    target = cpu_target()
+    beta = Operator.create("C2D", N=1, CI=64, H=7, W=7, CO=64, KH=1, KW=1)
+    alpha = Operator.create("C2D", N=1, CI=128, H=7, W=7, CO=64, KH=1, KW=1)
+    tuner = ReuseTuner(alpha.prim_func(), sampled_record(beta, target), target, ranges="cpu")
+    kept, t_round = tuner.space.kept_lead(), tuner.space.t_round()
+    assert kept == tuner.space.kept_tiles() and kept in t_round and tuner.space.kept_in_t_round()
+    assert lead_tiles(tuner.space)[0] == kept
+    k = 3
+    assert len(t_round) > 2 * k
+
+    class KeptLast:
+        trained = True
+
+        def knows(self, mod):
+            return True
+
+        def rank(self, mod, schedules):
+            last = [i for i, s in enumerate(schedules) if configs[id(s)] == kept]
+            return [i for i in range(len(schedules)) if i not in last] + last
+
+        def observe(self, mod, schedules, seconds):
+            pass
+
+    configs, schedule = {}, tuner.schedule
+
+    def tagged(cand):
+        sch = schedule(cand)
+        configs[id(sch)] = cand.cfg
+        return sch
+
+    measured = []
+
+    def dry_measure(schedules):  # β's kept tiles are the fastest
+        measured.extend(configs[id(s)] for s in schedules)
+        return [1.0 if configs[id(s)] == kept else 2.0 for s in schedules]
+
+    tuner.schedule = tagged
+    res = tuner.tune(dry_measure, strategy="global", ranker=KeptLast(), top_k=k)
+    lead = len(lead_tiles(tuner.space))
+    assert kept in measured[:lead] and kept not in measured[lead:lead + k] and res.config == kept
+    assert res.rounds["T"] == lead + k  # the leads, then one batch of round T
+    estimated = trials_for_config("cpu", tuner.alpha, tuner.beta, tuner.beta_cfg, strategy="global",
+                                  unroll_values=tuner.unroll_values, beta_unroll=tuner.beta_unroll, ranges="cpu",
+                                  top_k=k, continue_rate=0.0)
+    assert estimated == res.candidates
+    unranked = trials_for_config("cpu", tuner.alpha, tuner.beta, tuner.beta_cfg, strategy="global",
+                                 unroll_values=tuner.unroll_values, beta_unroll=tuner.beta_unroll, ranges="cpu")
+    assert unranked >= lead + len(t_round) - 1  # every slot of round T once: the kept tiles as the lead
 
 
 def test_a_ranker_that_does_not_know_alphas_size_gets_a_random_sample_and_learns_from_it():

@@ -121,7 +121,7 @@ def test_kept_tiles_change_only_what_the_new_extents_force():
     assert cfg.space == ((1, 1, 1, 1), (5, 1, 10, 4), (64, 4, 1, 12)) and cfg.reduction == ((64, 4),)
     assert [math.prod(f) for f in cfg.space] == [1, 200, 3072]
     space = ReuseSpace("cpu", LoopNest((1, 64, 768), (768,), ()), beta, beta_cfg)
-    assert space.kept_extra() == space.kept_tiles() not in space.t_round()  # measured first in round T
+    assert space.kept_lead() == space.kept_tiles() not in space.t_round()  # measured first in round T
 
 
 def test_kept_tiles_with_parallel_growth_keep_betas_outer_partition():
@@ -355,7 +355,7 @@ def test_estimator_counts_what_the_tuner_measures():
 
     batches = []
 
-    lead = tuner.space.kept_extra() is not None  # β's kept tiles are measured first, on their own
+    lead = tuner.space.kept_lead() is not None  # β's kept tiles are measured first, on their own
 
     def dry_measure(schedules):  # round T: the median candidate wins; every later one is slower
         batches.append(len(schedules))
