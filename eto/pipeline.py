@@ -420,10 +420,11 @@ def _commit_reuse(alpha: Operator, beta: Operator, res: "ReuseResult", run: _Run
     run.database.commit(alpha, run.target, kept, method="reuse+evolve" if run.evolve_trials else "reuse",
                         source=beta, candidates=candidates, seconds=seconds, features=feats, error=wrong,
                         extra={**estimate, "rounds": res.rounds, "remeasured": res.remeasured, **extra, **checked,
-                               "trajectory": trajectory})
+                               "failed": res.failed, "failures": sorted(set(res.failures)), "trajectory": trajectory})
+    failed = f", {res.failed} failed ({'; '.join(sorted(set(res.failures)))})" if res.failures else ""
     run.say(f"reuse: {alpha.name} <- {beta.name}: {res.candidates} candidates (estimated "
             f"{estimate['estimate'] or 0:.0f}), {res.seconds:.1f} s (estimated {estimate['estimated_seconds']:.1f} s), "
-            f"{res.latency_s * 1e6:.1f} us")
+            f"{res.latency_s * 1e6:.1f} us{failed}")
 
 
 def _side_by_side(reuse: list, evolve: list, target, measurer: "Measurer") -> tuple[list, list, float, float]:

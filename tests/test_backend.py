@@ -25,6 +25,34 @@ def measurer():
     m.close()
 
 
+#: BMM[12,128,128,64] as a reuse search derived it (seed 0 of BERT-Base's N = 100 set): its unroll
+#: limit of 512 unrolls a reduction over strided vector loads of Y, and LLVM takes ~50 s on it here;
+#: with the limit at 0 the same program compiles in 0.1 s
+SLOW_TO_COMPILE = """
+@I.ir_module
+class Module:
+    @T.prim_func(s_tir=True)
+    def main(X: T.Buffer((12, 128, 64), "float32"), Y: T.Buffer((12, 128, 64), "float32"), bmm: T.Buffer((12, 128, 128), "float32")):
+        T.func_attr({"tirx.noalias": True})
+        for b_0_i_0_j_0_b_1_i_1_j_1_fused in T.parallel(32, annotations={"pragma_auto_unroll_max_step": 512, "pragma_unroll_explicit": 1}):
+            for b_2_init, i_2_init, j_2_init, b_3_init, i_3_init in T.grid(3, 64, 2, 1, 1):
+                for j_3_fused_init in T.vectorized(16):
+                    with T.sblock("bmm_init"):
+                        v_b = T.axis.spatial(12, b_0_i_0_j_0_b_1_i_1_j_1_fused // 8 * 3 + b_2_init + b_3_init)
+                        v_i = T.axis.spatial(128, b_0_i_0_j_0_b_1_i_1_j_1_fused % 2 * 64 + i_2_init + i_3_init)
+                        v_j = T.axis.spatial(128, b_0_i_0_j_0_b_1_i_1_j_1_fused % 8 // 2 * 32 + j_2_init * 16 + j_3_fused_init)
+                        bmm[v_b, v_i, v_j] = T.float32(0.0)
+            for k_0, b_2, i_2, j_2, k_1, b_3, i_3 in T.grid(16, 3, 64, 2, 4, 1, 1):
+                for j_3_fused in T.vectorized(16):
+                    with T.sblock("bmm_update"):
+                        v_b = T.axis.spatial(12, b_0_i_0_j_0_b_1_i_1_j_1_fused // 8 * 3 + b_2 + b_3)
+                        v_i = T.axis.spatial(128, b_0_i_0_j_0_b_1_i_1_j_1_fused % 2 * 64 + i_2 + i_3)
+                        v_j = T.axis.spatial(128, b_0_i_0_j_0_b_1_i_1_j_1_fused % 8 // 2 * 32 + j_2 * 16 + j_3_fused)
+                        v_k = T.axis.reduce(64, k_0 * 4 + k_1)
+                        bmm[v_b, v_i, v_j] = bmm[v_b, v_i, v_j] + X[v_b, v_i, v_k] * Y[v_b, v_j, v_k]
+"""
+
+
 def _sabotage(mod, how):
     from tvm import tirx
     from tvm.ir import IRModule
@@ -48,6 +76,27 @@ def test_failing_candidates_are_results_and_measuring_continues(measurer, target
     assert results[3].error
     assert all(len(r.run_secs) == 3 for r in (results[0], results[4]))
     assert math.isinf(results[1].median) and results[0].median > 0
+
+
+def test_a_reuse_search_drops_a_candidate_llvm_cannot_compile_in_its_short_build_timeout(target):
+    import time
+
+    from tvm.script import from_source
+
+    from tuner.measure import MeasureConfig, Measurer
+
+    slow = from_source(SLOW_TO_COMPILE)
+    fast = from_source(SLOW_TO_COMPILE.replace('"pragma_auto_unroll_max_step": 512', '"pragma_auto_unroll_max_step": 0'))
+    config = MeasureConfig(number=1, repeat=2, min_repeat_ms=1, search_build_timeout_s=2)
+    with Measurer.local(config) as m:
+        t0 = time.perf_counter()
+        res = m.measure([slow, fast], target, search=True)
+        took = time.perf_counter() - t0
+        assert m.builder.pool._timeout == config.build_timeout_s  # the backend's timeout is back
+        again = m.measure([fast], target)
+    assert (res[0].stage, res[0].error) == ("build", "build timed out after 2 s")
+    assert res[1].ok and again[0].ok
+    assert took < 20, took  # cut at 2 s, not after the 30 s build timeout or LLVM's ~50 s
 
 
 def test_backend_programs_from_the_database_match_numpy(tmp_path, target, measurer):

@@ -351,18 +351,20 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
     if ranker is not None and history:
         ranker.observe_records(history)
     setup = time.perf_counter() - start  # design space, β's sketch, ranker training: on the clock
-    known = known or {}
+    known, failures = known or {}, []
 
     def measure(schedules: list, precise: bool = False) -> list[float]:
         if precise:  # the finalists, not checkpointed: a resumed search re-times its own
-            return [r.median for r in measurer.measure([s.mod for s in schedules], target)]
+            return [r.median for r in measurer.measure([s.mod for s in schedules], target, search=True)]
         t0 = time.perf_counter()
         keys = [trace_key(s.trace) for s in schedules] if known else [None] * len(schedules)
         todo = [i for i, k in enumerate(keys) if k not in known]
         out = [known.get(k, math.inf) for k in keys]  # type: ignore[arg-type]
-        for i, r in zip(todo, measurer.measure([schedules[i].mod for i in todo], target, screen=finalists > 0)
-                              if todo else ()):
+        for i, r in zip(todo, measurer.measure([schedules[i].mod for i in todo], target, screen=finalists > 0,
+                                               search=True) if todo else ()):
             out[i] = r.median
+            if r.error:
+                failures.append(r.error)
         kill_point("reuse.measured")
         if on_measured is not None and todo:
             on_measured([tuner.record_of(schedules[i], out[i]) for i in todo if math.isfinite(out[i])], len(todo),
@@ -371,7 +373,8 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
 
     res = tuner.tune(measure, strategy=strategy, ranker=ranker, top_k=resolve_top_k(top_k, target), seeds=seed_cfgs,
                      finalists=finalists)
-    return replace(res, seconds=setup + res.seconds, trajectory=tuple(p.after(setup, 0) for p in res.trajectory))
+    return replace(res, seconds=setup + res.seconds, trajectory=tuple(p.after(setup, 0) for p in res.trajectory),
+                   failures=tuple(failures))
 
 
 def write_stage_siblings(sketch: "Sketch", space: Sequence["Sketch"],

@@ -41,6 +41,7 @@ class ReuseResult:
     #: keeps them all, so later reuses' rankers learn from them
     records: tuple = ()
     remeasured: int = 0  # finalists re-timed in full after a screened search (tuner.finalists)
+    failures: tuple[str, ...] = ()  # why each failed candidate failed (build timeout, crash, ...)
 
 
 @dataclass

@@ -74,7 +74,7 @@ class Hashed:
     def secs(text: str) -> float:
         return 1e-6 * (1 + zlib.crc32(text.encode()) % 1_000_000)
 
-    def measure(self, mods, target, screen=False):
+    def measure(self, mods, target, screen=False, search=False):
         from tuner.measure import MeasureResult
 
         texts = [m.script() for m in mods]
