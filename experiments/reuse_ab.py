@@ -3,10 +3,8 @@
 ``--switch`` picks the feature: ``set-safe``, round T's lead whose register rows do not collide in
 L1 (:mod:`tuner.cachesets`), ``vector``, round T's lead with a native-width vector tile
 (:func:`tuner.leads.vector_tiles`), ``kept``, β's kept tiles as round T's lead also where round T
-holds them (:meth:`tuner.space.ReuseSpace.kept_lead`; off: left to round T's rank, as before),
-``whole``, round M's LShape that fetches α's largest reduction loop whole (CPU, R1 = 1:
-:meth:`tuner.space.ReuseSpace.whole_lshape`), or ``stage``, the round that tries round T's best on
-α's sibling write-stage sketches
+holds them (:meth:`tuner.space.ReuseSpace.kept_lead`; off: left to round T's rank, as before), or
+``stage``, the round that tries round T's best on α's sibling write-stage sketches
 (:meth:`tuner.reuse.ReuseTuner._stage_round`). For each ``--pair ALPHA BETA``,
 or every reuse an eto database recorded (``--reuses-of DB``: α and the source it was derived from),
 the reuse tuner derives α twice from β's best program in ``--db``, as ``eto tune`` does (ranked, the
@@ -36,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _experiment import ab_parser, ab_target, write_json  # noqa: E402
 
-SWITCHES = ("set-safe", "vector", "kept", "whole", "stage")
+SWITCHES = ("set-safe", "vector", "kept", "stage")
 #: the round T leads (tuner.leads) a switch turns off
 LEADS = {"set-safe": "set_safe_tiles", "vector": "vector_tiles"}
 
@@ -54,8 +52,6 @@ def applies(switch: str, tuner) -> bool:
             setattr(leads, name, lead)
     if switch == "kept":
         return tuner.space.kept_lead() is not None and tuner.space.kept_in_t_round()
-    if switch == "whole":  # round M's from β's tiles (round T's winner may differ)
-        return tuner.space.whole_lshape(tuner.space.beta_cfg) is not None
     return bool(tuner.siblings)
 
 
@@ -73,7 +69,7 @@ def tune_pair(alpha, beta_records, target, measurer, *, switch: str, on: bool) -
     from tuner.sketch import Sketch
     from tuner.space import ReuseSpace
 
-    stage_round, kept_lead, whole = reuse.ReuseTuner._stage_round, ReuseSpace.kept_lead, ReuseSpace.whole_lshape
+    stage_round, kept_lead = reuse.ReuseTuner._stage_round, ReuseSpace.kept_lead
     lead = getattr(leads, LEADS.get(switch, ""), None)
     if not on and switch in LEADS:
         setattr(leads, LEADS[switch], lambda space, **kw: None)
@@ -81,13 +77,11 @@ def tune_pair(alpha, beta_records, target, measurer, *, switch: str, on: bool) -
         reuse.ReuseTuner._stage_round = lambda self, run, measured: []
     if not on and switch == "kept":
         ReuseSpace.kept_lead = _kept_only_outside_t_round
-    if not on and switch == "whole":
-        ReuseSpace.whole_lshape = lambda space, best: None
     try:
         res = reuse.reuse_tune(alpha.prim_func(), beta_records[0], target, measurer, ranker=LearnedRanker(target),
                                history=beta_records)
     finally:
-        reuse.ReuseTuner._stage_round, ReuseSpace.kept_lead, ReuseSpace.whole_lshape = stage_round, kept_lead, whole
+        reuse.ReuseTuner._stage_round, ReuseSpace.kept_lead = stage_round, kept_lead
         if lead is not None:
             setattr(leads, LEADS[switch], lead)
     won, beta = (Sketch(res.record.trace) if res.record is not None else None), Sketch(beta_records[0].trace)

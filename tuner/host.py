@@ -1,5 +1,4 @@
-"""What this machine is: its physical cores and its caches (TVM-free), and the limits a target
-sets on the reuse space (:func:`target_limits`).
+"""What this machine is: its physical cores and its caches (TVM-free).
 
 One place for the host facts that the measuring stack (builder workers, runner threads), the reuse
 space (a core's private cache for the BShape cost and round "panel"), the ranked-batch policy and
@@ -12,10 +11,6 @@ import functools
 import os
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # pragma: no cover
-    from tvm.target import Target
 
 
 def physical_cores() -> int:
@@ -94,33 +89,3 @@ def cpu_cache(level: int = 1, kind: str = "Data") -> CacheGeometry | None:
     except (OSError, ValueError):
         pass
     return None
-
-
-GPU_MAX_THREADS = 1024
-DEFAULT_CACHE_BYTES = 1 << 20  # one core's private cache when sysfs does not say
-CACHE_ENV = "ETO_CPU_CACHE_BYTES"
-
-
-def target_limits(kind: str, target: "Target | None" = None) -> dict[str, int]:
-    """The :class:`tuner.space.ReuseSpace` fields a target sets, from its TVM attributes: one place, so the
-    reuse tuner and the plan's trial estimator enumerate the same space.
-
-    CUDA: threads per block and shared memory per block. CPU: the cores (``num-cores``, else this
-    machine's), one core's private cache: ``ETO_CPU_CACHE_BYTES`` if set (0: the paper's BShape
-    cost), else this machine's L2 (sysfs; the target does not carry it), and the fp32 lanes of its
-    widest vector register, as the tuner measures here or on RPC workers of the same kind.
-    """
-    attrs = target.attrs if target is not None else {}
-    if kind == "cuda":
-        return {"max_threads": int(attrs.get("max_threads_per_block", GPU_MAX_THREADS)),
-                "max_shared_bytes": int(attrs.get("max_shared_memory_per_block", 48 * 1024))}
-    cores = int(attrs["num-cores"]) if "num-cores" in attrs else (os.cpu_count() or 1)
-    env = os.environ.get(CACHE_ENV, "").strip()
-    if env:
-        try:
-            cache = int(env)
-        except ValueError:
-            raise ValueError(f"{CACHE_ENV}={env!r}: expected a size in bytes (0: the paper's BShape cost)") from None
-    else:
-        cache = cpu_cache_bytes(2) or DEFAULT_CACHE_BYTES
-    return {"cores": cores, "cache_bytes": max(cache, 0), "native_lanes": vector_bits() // 32}

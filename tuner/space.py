@@ -22,16 +22,20 @@ from __future__ import annotations
 
 import bisect
 import math
+import os
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal, Sequence
+from typing import TYPE_CHECKING, Literal, Sequence
 
 from .cost_model import bshape_cost, tshape_cost
 from .features import Kind, LoopNest, TileConfig, cached_property
-from .host import GPU_MAX_THREADS, target_limits  # noqa: F401 (target_limits: the space's fields)
+from .host import cpu_cache_bytes, vector_bits
 from .panel import panel_configs
 from .tiling import (MAX_INNERMOST, achievable_products, divisors, factorizations, largest_divisor_at_most,
                      log_distance, split_inner, split_vector)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tvm.target import Target
 
 Strategy = Literal["per-b", "global"]
 #: Where :meth:`ReuseSpace.kept_tiles` puts a loop's growth: the outermost level, or (CPU) level 1.
@@ -52,8 +56,36 @@ def default_ranges(kind: Kind) -> RangeName:
     return "cpu" if kind == "cpu" else "paper"
 
 
+GPU_MAX_THREADS = 1024
 GPU_MIN_THREADS = 32  # MetaSchedule's thread_extent_low_inclusive
 LINE_BYTES = {"cuda": 128, "cpu": 64}
+DEFAULT_CACHE_BYTES = 1 << 20  # one core's private cache when sysfs does not say
+CACHE_ENV = "ETO_CPU_CACHE_BYTES"
+
+
+def target_limits(kind: Kind, target: "Target | None" = None) -> dict[str, int]:
+    """The :class:`ReuseSpace` fields a target sets, from its TVM attributes: one place, so the
+    reuse tuner and the plan's trial estimator enumerate the same space.
+
+    CUDA: threads per block and shared memory per block. CPU: the cores (``num-cores``, else this
+    machine's), one core's private cache: ``ETO_CPU_CACHE_BYTES`` if set (0: the paper's BShape
+    cost), else this machine's L2 (sysfs; the target does not carry it), and the fp32 lanes of its
+    widest vector register, as the tuner measures here or on RPC workers of the same kind.
+    """
+    attrs = target.attrs if target is not None else {}
+    if kind == "cuda":
+        return {"max_threads": int(attrs.get("max_threads_per_block", GPU_MAX_THREADS)),
+                "max_shared_bytes": int(attrs.get("max_shared_memory_per_block", 48 * 1024))}
+    cores = int(attrs["num-cores"]) if "num-cores" in attrs else (os.cpu_count() or 1)
+    env = os.environ.get(CACHE_ENV, "").strip()
+    if env:
+        try:
+            cache = int(env)
+        except ValueError:
+            raise ValueError(f"{CACHE_ENV}={env!r}: expected a size in bytes (0: the paper's BShape cost)") from None
+    else:
+        cache = cpu_cache_bytes(2) or DEFAULT_CACHE_BYTES
+    return {"cores": cores, "cache_bytes": max(cache, 0), "native_lanes": vector_bits() // 32}
 
 
 @dataclass(frozen=True)
@@ -342,24 +374,7 @@ class ReuseSpace:
         return [self.config(best.bshape, best.thread_counts, ls, like=best) for ls in self.m_lshapes(best)]
 
     def m_lshapes(self, best: TileConfig) -> list[tuple[int, ...]]:
-        """Round M's LShapes, closest M first (the estimator counts them without building configs),
-        then :meth:`whole_lshape` where it is not among them."""
-        whole = self.whole_lshape(best)
-        return self._m_lshapes(best) + ([whole] if whole is not None else [])
-
-    def whole_lshape(self, best: TileConfig) -> tuple[int, ...] | None:
-        """CPU: the LShape that fetches α's largest reduction loop whole (R1 = 1: ``best``'s register
-        block holds no reduction), unless ``best`` has it or round M holds it. Its M is far below
-        equation 3's range, yet it is MetaSchedule's choice on 8 of ResNet-50's 20 convolutions, and
-        a reuse kept β's inner reduction tile without it (C2D[1,512,7,7,2048,1,1] at 0.53)."""
-        red = self.alpha.reduction
-        if self.kind != "cpu" or not red or max(red) == 1:
-            return None
-        r = red.index(max(red))
-        whole = tuple(e if i == r else 1 for i, e in enumerate(red))
-        return None if whole == best.lshape or whole in self._m_lshapes(best) else whole
-
-    def _m_lshapes(self, best: TileConfig) -> list[tuple[int, ...]]:
+        """Round M's LShapes, closest M first (the estimator counts them without building configs)."""
         lo, hi = self.m_range()
         best_m = max(best.M(self.alpha), 1)
         B, bshape, threads = best.B, best.bshape, best.threads_per_block

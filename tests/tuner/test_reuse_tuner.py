@@ -84,25 +84,6 @@ def test_example3_m_round_tries_lshape_4(example3):
     assert [c.lshape for c in example3.m_round(best)] == [(4, 1, 1)]
 
 
-def test_cpu_round_m_ends_with_the_lshape_that_fetches_the_largest_reduction_whole():
-    """A 1x1 convolution of 2,048 input channels from one of 1,024 with a 64-channel inner reduction
-    tile: equation 3's range keeps M near β's, so round M never reaches R1 = 1 (MetaSchedule's pick
-    there); the whole-reduction LShape comes last, once, and not where round T's best has it."""
-    beta_cfg = TileConfig("cpu", ((1, 1, 1, 1), (2, 8, 2, 16), (1, 7, 1, 1), (1, 1, 7, 1)), ((16, 64), (1, 1), (1, 1)))
-    beta = LoopNest((1, 512, 7, 7), (1024, 1, 1), ())
-    space = ReuseSpace("cpu", LoopNest((1, 512, 7, 7), (2048, 1, 1), ()), beta, beta_cfg, ranges="cpu")
-    best = space.kept_tiles()
-    shapes = space.m_lshapes(best)
-    assert shapes[-1] == (2048, 1, 1) and shapes.count((2048, 1, 1)) == 1
-    assert (2048, 1, 1) not in space._m_lshapes(best)  # outside equation 3's range
-    whole = space.m_round(best)[-1]
-    assert whole.reduction[0] == (2048, 1) and whole.space == best.space  # R1 = 1, β's register block kept
-    assert space.whole_lshape(whole) is None  # round T's best with it: nothing to add
-    cuda = ReuseSpace("cuda", LoopNest((64,), (8,), ()), LoopNest((64,), (8,), ()),
-                      TileConfig("cuda", ((2, 1, 8, 2, 2),), ((2, 2, 2),)))
-    assert cuda.whole_lshape(cuda.beta_cfg) is None  # a GPU block stages its reduction chunk
-
-
 def test_cpu_ranges_widen_the_paper_windows(example3):
     from dataclasses import replace
 
