@@ -560,7 +560,7 @@ def test_alternate_sources_lead_round_t_with_their_tiles_kept_on_alpha():
         def measure(self, mods, target, screen=False, search=False):
             if not self.first:
                 self.first.extend(mods)
-            return [SimpleNamespace(median=1e-3 + i * 1e-6) for i in range(len(mods))]
+            return [SimpleNamespace(median=1e-3 + i * 1e-6, error=None) for i in range(len(mods))]
 
     m = FirstBatch()
     res = reuse_tune(alpha.prim_func(), sampled_record(beta, target), target, m, alternates=[rec], top_k=None)
@@ -622,7 +622,7 @@ def test_a_program_with_an_epilogue_is_reused_for_a_bare_batch_matmul_of_another
 
     class Fake:  # times nothing: this test is about GetS, not speed
         def measure(self, mods, target, screen=False, search=False):
-            return [SimpleNamespace(median=1e-3 + i * 1e-6) for i in range(len(mods))]
+            return [SimpleNamespace(median=1e-3 + i * 1e-6, error=None) for i in range(len(mods))]
 
     res = reuse_tune(alpha.prim_func(), record, target, Fake(), top_k=None)
     assert res.record is not None and res.candidates > 0
