@@ -413,6 +413,7 @@ def _commit_reuse(alpha: Operator, beta: Operator, res: "ReuseResult", run: _Run
         run.say(f"evolve: {alpha.name}: {ev.candidates} more candidates, {ev.seconds:.1f} s; re-measured "
                 f"side by side: reuse {reuse_s * 1e6:.1f} us, evolve's best {found * 1e6:.1f} us")
     # the gate re-sorts: features follow the records
+    failures = sorted(set(res.failures))  # why candidates failed, each reason once
     kept, checked, wrong = gated(alpha, records, run.target, checkable_here(measurer, run.target))
     kill_point("reuse.result")
     at = {id(r): i for i, r in enumerate(records)}
@@ -420,8 +421,8 @@ def _commit_reuse(alpha: Operator, beta: Operator, res: "ReuseResult", run: _Run
     run.database.commit(alpha, run.target, kept, method="reuse+evolve" if run.evolve_trials else "reuse",
                         source=beta, candidates=candidates, seconds=seconds, features=feats, error=wrong,
                         extra={**estimate, "rounds": res.rounds, "remeasured": res.remeasured, **extra, **checked,
-                               "failed": res.failed, "failures": sorted(set(res.failures)), "trajectory": trajectory})
-    failed = f", {res.failed} failed ({'; '.join(sorted(set(res.failures)))})" if res.failures else ""
+                               "failed": res.failed, "failures": failures, "trajectory": trajectory})
+    failed = f", {res.failed} failed ({'; '.join(failures)})" if failures else ""
     run.say(f"reuse: {alpha.name} <- {beta.name}: {res.candidates} candidates (estimated "
             f"{estimate['estimate'] or 0:.0f}), {res.seconds:.1f} s (estimated {estimate['estimated_seconds']:.1f} s), "
             f"{res.latency_s * 1e6:.1f} us{failed}")

@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     from eto.target import parse_target
     from tuner.intrinsics import register_tensor_intrinsics
     from tuner.measure import MeasureConfig, Measurer
-    from tuner.reuse import ReuseTuner, _config_of
+    from tuner.reuse import ReuseTuner, config_of
 
     target = parse_target(args.target)
     register_tensor_intrinsics(target)  # the intrinsics MetaSchedule's rules use
@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     if source is None or ref is None:
         raise SystemExit(f"need {beta.name} in {args.db} and {alpha.name} in {args.reference}")
     tuner = ReuseTuner(alpha.prim_func(), source.tuning_record, target)
-    ref_cfg = _config_of(ref.tuning_record, tuner)
+    ref_cfg = config_of(ref.tuning_record, tuner)
     if ref_cfg is None:
         raise SystemExit(f"the reference program of {alpha.name} is not a multi-level tiling of β's sketch")
     rounds = {"beta_inner": tuner.space.t_round(), "reference_inner": tuner.space.t_round(like=ref_cfg)}

@@ -24,7 +24,7 @@ def check(db_dir: str, target) -> dict:
     """Counts for one database: reuses, those whose round T holds the kept tiles, those never measured."""
     from eto.database import Database
     from eto.operators import Operator
-    from tuner.reuse import ReuseTuner, _config_of
+    from tuner.reuse import ReuseTuner, config_of
 
     db = Database(db_dir, readonly=True)
     rows = []
@@ -39,7 +39,7 @@ def check(db_dir: str, target) -> dict:
         if not tuner.has_mlt:
             continue
         in_t = tuner.space.kept_lead() is not None and tuner.space.kept_in_t_round()
-        measured = [_config_of(q.tuning_record, tuner) for q in db.programs(target=target, op=p.op)]
+        measured = [config_of(q.tuning_record, tuner) for q in db.programs(target=target, op=p.op)]
         rows.append({"alpha": p.op.name, "beta": beta.name, "kept_in_t_round": in_t,
                      "kept_measured": tuner.space.kept_tiles() in measured})
     held = [r for r in rows if r["kept_in_t_round"]]

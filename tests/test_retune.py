@@ -75,11 +75,11 @@ def test_instant_program_is_checked_served_and_not_a_tuning_result(tuned_db, tmp
     # β's tiles, M's growth in the outermost or (the faster of the two, both timed) the parallel loop's level 1
     assert r.by in ("kept", "kept-parallel") and r.ranked == 1
     assert [r["timed"] for r in db.results() if r["op_key"] == new.key] == [2]
-    from tuner.reuse import ReuseTuner, _config_of
+    from tuner.reuse import ReuseTuner, config_of
 
     tuner = ReuseTuner(new.prim_func(), db.best(KNOWN, target).tuning_record, target)
     growth = "outer" if r.by == "kept" else "parallel"
-    assert _config_of(r.program.tuning_record, tuner) == tuner.space.kept_tiles(growth=growth)  # a reuse seed
+    assert config_of(r.program.tuning_record, tuner) == tuner.space.kept_tiles(growth=growth)  # a reuse seed
     assert check_record(new, r.program.tuning_record, target).ok  # TVM reads it back; it matches numpy
     assert db.best(new, target) == r.program  # served at once...
     assert not db.attempted(new, target) and new not in db.tuned(target)  # ...but still to be tuned
@@ -99,7 +99,7 @@ def test_instant_program_also_times_the_widest_panel_where_one_applies(tuned_db,
     from eto.verify import check_record
     from tuner.panel import widest_panel
     from tuner.predict import predict
-    from tuner.reuse import ReuseTuner, _config_of
+    from tuner.reuse import ReuseTuner, config_of
 
     monkeypatch.setenv("ETO_CPU_CACHE_BYTES", str(16 << 10))
     db_dir = tmp_path / "db"
@@ -115,7 +115,7 @@ def test_instant_program_also_times_the_widest_panel_where_one_applies(tuned_db,
     assert panel.space[1] == (1, 1, 16, 1) and panel.space[2][1:] == (1, 2, 16)  # rows whole, 2 x 2 vectors
     r = instant(new, db, target)
     assert [m["timed"] for m in db.results() if m["op_key"] == new.key] == [len(by)]
-    assert r.by in by and _config_of(r.program.tuning_record, tuner) == by[r.by].config
+    assert r.by in by and config_of(r.program.tuning_record, tuner) == by[r.by].config
     assert check_record(new, r.program.tuning_record, target).ok
     monkeypatch.setenv("ETO_CPU_CACHE_BYTES", str(16 << 20))  # the weights fit: no panel
     plain = predict(new.prim_func(), source, target)

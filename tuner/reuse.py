@@ -346,7 +346,7 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
     """
     start = time.perf_counter()
     tuner = ReuseTuner(func, source_record, target, vector_lanes=vector_lanes, ranges=ranges)
-    seed_cfgs = [cfg for cfg in (_config_of(r, tuner) for r in seeds) if cfg is not None]
+    seed_cfgs = [cfg for cfg in (config_of(r, tuner) for r in seeds) if cfg is not None]
     seed_cfgs += [cfg for cfg in (_kept_from(r, tuner) for r in alternates) if cfg is not None]
     if ranker is not None and history:
         ranker.observe_records(history)
@@ -355,7 +355,9 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
 
     def measure(schedules: list, precise: bool = False) -> list[float]:
         if precise:  # the finalists, not checkpointed: a resumed search re-times its own
-            return [r.median for r in measurer.measure([s.mod for s in schedules], target, search=True)]
+            timed = measurer.measure([s.mod for s in schedules], target, search=True)
+            failures.extend(r.error for r in timed if r.error)
+            return [r.median for r in timed]
         t0 = time.perf_counter()
         keys = [trace_key(s.trace) for s in schedules] if known else [None] * len(schedules)
         todo = [i for i, k in enumerate(keys) if k not in known]
@@ -421,7 +423,7 @@ def _features(record: "TuningRecord", tuner: ReuseTuner) -> "tuple[TileConfig, L
     return cfg, nest
 
 
-def _config_of(record: "TuningRecord", tuner: ReuseTuner) -> TileConfig | None:
+def config_of(record: "TuningRecord", tuner: ReuseTuner) -> TileConfig | None:
     """The tile configuration of α's program ``record`` (None: not a multi-level tiling of α's sketch)."""
     found = _features(record, tuner)
     return None if found is None else found[0]

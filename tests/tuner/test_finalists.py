@@ -101,3 +101,34 @@ def test_a_reuse_search_screens_every_candidate_and_returns_the_finalist_that_wo
     assert lats[0] == res.latency_s and all(x >= res.latency_s for x in lats)
     assert res.trajectory[-1].best_s == res.latency_s
     assert all(a.best_s >= b.best_s for a, b in zip(res.trajectory, res.trajectory[1:]))
+
+
+class FailsInFull(Hashed):
+    """Screens like :class:`Hashed`; in full, the screened best crashes and one screened candidate
+    timed out in the screening already."""
+
+    def measure(self, mods, target, screen=False, search=False):
+        from tuner.measure import MeasureResult
+
+        texts = [m.script() for m in mods]
+        (self.screened if screen else self.full).extend(texts)
+        if screen:
+            worst = max(texts, key=self.secs) if len(self.screened) == len(texts) else None
+            return [MeasureResult(None, "build timed out after 10 s", "build") if t == worst
+                    else MeasureResult((self.secs(t),)) for t in texts]
+        best = min(self.screened, key=self.secs)
+        return [MeasureResult(None, "run failed: segfault", "run") if t == best else MeasureResult((self.secs(t),))
+                for t in texts]
+
+
+def test_a_reuse_search_records_why_candidates_failed_in_the_screening_and_among_the_finalists():
+    from tests.tuner.test_reuse_tuner import sampled_record
+    from tuner.reuse import reuse_tune
+
+    target = cpu_target()
+    alpha, beta = Operator.create("BMM", B=2, M=64, N=32, K=64), Operator.create("BMM", B=4, M=64, N=64, K=64)
+    m = FailsInFull()
+    res = reuse_tune(alpha.prim_func(), sampled_record(beta, target), target, m, strategy="global", finalists=3)
+    assert sorted(res.failures) == ["build timed out after 10 s", "run failed: segfault"]
+    ranked = sorted(set(m.screened), key=Hashed.secs)
+    assert res.latency_s == Hashed.secs(ranked[1])  # the crashed finalist never wins

@@ -99,7 +99,7 @@ def test_the_tuner_measures_the_panel_round_and_the_estimator_counts_it(ffn_tune
 def test_a_panel_seed_leads_round_panel_even_when_ranked_last(ffn_tuner):
     """α's instant program may be a panel (eto.instant): it is measured first in round "panel", not in
     round T's lead, so a round that stops at its first batch still measures what the database serves."""
-    from tuner.reuse import _config_of
+    from tuner.reuse import config_of
 
     tuner, k = ffn_tuner, 2
     seed = tuner.space.panel_round()[0]
@@ -128,5 +128,5 @@ def test_a_panel_seed_leads_round_panel_even_when_ranked_last(ffn_tuner):
     plain, seeded = run([]), run([seed])
     assert seeded.rounds["panel"] == plain.rounds["panel"] == k  # the round stopped after one batch...
     assert seeded.rounds["T"] == plain.rounds["T"]  # ...and round T did not measure the seed
-    assert seed in {_config_of(r, tuner) for r in seeded.records}  # ranked last, measured first
-    assert seed not in {_config_of(r, tuner) for r in plain.records}
+    assert seed in {config_of(r, tuner) for r in seeded.records}  # ranked last, measured first
+    assert seed not in {config_of(r, tuner) for r in plain.records}
