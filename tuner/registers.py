@@ -14,11 +14,9 @@ row, 9 loads for 8 multiply-adds per step: 699 us; MetaSchedule's program held 4
 kept tiles with the register block the model below finds cheapest, the factors moved from or to the
 outer levels; measured first in round T beside β's own tiles, and where it wins, round T and the
 rounds after take its inner tiles. The accumulators stay in registers only while the innermost
-reduction loop runs and LLVM keeps them in registers only where that loop and the block's rows
-are unrolled, so the lead also gives that loop at least :data:`MIN_STEPS` steps (the reuse's inner
-chunk there was 4 input channels, MetaSchedule's 32) and is measured with the smallest unroll
-limit that covers rows x steps (:func:`covering_unroll`; with β's limit of 64 it ran 1,021 us, with
-512 600 us).
+reduction loop runs, so the lead also gives that loop at least :data:`MIN_STEPS` steps (the reuse's
+inner chunk there was 4 input channels, MetaSchedule's 32; for C2D[1,256,14,14,1024,1,1] a chunk of
+2 ran at half the speed of 16-64: README, "Where ResNet-50 loses").
 
 The model, per step of the innermost reduction loop: vector multiply-adds = rows x vectors per row;
 loads = per input, one vector load per row of its footprint that runs along the contiguous vector
@@ -48,9 +46,8 @@ PORTS, FMA_LATENCY = 2, 4
 #: Vector registers kept free of accumulators, for the operands of a step.
 OPERAND_REGISTERS = 4
 #: Reduction steps per sweep of the innermost reduction loop at least: the block's accumulators are
-#: loaded and stored once per sweep. X's lead ran 600 us with 16 steps, 428 us with 32 (MetaSchedule's
-#: program 381-395 us, its chunk 32), both fully unrolled.
-MIN_STEPS = 32
+#: loaded and stored once per sweep, so 16 steps keep that at 1/8 of a load or store per multiply-add.
+MIN_STEPS = 16
 
 
 def vector_extent(space: Sequence[int], inner: Sequence[int]) -> int:
@@ -164,13 +161,3 @@ def long_chunk(extents: Sequence[int], reduction: Sequence[Sequence[int]],
         if inner > tiles[r][-1] and len(tiles[r]) == 2:
             tiles[r] = (extents[r] // inner, inner)
     return tuple(tiles)
-
-
-def covering_unroll(cfg: TileConfig, space: Sequence[int], options: Sequence[int]) -> int | None:
-    """Index of the smallest of the sketch's unroll ``options`` that unrolls ``cfg``'s register
-    rows times its reduction chunk, else the largest; None without options."""
-    if not options:
-        return None
-    inner = tuple(f[-1] for f in cfg.space)
-    need = math.prod(inner) // vector_extent(space, inner) * math.prod(f[-1] for f in cfg.reduction)
-    return next((i for i, u in enumerate(options) if int(u) >= need), len(options) - 1)
