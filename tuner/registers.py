@@ -13,10 +13,7 @@ row, 9 loads for 8 multiply-adds per step: 699 us; MetaSchedule's program held 4
 7 x 7 outputs, one 49-wide vector per channel, 8 loads for 16 multiply-adds: 368 us. The lead is β's
 kept tiles with the register block the model below finds cheapest, the factors moved from or to the
 outer levels; measured first in round T beside β's own tiles, and where it wins, round T and the
-rounds after take its inner tiles. The accumulators stay in registers only while the innermost
-reduction loop runs, so the lead also gives that loop at least :data:`MIN_STEPS` steps (the reuse's
-inner chunk there was 4 input channels, MetaSchedule's 32; for C2D[1,256,14,14,1024,1,1] a chunk of
-2 ran at half the speed of 16-64: README, "Where ResNet-50 loses").
+rounds after take its inner tiles.
 
 The model, per step of the innermost reduction loop: vector multiply-adds = rows x vectors per row;
 loads = per input, one vector load per row of its footprint that runs along the contiguous vector
@@ -45,9 +42,6 @@ if TYPE_CHECKING:  # pragma: no cover
 PORTS, FMA_LATENCY = 2, 4
 #: Vector registers kept free of accumulators, for the operands of a step.
 OPERAND_REGISTERS = 4
-#: Reduction steps per sweep of the innermost reduction loop at least: the block's accumulators are
-#: loaded and stored once per sweep, so 16 steps keep that at 1/8 of a load or store per multiply-add.
-MIN_STEPS = 16
 
 
 def vector_extent(space: Sequence[int], inner: Sequence[int]) -> int:
@@ -142,22 +136,5 @@ def register_tiles(space: "ReuseSpace") -> TileConfig | None:
     parallel = math.prod(f[0] * f[1] for f in tiles)
     if parallel < min(math.prod(f[0] * f[1] for f in kept.space), 4 * space.cores):
         return None
-    cfg = TileConfig(kept.kind, tiles, long_chunk(space.alpha.reduction, kept.reduction))
+    cfg = TileConfig(kept.kind, tiles, kept.reduction)
     return cfg if space.valid(cfg) else None
-
-
-def long_chunk(extents: Sequence[int], reduction: Sequence[Sequence[int]],
-               steps: int = MIN_STEPS) -> tuple[tuple[int, ...], ...]:
-    """``reduction`` with its inner chunk (the product of the innermost factors) grown to at least
-    ``steps`` where the loops allow: the largest reduction loop first, its innermost factor the
-    smallest divisor of its extent that reaches it (or the whole loop). O(loops x d(extent))."""
-    tiles = [tuple(f) for f in reduction]
-    for r in sorted(range(len(tiles)), key=lambda r: -extents[r]):
-        chunk = math.prod(f[-1] for f in tiles)
-        if chunk >= steps:
-            break
-        need = math.ceil(steps * tiles[r][-1] / chunk)
-        inner = next((d for d in divisors(extents[r]) if d >= need), extents[r])
-        if inner > tiles[r][-1] and len(tiles[r]) == 2:
-            tiles[r] = (extents[r] // inner, inner)
-    return tuple(tiles)

@@ -9,7 +9,7 @@ import pytest
 from eto.operators import Operator
 from eto.target import cpu_target
 from tuner.features import TileConfig
-from tuner.registers import best_register_block, long_chunk, register_cost, register_tiles, vector_extent
+from tuner.registers import best_register_block, register_cost, register_tiles, vector_extent
 from tuner.tiling import divisors
 
 tvm = pytest.importorskip("tvm")
@@ -100,22 +100,3 @@ def test_a_register_lead_builds_and_matches_numpy():
     sch = tuner.schedule(tuner._cand(lead))
     assert sch is not None
     assert check_record(alpha, tuner.record_of(sch, 1e-3), target).ok
-
-
-def test_the_lead_gives_the_innermost_reduction_loop_at_least_16_steps():
-    """The accumulators are loaded and stored once per sweep of the innermost reduction loop: the
-    reuse of X kept a chunk of 4 input channels, MetaSchedule's program 32."""
-    assert long_chunk((2048, 1, 1), ((512, 4), (1, 1), (1, 1))) == ((128, 16), (1, 1), (1, 1))
-    assert long_chunk((2048, 1, 1), ((64, 32), (1, 1), (1, 1))) == ((64, 32), (1, 1), (1, 1))  # long enough
-    assert long_chunk((64, 3, 3), ((32, 2), (3, 1), (1, 3))) == ((8, 8), (3, 1), (1, 3))  # 8 x 3 steps
-    assert long_chunk((7,), ((7, 1),)) == ((1, 7),)  # a short loop: all of it
-    alpha = nest(X)
-    from tests.tuner.test_reuse_tuner import sampled_record
-    from tuner.reuse import ReuseTuner
-
-    beta = Operator.create("C2D", N=1, CI=1024, H=14, W=14, CO=512, KH=1, KW=1, stride=2)
-    tuner = ReuseTuner(X.prim_func(), sampled_record(beta, cpu_target()), cpu_target())
-    kept = TileConfig("cpu", ((1, 1, 1, 1), (16, 2, 1, 16), (7, 1, 1, 1), (1, 1, 1, 7)), ((256, 4), (1, 1), (1, 1)))
-    space = dataclasses.replace(tuner.space, beta_cfg=kept, native_lanes=16, cores=2)
-    lead = register_tiles(space)
-    assert lead.reduction[0][1] >= 16 and math.prod(lead.reduction[0]) == alpha.reduction[0]
