@@ -104,8 +104,8 @@ def test_a_reuse_search_screens_every_candidate_and_returns_the_finalist_that_wo
 
 
 class FailsInFull(Hashed):
-    """Screens like :class:`Hashed`; in full, the screened best crashes and one screened candidate
-    timed out in the screening already."""
+    """Screens like :class:`Hashed`, except that the slowest candidate of the first screened batch
+    times out; in full, the screened best crashes."""
 
     def measure(self, mods, target, screen=False, search=False):
         from tuner.measure import MeasureResult
