@@ -351,12 +351,12 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
     if ranker is not None and history:
         ranker.observe_records(history)
     setup = time.perf_counter() - start  # design space, β's sketch, ranker training: on the clock
-    known, failures = known or {}, []
+    known, failures, finalists_failed = known or {}, [], []
 
     def measure(schedules: list, precise: bool = False) -> list[float]:
         if precise:  # the finalists, not checkpointed: a resumed search re-times its own
             timed = measurer.measure([s.mod for s in schedules], target, search=True)
-            failures.extend(r.error for r in timed if r.error)
+            finalists_failed.extend(r.error for r in timed if r.error)
             return [r.median for r in timed]
         t0 = time.perf_counter()
         keys = [trace_key(s.trace) for s in schedules] if known else [None] * len(schedules)
@@ -375,8 +375,9 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
 
     res = tuner.tune(measure, strategy=strategy, ranker=ranker, top_k=resolve_top_k(top_k, target), seeds=seed_cfgs,
                      finalists=finalists)
+    # a finalist that passed its screening and failed in full counts as failed too
     return replace(res, seconds=setup + res.seconds, trajectory=tuple(p.after(setup, 0) for p in res.trajectory),
-                   failures=tuple(failures))
+                   failed=res.failed + len(finalists_failed), failures=tuple(failures + finalists_failed))
 
 
 def write_stage_siblings(sketch: "Sketch", space: Sequence["Sketch"],

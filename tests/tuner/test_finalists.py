@@ -130,5 +130,6 @@ def test_a_reuse_search_records_why_candidates_failed_in_the_screening_and_among
     m = FailsInFull()
     res = reuse_tune(alpha.prim_func(), sampled_record(beta, target), target, m, strategy="global", finalists=3)
     assert sorted(res.failures) == ["build timed out after 10 s", "run failed: segfault"]
+    assert res.failed == 2  # the finalist counts as failed beside the screened one
     ranked = sorted(set(m.screened), key=Hashed.secs)
     assert res.latency_s == Hashed.secs(ranked[1])  # the crashed finalist never wins
