@@ -9,11 +9,13 @@ always with an LLVM host; plain ``{"kind": "cuda"}`` dicts lack the attributes M
 from __future__ import annotations
 
 import functools
+import json
 import os
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from tuner.host import cpu_cache_bytes, cpu_flags, physical_cores, vector_bits
+from tuner.host import cpu_cache_bytes, cpu_flags, num_threads, physical_cores, vector_bits
 from tuner.features import Kind as TargetKind, kind_of
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -78,6 +80,7 @@ HardwareInfo = CPUInfo | GPUInfo
 
 
 # -- CPU detection ------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -91,6 +94,7 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+@functools.lru_cache(maxsize=None)
 def detect_mcpu() -> str:
     """LLVM's name for this CPU (e.g. ``znver3``, ``skylake-avx512``); ``generic`` if unknown."""
     try:
@@ -100,21 +104,6 @@ def detect_mcpu() -> str:
         return name if name and name != "generic" else "generic"
     except Exception:  # pragma: no cover - only without an LLVM-enabled TVM
         return "generic"
-
-
-def num_threads() -> int:
-    """Threads TVM should use: ``TVM_NUM_THREADS`` if set, else the physical cores.
-
-    TVM runs a single thread here when the variable is unset (checked in DESIGN.md), so tuning
-    and measurement set it explicitly from this value.
-    """
-    env = os.environ.get("TVM_NUM_THREADS")
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            raise ValueError(f"TVM_NUM_THREADS must be an integer, got {env!r}") from None
-    return physical_cores()
 
 
 def export_threads() -> int:
@@ -151,8 +140,8 @@ def use_threads() -> int:
     return have
 
 
-@functools.lru_cache(maxsize=None)
 def cpu_info(num_cores: int | None = None, mcpu: str | None = None) -> CPUInfo:
+    """This machine's CPU; ``threads`` read now (``TVM_NUM_THREADS`` may change), the rest detected once."""
     flags = cpu_flags()
     cores = num_cores or physical_cores()
     return CPUInfo(
@@ -258,3 +247,25 @@ def _key_of_text(text: str) -> str:
 
     obj = json.loads(text) if text.lstrip().startswith("{") else json.loads(str(parse_target(text)))
     return json.dumps(obj, separators=(",", ":"), sort_keys=True)
+
+
+def target_mismatch(stored: Iterable[str], target: "str | Target") -> str | None:
+    """Why programs stored for the ``stored`` target keys cannot serve ``target`` (None: some can, or
+    none are stored).
+
+    A database keys programs by the target's whole text, ``num-cores`` included, so a database tuned
+    with ``TVM_NUM_THREADS=2`` looks empty to a process with another thread count: name what differs.
+    """
+    keys, want = set(stored), target_key(target)
+    if not keys or want in keys:
+        return None
+    mine, diffs, cores = json.loads(want), [], set()
+    for key in sorted(keys):
+        theirs = json.loads(key)
+        differ = [k for k in sorted(set(theirs) | set(mine)) if theirs.get(k) != mine.get(k)]
+        diffs.append(", ".join(f"{k} {theirs.get(k, '-')} there, {mine.get(k, '-')} here" for k in differ))
+        if differ == ["num-cores"]:
+            cores.add(theirs["num-cores"])
+    hint = (f"; num-cores is the thread count: run with TVM_NUM_THREADS={min(cores)} (or pass that target)"
+            if cores else "; pass --target with the database's target to use its programs")
+    return f"no program for this target; programs for {len(keys)} other target(s): {'; '.join(diffs)}{hint}"

@@ -178,6 +178,19 @@ def test_eto_retune_serves_every_new_size_then_tunes_it_by_reuse(tuned_db, tmp_p
     assert methods == ["backend", "instant", "instant", "reuse", "reuse"]
 
 
+def test_eto_retune_refuses_a_database_tuned_for_another_thread_count(tuned_db, capsys):
+    # the key carries num-cores: another TVM_NUM_THREADS would see no source and tune everything anew
+    stored = json.loads(Database(tuned_db, readonly=True).programs()[0].target)
+    other = json.dumps({**stored, "num-cores": stored["num-cores"] + 1})
+    before = len(Database(tuned_db, readonly=True).results())
+    code = main(["retune", "--op", KNOWN.key, "--vary", "M=48", "--db", str(tuned_db), "--target", other])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"num-cores {stored['num-cores']} there, {stored['num-cores'] + 1} here" in err
+    assert f"TVM_NUM_THREADS={stored['num-cores']}" in err
+    assert len(Database(tuned_db, readonly=True).results()) == before  # nothing tuned, nothing lost
+
+
 @pytest.mark.slow
 def test_program_cache_serves_at_once_under_concurrent_requests_and_after_restart(tuned_db, tmp_path):
     import shutil

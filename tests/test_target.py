@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from eto.target import CPUInfo, GPUInfo, hardware_info, parse_target
@@ -68,3 +70,18 @@ def test_a_pool_started_with_fewer_threads_is_named_not_ignored():
         pytest.skip(f"TVM's default pool already runs {started} threads on this machine")
     assert started == have  # a started pool is not resized...
     assert "TVM's thread pool already runs" in out.stderr and "set TVM_NUM_THREADS" in out.stderr  # ...but named
+
+
+def test_target_mismatch_names_the_attribute_that_differs():
+    from eto.target import target_mismatch
+
+    def key(**kw) -> str:
+        return json.dumps({"keys": ["cpu"], "kind": "llvm", "mcpu": "znver4", "num-cores": 2, "tag": "", **kw},
+                          separators=(",", ":"), sort_keys=True)
+
+    assert target_mismatch([], key()) is None  # an empty database: nothing to say
+    assert target_mismatch([key(), key(mcpu="x")], key()) is None  # some programs serve it
+    why = target_mismatch([key()], key(**{"num-cores": 1}))
+    assert "num-cores 2 there, 1 here" in why and "TVM_NUM_THREADS=2" in why
+    why = target_mismatch([key(mcpu="rocketlake")], key())
+    assert "mcpu rocketlake there, znver4 here" in why and "--target" in why and "TVM_NUM_THREADS" not in why

@@ -26,6 +26,21 @@ def physical_cores() -> int:
     return os.cpu_count() or 1
 
 
+def num_threads() -> int:
+    """Threads TVM should use: ``TVM_NUM_THREADS`` if set, else the physical cores.
+
+    TVM runs a single thread here when the variable is unset (checked in DESIGN.md), so tuning
+    and measurement set it explicitly from this value; a target without ``num-cores`` means it too.
+    """
+    env = os.environ.get("TVM_NUM_THREADS")
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            raise ValueError(f"TVM_NUM_THREADS must be an integer, got {env!r}") from None
+    return physical_cores()
+
+
 @functools.lru_cache(maxsize=None)
 def cpu_flags() -> frozenset[str]:
     """This machine's CPU feature flags (``/proc/cpuinfo``; empty if unknown)."""

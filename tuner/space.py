@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Literal, Sequence
 
 from .cost_model import bshape_cost, tshape_cost
 from .features import Kind, LoopNest, TileConfig, cached_property
-from .host import cpu_cache_bytes, vector_bits
+from .host import cpu_cache_bytes, num_threads, vector_bits
 from .panel import panel_configs
 from .tiling import (MAX_INNERMOST, achievable_products, divisors, factorizations, largest_divisor_at_most,
                      log_distance, split_inner, split_vector)
@@ -67,16 +67,16 @@ def target_limits(kind: Kind, target: "Target | None" = None) -> dict[str, int]:
     """The :class:`ReuseSpace` fields a target sets, from its TVM attributes: one place, so the
     reuse tuner and the plan's trial estimator enumerate the same space.
 
-    CUDA: threads per block and shared memory per block. CPU: the cores (``num-cores``, else this
-    machine's), one core's private cache: ``ETO_CPU_CACHE_BYTES`` if set (0: the paper's BShape
-    cost), else this machine's L2 (sysfs; the target does not carry it), and the fp32 lanes of its
-    widest vector register, as the tuner measures here or on RPC workers of the same kind.
+    CUDA: threads per block and shared memory per block. CPU: the cores (``num-cores``, else what
+    the tuner's target gets, :func:`~tuner.host.num_threads`), one core's private cache:
+    ``ETO_CPU_CACHE_BYTES`` if set (0: the paper's BShape cost), else this machine's L2 (sysfs),
+    and the fp32 lanes of its widest vector register (RPC workers are of the same kind).
     """
     attrs = target.attrs if target is not None else {}
     if kind == "cuda":
         return {"max_threads": int(attrs.get("max_threads_per_block", GPU_MAX_THREADS)),
                 "max_shared_bytes": int(attrs.get("max_shared_memory_per_block", 48 * 1024))}
-    cores = int(attrs["num-cores"]) if "num-cores" in attrs else (os.cpu_count() or 1)
+    cores = int(attrs["num-cores"]) if "num-cores" in attrs else num_threads()
     env = os.environ.get(CACHE_ENV, "").strip()
     if env:
         try:

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..models import MissingExtraError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tvm.target import Target
+
+    from ..database import Database
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -19,6 +24,19 @@ Command = Callable[[argparse.Namespace], "int | None"]
 
 class CLIError(Exception):
     """A user-facing error: printed without a traceback, exit code 2."""
+
+
+def check_target(db: "Database", target: "Target", *, fatal: bool) -> None:
+    """A database whose programs are all for other targets: an error where the command needs its
+    programs (``fatal``), else a warning naming the difference (both say which attribute differs)."""
+    from ..target import target_mismatch
+
+    why = target_mismatch({p.target for p in db.programs()}, target)
+    if why is None:
+        return
+    if fatal:
+        raise CLIError(f"{db.path}: {why}")
+    print(f"eto: warning: {db.path}: {why}", file=sys.stderr)
 
 
 def run_command(command: Command, args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ import sys
 import zipfile
 
 from ..report import format_table
-from .errors import EXIT_OK, CLIError
+from .errors import EXIT_OK, CLIError, check_target
 from .ops import add_dim_option, parse_dims
 
 
@@ -27,7 +27,9 @@ def _load(args: argparse.Namespace):
     db = Database(args.db, readonly=True)
     for p in db.problems:
         print(f"eto: warning: {os.path.join(args.db, str(p))} (skipped)", file=sys.stderr)
-    return load_relax(args.model, dims=parse_dims(args.dim)), db, parse_target(args.target)
+    target = parse_target(args.target)
+    check_target(db, target, fatal=True)
+    return load_relax(args.model, dims=parse_dims(args.dim)), db, target
 
 
 def _build(args: argparse.Namespace) -> int:

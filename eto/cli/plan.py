@@ -15,7 +15,7 @@ from tuner.space import DEFAULT_STRATEGY, Strategy
 
 from ..opsets import load_opset
 from ..plan import DISTANCE_WEIGHT, MAX_REDUCTION_RATIO
-from .errors import EXIT_OK, CLIError
+from .errors import EXIT_OK, CLIError, check_target
 
 
 def add_strategy_option(p: argparse.ArgumentParser, *, suffix: str = "") -> None:
@@ -109,6 +109,7 @@ def _plan(args: argparse.Namespace) -> int:
         from ..database import Database
 
         db = Database(args.db, readonly=True)
+        check_target(db, target, fatal=False)
     if args.method == "st":
         from tuner.topk import DEFAULT_K
 

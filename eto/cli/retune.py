@@ -12,7 +12,7 @@ import sys
 
 from ..opsets import OperatorSet, parse_vary, vary
 from ..report import format_table
-from .errors import EXIT_FAILED, EXIT_OK, CLIError
+from .errors import EXIT_FAILED, EXIT_OK, CLIError, check_target
 from .ops import parse_dims
 from .plan import add_strategy_option, distance_weight_of, max_reduction_ratio_of, top_k_of
 from .tune import DEFAULT_DB, _operators, add_finalists_option, add_operator_options, finalists_of
@@ -37,6 +37,7 @@ def _retune(args: argparse.Namespace) -> int:
     db = Database(args.db)
     for p in db.problems:
         print(f"eto: warning: {os.path.join(args.db, str(p))} (skipped)", file=sys.stderr)
+    check_target(db, target, fatal=True)  # else every shape would go to the backend, unasked
     print(f"eto: retune {len(values)} sizes of {dim} ({', '.join(map(str, values[:8]))}"
           f"{', ...' if len(values) > 8 else ''}) from {args.db}, target {target}", file=sys.stderr)
     log = None if args.quiet or args.json else (lambda m: print(f"eto: {m}", file=sys.stderr, flush=True))
@@ -110,7 +111,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         raise CLIError(f"eto dispatch measures on this machine's CPU; --target {args.target} is {target.kind.name}")
     traffic = _traffic(args.traffic) if args.traffic else None
     log = None if args.quiet or args.json else (lambda m: print(f"eto: {m}", file=sys.stderr, flush=True))
-    fn, report = build_dispatch(op, symbolic, Database(args.db, readonly=True), target, sizes=sizes,
+    db = Database(args.db, readonly=True)
+    check_target(db, target, fatal=True)
+    fn, report = build_dispatch(op, symbolic, db, target, sizes=sizes,
                                 max_buckets=args.max_buckets, tolerance=args.tolerance, log=log, traffic=traffic)
     if args.output:
         save(fn, report, args.output)

@@ -15,7 +15,7 @@ from ..models import extract_from_file
 from ..operators import Operator
 from ..opsets import OperatorSet, load_opset
 from ..report import format_table
-from .errors import EXIT_FAILED, EXIT_OK, CLIError
+from .errors import EXIT_FAILED, EXIT_OK, CLIError, check_target
 from .ops import add_dim_option, parse_dims
 from .plan import add_strategy_option, distance_weight_of, max_reduction_ratio_of, top_k_of
 
@@ -107,6 +107,7 @@ def _tune(args: argparse.Namespace) -> int:
         distance_weight=distance_weight_of(args), finalists=finalists_of(args))
     paths = args.db or [DEFAULT_DB]
     db = _open_database(paths)
+    check_target(db, target, fatal=False)  # its programs are neither sources nor skipped
     todo = [e for e in opset if not db.attempted(e.op, target)]
     how = {"ansor": "MetaSchedule for every operator", "eto": "eto (reuse)",
            "topk": "eto's plan with TopK instead of the reuse tuner (baseline)",

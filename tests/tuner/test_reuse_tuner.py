@@ -18,7 +18,7 @@ tvm = pytest.importorskip("tvm")
 from tuner.estimate import estimate_trials, trials_for_config  # noqa: E402
 from tuner.features import LoopNest, TileConfig, loop_nest_of, lowered_btm  # noqa: E402
 from tuner.reuse import ReuseTuner, reuse_tune  # noqa: E402
-from tuner.space import ReuseSpace  # noqa: E402
+from tuner.space import ReuseSpace, target_limits  # noqa: E402
 
 
 def nest(op: Operator) -> LoopNest:
@@ -224,7 +224,7 @@ def test_cpu_bshape_keeps_a_large_operand_split_between_cores():
 
     from tuner.cost_model import bshape_cost
     from tuner.features import major_block
-    from tuner.space import _best_bshape, target_limits
+    from tuner.space import _best_bshape
 
     mod = IRModule({"main": Operator.create("BMM", B=1, M=128, N=3072, K=768).prim_func()})
     ff1 = loop_nest_of(mod, major_block(mod))
@@ -243,6 +243,20 @@ def test_cpu_bshape_keeps_a_large_operand_split_between_cores():
     assert _best_bshape("cpu", small, 8, (1, 16, 14, 28), **cpu) == (1, 16, 14, 28)
     assert target_limits("cpu", cpu_target(num_cores=3))["cores"] == 3
     assert target_limits("cuda", cuda_target())["max_threads"] == 1024
+
+
+def test_a_target_without_num_cores_gets_the_threads_the_tuners_own_target_gets(monkeypatch):
+    # the plan's estimator (no target) and the tuner (cpu_target()) must enumerate one space: both
+    # follow TVM_NUM_THREADS, not the logical CPU count
+    from eto.target import cpu_target
+
+    for threads in ("1", "3"):
+        monkeypatch.setenv("TVM_NUM_THREADS", threads)
+        assert target_limits("cpu")["cores"] == int(threads)
+        assert target_limits("cpu", cpu_target())["cores"] == int(threads)
+    monkeypatch.setenv("TVM_NUM_THREADS", "x")
+    with pytest.raises(ValueError, match="TVM_NUM_THREADS"):
+        target_limits("cpu")
 
 
 def test_vector_round_uses_power_of_two_words_up_to_16_bytes(example3):
