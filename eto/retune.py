@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from .database import PREDICTED, Database
 from .instant import instant
 from .opsets import OperatorSet
+from .target import warn_target_mismatch
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
@@ -65,6 +66,7 @@ def retune(shapes: Sequence[tuple[int, OperatorSet]], target: "Target", database
     ``tune_kw`` goes to :func:`eto.pipeline.tune` (``strategy``, ``top_k``, ``seed``...).
     """
     say = log or (lambda _m: None)
+    warn_target_mismatch(database, target)
     start = time.perf_counter()
     instants: dict = {}
     errors: dict = {}

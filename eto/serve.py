@@ -46,11 +46,12 @@ class ProgramCache:
 
     def __init__(self, database: Database, target: "str | Target" = "cpu", *, tune: bool = True, trials: int = 64,
                  measurer: "Measurer | None" = None, log: Callable[[str], None] | None = None) -> None:
-        from .target import parse_target, use_threads
+        from .target import parse_target, use_threads, warn_target_mismatch
 
         use_threads()  # the served functions run in this process
         self.database = database
         self.target = parse_target(target) if isinstance(target, str) else target
+        warn_target_mismatch(database, self.target)
         self.tune, self.trials, self.measurer = tune, trials, measurer
         self.log = log or (lambda _m: None)
         self._served: dict[Operator, Served] = {}

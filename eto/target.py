@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import warnings
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -127,8 +128,6 @@ def use_threads() -> int:
     variable set). So the variable is set before the first such run; a pool that started earlier
     with fewer threads cannot be resized, which is warned about.
     """
-    import warnings
-
     want = export_threads()
     import tvm
 
@@ -269,3 +268,11 @@ def target_mismatch(stored: Iterable[str], target: "str | Target") -> str | None
     hint = (f"; num-cores is the thread count: run with TVM_NUM_THREADS={min(cores)} (or pass that target)"
             if cores else "; pass --target with the database's target to use its programs")
     return f"no program for this target; programs for {len(keys)} other target(s): {'; '.join(diffs)}{hint}"
+
+
+def warn_target_mismatch(database: Any, target: "str | Target") -> None:
+    """:func:`target_mismatch` of a database's programs, as a warning for the Python API (the command
+    line makes it an error where the command needs the programs)."""
+    why = target_mismatch({p.target for p in database.programs()}, target)
+    if why is not None:
+        warnings.warn(f"{database.path}: {why}", RuntimeWarning, stacklevel=3)

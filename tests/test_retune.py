@@ -189,6 +189,14 @@ def test_eto_retune_refuses_a_database_tuned_for_another_thread_count(tuned_db, 
     assert f"num-cores {stored['num-cores']} there, {stored['num-cores'] + 1} here" in err
     assert f"TVM_NUM_THREADS={stored['num-cores']}" in err
     assert len(Database(tuned_db, readonly=True).results()) == before  # nothing tuned, nothing lost
+    # the Python API warns (and goes on: a user may mean to tune everything anew)
+    from eto.retune import retune
+    from eto.target import parse_target
+
+    with pytest.warns(RuntimeWarning, match=f"num-cores {stored['num-cores']} there"):
+        report = retune(vary(OperatorSet.from_layers("s", [KNOWN]), "M", [48]), parse_target(other),
+                        Database(tuned_db, readonly=True), dim="M", instant_only=True)
+    assert report.rows[0].instant_latency_s is None  # nothing of this target to adapt
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from ..target import warn_target_mismatch
 from .tasks import ModelTask, ModelTasks, model_tasks
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -62,6 +63,8 @@ def build_model(model: "RelaxModel", database: "Database | None", target: "Targe
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.database import TuningRecord
 
+    if database is not None:
+        warn_target_mismatch(database, target)
     tasks = tasks or model_tasks(model, target)
     ms_db = ms.database.MemoryDatabase()
     applied, missing = [], []
