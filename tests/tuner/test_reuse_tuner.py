@@ -35,6 +35,11 @@ def sampled_record(op: Operator, target, index: int = 0):
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
+    from tuner.intrinsics import register_tensor_intrinsics
+
+    # a CUDA design space names tensor-core intrinsics: once eto has marked the intrinsics package
+    # imported for a CPU target, a TuneContext no longer registers them itself
+    register_tensor_intrinsics(target)
     mod = IRModule({"main": op.prim_func()})
     ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
                          search_strategy="replay-trace", task_name="beta", num_threads=1, rand_state=7)
