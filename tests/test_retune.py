@@ -189,6 +189,9 @@ def test_eto_retune_refuses_a_database_tuned_for_another_thread_count(tuned_db, 
     assert f"num-cores {stored['num-cores']} there, {stored['num-cores'] + 1} here" in err
     assert f"TVM_NUM_THREADS={stored['num-cores']}" in err
     assert len(Database(tuned_db, readonly=True).results()) == before  # nothing tuned, nothing lost
+    # a command that only reads sources warns and goes on
+    assert main(["plan", "--opset", "bert_base", "--db", str(tuned_db), "--target", other]) == 0
+    assert f"warning: {tuned_db}: no program for this target" in capsys.readouterr().err
     # the Python API warns (and goes on: a user may mean to tune everything anew)
     from eto.retune import retune
     from eto.target import parse_target

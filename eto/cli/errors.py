@@ -28,10 +28,16 @@ class CLIError(Exception):
 
 def check_target(db: "Database", target: "Target", *, fatal: bool) -> None:
     """A database whose programs are all for other targets: an error where the command needs its
-    programs (``fatal``), else a warning naming the difference (both say which attribute differs)."""
+    programs (``fatal``), else a warning naming the difference (both say which attribute differs).
+    The warning is only for targets of the same kind: one database may well hold CPU and GPU programs."""
+    import json
+
     from ..target import target_mismatch
 
-    why = target_mismatch({p.target for p in db.programs()}, target)
+    stored = {p.target for p in db.programs()}
+    if not fatal:
+        stored = {k for k in stored if json.loads(k).get("kind") == target.kind.name}
+    why = target_mismatch(stored, target)
     if why is None:
         return
     if fatal:
