@@ -2,7 +2,8 @@
 
 ``--switch`` picks the feature: ``set-safe``, round T's lead whose register rows do not collide in
 L1 (:mod:`tuner.cachesets`), ``vector``, round T's lead with a native-width vector tile
-(:func:`tuner.leads.vector_tiles`), ``kept``, β's kept tiles as round T's lead also where round T
+(:func:`tuner.leads.vector_tiles`), ``register``, round T's lead with the register block a
+register model prefers (:mod:`tuner.registers`), ``kept``, β's kept tiles as round T's lead also where round T
 holds them (:meth:`tuner.space.ReuseSpace.kept_lead`; off: left to round T's rank, as before), or
 ``stage``, the round that tries round T's best on α's sibling write-stage sketches
 (:meth:`tuner.reuse.ReuseTuner._stage_round`). For each ``--pair ALPHA BETA``,
@@ -34,9 +35,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _experiment import ab_parser, ab_target, write_json  # noqa: E402
 
-SWITCHES = ("set-safe", "vector", "kept", "stage")
+SWITCHES = ("set-safe", "vector", "register", "kept", "stage")
 #: the round T leads (tuner.leads) a switch turns off
-LEADS = {"set-safe": "set_safe_tiles", "vector": "vector_tiles"}
+LEADS = {"set-safe": "set_safe_tiles", "vector": "vector_tiles", "register": "register_tiles"}
 
 
 def applies(switch: str, tuner) -> bool:

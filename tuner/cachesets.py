@@ -31,13 +31,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .space import ReuseSpace
 
 
-def _strides(acc: Access) -> list[int]:
-    """Elements between neighbours along each loop (row-major buffer), per loop of the nest."""
-    dims = [math.prod(acc.shape[j + 1:]) for j in range(len(acc.shape))]
-    return [sum(c[loop] * dims[j] for j, c in enumerate(acc.coeffs)) for loop in range(len(acc.coeffs[0]))] \
-        if acc.coeffs else []
-
-
 def colliding_rows(alpha: LoopNest, set_span: int) -> dict[int, Access]:
     """Space loops (not the vectorised last one) along which some input's rows lie a positive
     multiple of ``set_span`` bytes apart, each with that input. O(inputs x loops x dims)."""
@@ -45,7 +38,7 @@ def colliding_rows(alpha: LoopNest, set_span: int) -> dict[int, Access]:
     if set_span <= 0:
         return out
     for acc in alpha.inputs:
-        strides = _strides(acc)
+        strides = acc.strides()
         for d in range(len(alpha.space) - 1):
             step = strides[d] * acc.dtype_bytes if d < len(strides) else 0
             if step > 0 and step % set_span == 0 and alpha.space[d] > 1:
@@ -68,7 +61,7 @@ def set_safe_config(kind: str, alpha: LoopNest, kept: TileConfig, cache: CacheGe
             continue
         g = largest_divisor_at_most(rows, cache.ways)
         space[d], changed = (f0, f1, f2 * (rows // g), g), True
-        strides = _strides(acc)
+        strides = acc.strides()
         line = max(cache.line // acc.dtype_bytes, 1)
         for r, extent in enumerate(alpha.reduction):
             outer, chunk = reduction[r]

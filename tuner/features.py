@@ -91,6 +91,12 @@ class Access:
     def elements(self, tile: Sequence[int]) -> int:
         return math.prod(_footprint(self.shape, self.coeffs, tuple(tile)))
 
+    def strides(self) -> list[int]:
+        """Elements between neighbours along each loop of the nest (row-major buffer)."""
+        dims = [math.prod(self.shape[j + 1:]) for j in range(len(self.shape))]
+        return [sum(c[loop] * dims[j] for j, c in enumerate(self.coeffs)) for loop in range(len(self.coeffs[0]))] \
+            if self.coeffs else []
+
     def cache_lines(self, tile: Sequence[int], line_bytes: int) -> int:
         """Cache lines of the box, row-major: trailing dims covered whole form one contiguous run."""
         fp = self.footprint(tile)

@@ -60,6 +60,11 @@ def vector_bits() -> int:
     return 512 if "avx512f" in flags else 256 if flags & {"avx2", "avx"} else 128
 
 
+def vector_registers() -> int:
+    """This machine's vector registers: 32 with AVX-512 or Arm's Neon, 16 with AVX/AVX2 or SSE."""
+    return 32 if cpu_flags() & {"avx512f", "asimd"} else 16
+
+
 def cpu_cache_bytes(level: int = 2, kind: str = "Data") -> int | None:
     """Size of one instance of the level-``level`` cache of cpu0, from sysfs (None if unknown)."""
     geometry = cpu_cache(level, kind)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from .cachesets import set_safe_tiles
 from .features import TileConfig
+from .registers import register_tiles
 from .tiling import divisors
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -66,11 +67,12 @@ def vector_tiles(space: "ReuseSpace", *, same_block: bool = False) -> TileConfig
 def lead_tiles(space: "ReuseSpace") -> list[TileConfig]:
     """Round T's leads, distinct, in the order measured: β's kept tiles (also when round T holds
     them: it is ranked), with the inner tiles β's extents capped grown, with a native-width vector
-    tile in a taller and in a same-size register block (:func:`vector_tiles`), and with register
-    rows cut to L1's ways (:func:`set_safe_tiles`)."""
+    tile in a taller and in a same-size register block (:func:`vector_tiles`), with register
+    rows cut to L1's ways (:func:`set_safe_tiles`), and with the register block a register model
+    prefers (:func:`~tuner.registers.register_tiles`)."""
     out: list[TileConfig] = []
     for cfg in (space.kept_lead(), space.grown_tiles(), vector_tiles(space), vector_tiles(space, same_block=True),
-                set_safe_tiles(space)):
+                set_safe_tiles(space), register_tiles(space)):
         if cfg is not None and cfg not in out:
             out.append(cfg)
     return out

@@ -34,6 +34,7 @@ from .faults import kill_point
 from .finalists import DEFAULT_FINALISTS
 from .intrinsics import register_tensor_intrinsics
 from .leads import lead_tiles
+from .registers import covering_unroll, register_tiles
 from .panel import unroll_covering
 from .ranked import DEFAULT_TOP_K, MIN_GAIN, TopK, resolve_top_k
 from .features import Kind, LoopNest, TileConfig
@@ -219,7 +220,9 @@ class ReuseTuner:
             for c in [*lead_tiles(self.space), *seeds]:
                 if c not in lead and c not in panels and self._fits(c):
                     lead.append(c)
-            measured = run([self._cand(c) for c in lead], "T", first=len(lead)) if lead else []
+            block = register_tiles(self.space)  # measured with an unroll limit that covers its block
+            unroll = {block: covering_unroll(block, self.alpha.space, self.unroll_values)} if block else {}
+            measured = run([self._cand(c, unroll=unroll.get(c)) for c in lead], "T", first=len(lead)) if lead else []
             won = min((c for c in measured if math.isfinite(c.latency)), key=lambda c: c.latency, default=None)
             # a lead with inner (register, vector) tiles other than β's won: round T takes them
             like = won.cfg if won is not None and won.cfg != kept else None

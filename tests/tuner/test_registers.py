@@ -1,0 +1,128 @@
+"""Lead "register block": the innermost tiles a register model prefers, moved onto β's kept tiles."""
+
+import dataclasses
+import itertools
+import math
+
+import pytest
+
+from eto.operators import Operator
+from eto.target import cpu_target
+from tuner.features import TileConfig
+from tuner.registers import best_register_block, covering_unroll, long_chunk, register_cost, register_tiles, vector_extent
+from tuner.tiling import divisors
+
+tvm = pytest.importorskip("tvm")
+
+
+def nest(op: Operator):
+    from tvm.ir import IRModule
+
+    from tuner.features import loop_nest_of, major_block
+
+    mod = IRModule({"main": op.prim_func()})
+    return loop_nest_of(mod, major_block(mod))
+
+
+#: ResNet-50's C2D[1,512,7,7,2048,1,1]: 2,048 input channels, 512 output channels, 7 x 7 outputs
+X = Operator.create("C2D", N=1, CI=2048, H=7, W=7, CO=512, KH=1, KW=1)
+
+
+def test_the_vector_is_the_innermost_tiles_fused_while_each_covers_its_loop():
+    assert vector_extent((1, 512, 7, 7), (1, 4, 7, 7)) == 49  # MetaSchedule's T.vectorized(49)
+    assert vector_extent((1, 512, 7, 7), (1, 8, 1, 7)) == 7  # rows of 1 do not continue the vector
+    assert vector_extent((1, 512, 7, 7), (1, 2, 7, 7)) == 49  # 98 > 64: the channels stay rows
+    assert vector_extent((1, 64, 56, 56), (1, 1, 2, 8)) == 8  # 8 of 56 columns: the vector ends there
+    assert vector_extent((4, 4), (4, 4)) == 16
+
+
+def test_the_model_prefers_metaschedules_block_of_x_to_the_reuses_and_counts_loads_by_layout():
+    alpha = nest(X)
+    # the reuse (8 channels x 7 columns: 9 loads, 8 multiply-adds of 7 lanes) against MetaSchedule's
+    # (4 channels x 49: 4 broadcasts + 4 vector loads, 16 multiply-adds): README / tuner/registers.py
+    assert register_cost(alpha, (1, 8, 1, 7), 16) == pytest.approx(4.5 / 56)
+    assert register_cost(alpha, (1, 4, 7, 7), 16) == pytest.approx(8 / 196)
+    assert best_register_block(alpha, 16, 32) == (1, 4, 7, 7)
+    # the best over every block of divisors, brute force: nothing cheaper fits 28 accumulators
+    blocks = [b for b in itertools.product(*(divisors(e) for e in alpha.space))
+              if math.prod(b) // vector_extent(alpha.space, b) * math.ceil(vector_extent(alpha.space, b) / 16) <= 28]
+    assert min(register_cost(alpha, b, 16) for b in blocks) == register_cost(alpha, (1, 4, 7, 7), 16)
+    # with 16 registers (AVX2, 8 lanes) the 49-wide vector needs 7 per channel: one channel row, or
+    # fewer rows: the block must fit 12 accumulators
+    small = best_register_block(alpha, 8, 16)
+    v = vector_extent(alpha.space, small)
+    assert math.prod(small) // v * math.ceil(v / 8) <= 12
+    # a stride-2 input is gathered, not loaded as a vector: columns cost one load each
+    strided = nest(Operator.create("C2D", N=1, CI=1024, H=14, W=14, CO=2048, KH=1, KW=1, stride=2))
+    assert register_cost(strided, (1, 4, 7, 7), 16) > register_cost(alpha, (1, 4, 7, 7), 16) * 2
+
+
+def test_the_lead_moves_the_block_onto_betas_kept_tiles_and_keeps_every_loops_extent():
+    from tests.tuner.test_reuse_tuner import sampled_record
+    from tuner.reuse import ReuseTuner
+
+    target = cpu_target()
+    beta = Operator.create("C2D", N=1, CI=1024, H=14, W=14, CO=512, KH=1, KW=1, stride=2)
+    tuner = ReuseTuner(X.prim_func(), sampled_record(beta, target), target)
+    # β as the set benchmark's reuse found it: 8 channels x 7 columns, the rows in the parallel loop
+    kept = TileConfig("cpu", ((1, 1, 1, 1), (16, 2, 2, 8), (7, 1, 1, 1), (1, 1, 1, 7)), ((128, 16), (1, 1), (1, 1)))
+    space = dataclasses.replace(tuner.space, beta_cfg=kept, native_lanes=16, cores=2)
+    assert space.kept_tiles().space == kept.space
+    lead = register_tiles(space)
+    assert lead is not None and tuple(f[-1] for f in lead.space) == (1, 4, 7, 7)
+    assert lead.space == ((1, 1, 1, 1), (16, 2, 4, 4), (1, 1, 1, 7), (1, 1, 1, 7))  # 4 channels: 2 more at level 2
+    assert lead.reduction == ((64, 32), (1, 1), (1, 1))  # 16 steps grown to 32
+    assert all(math.prod(f) == e for f, e in zip(lead.space, tuner.alpha.space))
+    # β's kept block already the model's: no lead; none off CPU or without vectors
+    best = TileConfig("cpu", lead.space, kept.reduction)
+    assert register_tiles(dataclasses.replace(space, beta_cfg=best)) is None
+    assert register_tiles(dataclasses.replace(space, native_lanes=0)) is None
+    # too few parallel blocks left for the cores: no lead
+    assert register_tiles(dataclasses.replace(space, cores=16)) is None
+    # β's vector fills half a register or more: no lead (7 of AVX2's 8 lanes; 49 fused of 16)
+    assert register_tiles(dataclasses.replace(space, native_lanes=8)) is None
+    whole = TileConfig("cpu", ((1, 1, 1, 1), (16, 2, 2, 8), (1, 1, 1, 7), (1, 1, 1, 7)), kept.reduction)
+    assert register_tiles(dataclasses.replace(space, beta_cfg=whole)) is None
+
+
+def test_a_register_lead_builds_and_matches_numpy():
+    """The lead is a real program of α: β's sketch replayed with its tiles, checked against numpy."""
+    from tests.tuner.test_reuse_tuner import sampled_record
+    from eto.verify import check_record
+    from tuner.leads import lead_tiles
+    from tuner.reuse import ReuseTuner
+
+    target = cpu_target()
+    alpha = Operator.create("C2D", N=1, CI=64, H=7, W=7, CO=64, KH=1, KW=1)
+    beta = Operator.create("C2D", N=1, CI=32, H=7, W=7, CO=64, KH=1, KW=1)
+    tuner = ReuseTuner(alpha.prim_func(), sampled_record(beta, target), target)
+    kept = TileConfig("cpu", ((1, 1, 1, 1), (4, 2, 1, 8), (7, 1, 1, 1), (1, 1, 1, 7)), ((4, 8), (1, 1), (1, 1)))
+    space = dataclasses.replace(tuner.space, beta_cfg=kept, native_lanes=16, cores=2)
+    lead = register_tiles(space)
+    assert lead is not None and lead in lead_tiles(space)  # 8 parallel blocks left for 2 cores
+    assert vector_extent(tuner.alpha.space, tuple(f[-1] for f in lead.space)) == 49
+    sch = tuner.schedule(tuner._cand(lead))
+    assert sch is not None
+    assert check_record(alpha, tuner.record_of(sch, 1e-3), target).ok
+
+
+def test_the_lead_gives_the_innermost_reduction_loop_at_least_16_steps():
+    """The accumulators are loaded and stored once per sweep of the innermost reduction loop: the
+    reuse of X kept a chunk of 4 input channels, MetaSchedule's program 32."""
+    assert long_chunk((2048, 1, 1), ((512, 4), (1, 1), (1, 1))) == ((64, 32), (1, 1), (1, 1))
+    assert long_chunk((2048, 1, 1), ((32, 64), (1, 1), (1, 1))) == ((32, 64), (1, 1), (1, 1))  # long enough
+    assert long_chunk((64, 3, 3), ((32, 2), (3, 1), (1, 3))) == ((4, 16), (3, 1), (1, 3))  # 16 x 3 steps
+    assert long_chunk((7,), ((7, 1),)) == ((1, 7),)  # a short loop: all of it
+    alpha = nest(X)
+    from tests.tuner.test_reuse_tuner import sampled_record
+    from tuner.reuse import ReuseTuner
+
+    beta = Operator.create("C2D", N=1, CI=1024, H=14, W=14, CO=512, KH=1, KW=1, stride=2)
+    tuner = ReuseTuner(X.prim_func(), sampled_record(beta, cpu_target()), cpu_target())
+    kept = TileConfig("cpu", ((1, 1, 1, 1), (16, 2, 1, 16), (7, 1, 1, 1), (1, 1, 1, 7)), ((256, 4), (1, 1), (1, 1)))
+    space = dataclasses.replace(tuner.space, beta_cfg=kept, native_lanes=16, cores=2)
+    lead = register_tiles(space)
+    assert lead.reduction[0][1] >= 32 and math.prod(lead.reduction[0]) == alpha.reduction[0]
+    # measured with the unroll limit that covers 4 rows x 32 steps: 512 of MetaSchedule's options
+    assert covering_unroll(lead, alpha.space, [0, 16, 64, 512]) == 3
+    assert covering_unroll(lead, alpha.space, [0, 16]) == 1 and covering_unroll(lead, alpha.space, []) is None

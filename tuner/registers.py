@@ -1,0 +1,184 @@
+"""Lead "register block" (CPU, beyond the paper): the innermost tiles a register model prefers.
+
+A CPU program's innermost space tiles (level 3 of SSRSRS) are its register block: at each step of
+the innermost reduction loop every accumulator of the block takes one multiply-add. MetaSchedule's
+postprocessor vectorises the block's innermost loops fused, as long as they are contiguous in the
+output (each inner loop's tile its whole extent) and their product is at most
+:data:`~tuner.tiling.MAX_INNERMOST`; the other loops of the block are rows of vectors.
+
+Every candidate of a reuse search keeps β's register block (round T's inner tiles follow β's), and β's
+block suits β. Measured on ResNet-50's C2D[1,512,7,7,2048,1,1] (set benchmark, N = 100, seed 1 on
+this CPU): the reuse kept its source's block of 8 output channels x 7 columns, one 7-lane vector per
+row, 9 loads for 8 multiply-adds per step: 699 us; MetaSchedule's program held 4 channels x all
+7 x 7 outputs, one 49-wide vector per channel, 8 loads for 16 multiply-adds: 368 us. The lead is β's
+kept tiles with the register block the model below finds cheapest, the factors moved from or to the
+outer levels; measured first in round T beside β's own tiles, and where it wins, round T and the
+rounds after take its inner tiles. The accumulators stay in registers only while the innermost
+reduction loop runs and LLVM keeps them in registers only where that loop and the block's rows
+are unrolled, so the lead also gives that loop at least :data:`MIN_STEPS` steps (the reuse's inner
+chunk there was 4 input channels, MetaSchedule's 32) and is measured with the smallest unroll
+limit that covers rows x steps (:func:`covering_unroll`; with β's limit of 64 it ran 1,021 us, with
+512 600 us).
+
+The model, per step of the innermost reduction loop: vector multiply-adds = rows x vectors per row;
+loads = per input, one vector load per row of its footprint that runs along the contiguous vector
+(an input the vector loops do not index is broadcast: one load per element; one the vector indexes
+with a stride is gathered: one load per element too); cycles = the larger of multiply-adds and loads
+over the two ports each has on current x86 and Arm cores, and at least one multiply-add latency
+(every accumulator is updated once per step). The block with the fewest cycles per useful lane
+wins (ties: the larger block); blocks whose accumulators exceed the vector registers less a few for
+the operands are not considered.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import product
+from typing import TYPE_CHECKING, Sequence
+
+from .features import LoopNest, TileConfig
+from .host import vector_registers
+from .tiling import MAX_INNERMOST, divisors
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .space import ReuseSpace
+
+#: Multiply-add and load ports, and a multiply-add's latency in cycles (x86 since Skylake, Arm Neoverse).
+PORTS, FMA_LATENCY = 2, 4
+#: Vector registers kept free of accumulators, for the operands of a step.
+OPERAND_REGISTERS = 4
+#: Reduction steps per sweep of the innermost reduction loop at least: the block's accumulators are
+#: loaded and stored once per sweep. X's lead ran 600 us with 16 steps, 428 us with 32 (MetaSchedule's
+#: program 381-395 us, its chunk 32), both fully unrolled.
+MIN_STEPS = 32
+
+
+def vector_extent(space: Sequence[int], inner: Sequence[int]) -> int:
+    """The fused vector MetaSchedule makes of a register block ``inner`` over loops of extents
+    ``space``: the innermost tiles, from the last loop outwards, while each inner one covers its
+    whole loop and the product stays within MAX_INNERMOST. O(loops)."""
+    v = 1
+    for d in reversed(range(len(space))):
+        if v * inner[d] > MAX_INNERMOST:
+            break
+        v *= inner[d]
+        if inner[d] != space[d]:
+            break
+    return max(v, 1)
+
+
+def register_cost(nest: LoopNest, inner: Sequence[int], lanes: int) -> float:
+    """Cycles per useful multiply-add lane of the register block ``inner`` on ``nest`` (the model of
+    the module docstring). O(inputs x dims x loops)."""
+    v = vector_extent(nest.space, inner)
+    vol = math.prod(inner)
+    fmas = vol // v * math.ceil(v / lanes)
+    vloops, spanned = [], 1  # the loops the vector spans, innermost first
+    for d in reversed(range(len(nest.space))):
+        if spanned >= v:
+            break
+        vloops.append(d)
+        spanned *= inner[d]
+    step = tuple(inner) + tuple(1 for _ in nest.reduction)
+    loads = 0
+    for a in nest.inputs:
+        elems, strides = a.elements(step), a.strides()
+        run = 1  # elements the vector reads contiguously: its loops while each continues the last
+        for d in vloops:
+            if strides[d] == run:
+                run *= inner[d]
+            elif strides[d]:
+                break
+        loads += elems // run * math.ceil(run / lanes) if run > 1 else elems  # else broadcast or gathered
+    return max(fmas / PORTS, loads / PORTS, FMA_LATENCY) / vol
+
+
+def best_register_block(nest: LoopNest, lanes: int, registers: int) -> tuple[int, ...] | None:
+    """The register block (one innermost factor per space loop, each dividing its extent) of least
+    :func:`register_cost` whose accumulators fit ``registers - OPERAND_REGISTERS``; ties go to the
+    larger block, then to the first enumerated. None for a nest without space loops.
+    O(prod of the divisor counts x cost)."""
+    if not nest.space or lanes < 1:
+        return None
+    budget = max(registers - OPERAND_REGISTERS, 1)
+    best, key = None, None
+    for inner in product(*(divisors(e) for e in nest.space)):
+        v = vector_extent(nest.space, inner)
+        if math.prod(inner) // v * math.ceil(v / lanes) > budget:
+            continue
+        k = (register_cost(nest, inner, lanes), -math.prod(inner))
+        if key is None or k < key:
+            best, key = inner, k
+    return best
+
+
+def _retile(factors: Sequence[int], inner: int) -> tuple[int, ...]:
+    """One loop's four levels with innermost factor ``inner``: a smaller block gives its factor to
+    level 2 (the block tile is kept); otherwise levels 1 and 2 keep what still divides, level 0
+    (the parallel blocks) takes the rest."""
+    f0, f1, f2, f3 = factors
+    if f3 % inner == 0:
+        return f0, f1, f2 * (f3 // inner), inner
+    rest = f0 * f1 * f2 * f3 // inner
+    g1 = math.gcd(f1, rest)
+    g2 = math.gcd(f2, rest // g1)
+    return rest // g1 // g2, g1, g2, inner
+
+
+def register_tiles(space: "ReuseSpace") -> TileConfig | None:
+    """β's kept tiles with :func:`best_register_block`'s register block, where β's block leaves more
+    than half the vector lanes idle (a row shorter than half a register, like X's 7 of 16); None
+    elsewhere, where the kept block is already the cheapest, off CPU, without inputs to model, or
+    where the moved factors would leave fewer parallel blocks than ``min(kept's, 4 x cores)``.
+    O(prod of α's divisor counts).
+
+    Why the gate: over 14 ResNet-50 pairs (stop 47) the ungated lead won by more than 10% only on
+    7 x 7 convolutions (X: 453 against 704 us; C2D[1,2048,7,7,512,1,1]: 444 against 600 us), and
+    elsewhere cost its compile time (a 512-unrolled block: the reuse's median 3.8 s became 7.1 s)
+    for nothing."""
+    if space.kind != "cpu" or space.native_lanes <= 1 or not space.alpha.space or not space.alpha.inputs:
+        return None
+    kept = space.kept_tiles()
+    if any(len(f) != 4 for f in kept.space):
+        return None
+    now, lanes = tuple(f[-1] for f in kept.space), space.native_lanes
+    if vector_extent(space.alpha.space, now) * 2 > lanes:
+        return None  # β's vector fills half a register or more: the lead costs more than it gains
+    inner = best_register_block(space.alpha, lanes, vector_registers())
+    if inner is None or inner == now:
+        return None
+    if register_cost(space.alpha, inner, lanes) >= register_cost(space.alpha, now, lanes):
+        return None
+    tiles = tuple(_retile(f, r) for f, r in zip(kept.space, inner))
+    parallel = math.prod(f[0] * f[1] for f in tiles)
+    if parallel < min(math.prod(f[0] * f[1] for f in kept.space), 4 * space.cores):
+        return None
+    cfg = TileConfig(kept.kind, tiles, long_chunk(space.alpha.reduction, kept.reduction))
+    return cfg if space.valid(cfg) else None
+
+
+def long_chunk(extents: Sequence[int], reduction: Sequence[Sequence[int]],
+               steps: int = MIN_STEPS) -> tuple[tuple[int, ...], ...]:
+    """``reduction`` with its inner chunk (the product of the innermost factors) grown to at least
+    ``steps`` where the loops allow: the largest reduction loop first, its innermost factor the
+    smallest divisor of its extent that reaches it (or the whole loop). O(loops x d(extent))."""
+    tiles = [tuple(f) for f in reduction]
+    for r in sorted(range(len(tiles)), key=lambda r: -extents[r]):
+        chunk = math.prod(f[-1] for f in tiles)
+        if chunk >= steps:
+            break
+        need = math.ceil(steps * tiles[r][-1] / chunk)
+        inner = next((d for d in divisors(extents[r]) if d >= need), extents[r])
+        if inner > tiles[r][-1] and len(tiles[r]) == 2:
+            tiles[r] = (extents[r] // inner, inner)
+    return tuple(tiles)
+
+
+def covering_unroll(cfg: TileConfig, space: Sequence[int], options: Sequence[int]) -> int | None:
+    """Index of the smallest of the sketch's unroll ``options`` that unrolls ``cfg``'s register
+    rows times its reduction chunk, else the largest; None without options."""
+    if not options:
+        return None
+    inner = tuple(f[-1] for f in cfg.space)
+    need = math.prod(inner) // vector_extent(space, inner) * math.prod(f[-1] for f in cfg.reduction)
+    return next((i for i, u in enumerate(options) if int(u) >= need), len(options) - 1)
