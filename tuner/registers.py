@@ -126,24 +126,24 @@ def _retile(factors: Sequence[int], inner: int) -> tuple[int, ...]:
 
 
 def register_tiles(space: "ReuseSpace") -> TileConfig | None:
-    """β's kept tiles with :func:`best_register_block`'s register block, where β's block leaves more
-    than half the vector lanes idle (a row shorter than half a register, like X's 7 of 16); None
-    elsewhere, where the kept block is already the cheapest, off CPU, without inputs to model, or
-    where the moved factors would leave fewer parallel blocks than ``min(kept's, 4 x cores)``.
-    O(prod of α's divisor counts).
+    """β's kept tiles with :func:`best_register_block`'s register block, where α's output rows are
+    shorter than a vector register (only rows fused make a full vector) and β's block leaves more
+    than half the lanes idle (X: 7 of 16); None elsewhere, where the kept block is already the
+    cheapest, off CPU, without inputs to model, or where the moved factors would leave fewer
+    parallel blocks than ``min(kept's, 4 x cores)``. O(prod of α's divisor counts).
 
-    Why the gate: over 14 ResNet-50 pairs (stop 47) the ungated lead won by more than 10% only on
-    7 x 7 convolutions (X: 453 against 704 us; C2D[1,2048,7,7,512,1,1]: 444 against 600 us), and
-    elsewhere cost its compile time (a 512-unrolled block: the reuse's median 3.8 s became 7.1 s)
-    for nothing."""
+    Why the gate: on ResNet-50's pairs (stop 47, `reuse_ab.py --switch register`) the lead won by
+    more than 10% only on 7 x 7 convolutions (X: 453-488 against 704-718 us; C2D[1,2048,7,7,512,1,1]:
+    444-476 against 600-644 us); on 28- and 56-wide rows it cost its compile time (a block unrolled
+    512 deep: 9-10 s against 4-5 s per reuse) for nothing."""
     if space.kind != "cpu" or space.native_lanes <= 1 or not space.alpha.space or not space.alpha.inputs:
         return None
     kept = space.kept_tiles()
     if any(len(f) != 4 for f in kept.space):
         return None
     now, lanes = tuple(f[-1] for f in kept.space), space.native_lanes
-    if vector_extent(space.alpha.space, now) * 2 > lanes:
-        return None  # β's vector fills half a register or more: the lead costs more than it gains
+    if space.alpha.space[-1] >= lanes or vector_extent(space.alpha.space, now) * 2 > lanes:
+        return None  # a row that fills a register (the vector lead's case), or β's vector fills half
     inner = best_register_block(space.alpha, lanes, vector_registers())
     if inner is None or inner == now:
         return None

@@ -85,6 +85,22 @@ def test_the_lead_moves_the_block_onto_betas_kept_tiles_and_keeps_every_loops_ex
     assert register_tiles(dataclasses.replace(space, beta_cfg=whole)) is None
 
 
+def test_no_register_lead_where_a_row_fills_a_vector_register():
+    """56-wide rows: a 4-lane vector of β is widened along the row by the vector lead; the register
+    lead (rows fused) only paid compile time there."""
+    from tests.tuner.test_reuse_tuner import sampled_record
+    from tuner.reuse import ReuseTuner
+
+    target = cpu_target()
+    alpha = Operator.create("C2D", N=1, CI=64, H=56, W=56, CO=256, KH=1, KW=1)
+    beta = Operator.create("C2D", N=1, CI=128, H=56, W=56, CO=256, KH=1, KW=1)
+    tuner = ReuseTuner(alpha.prim_func(), sampled_record(beta, target), target)
+    kept = TileConfig("cpu", ((1, 1, 1, 1), (16, 2, 2, 4), (7, 2, 4, 1), (1, 1, 14, 4)), ((32, 4), (1, 1), (1, 1)))
+    space = dataclasses.replace(tuner.space, beta_cfg=kept, native_lanes=16, cores=2)
+    assert vector_extent(tuner.alpha.space, tuple(f[-1] for f in space.kept_tiles().space)) == 4
+    assert register_tiles(space) is None
+
+
 def test_a_register_lead_builds_and_matches_numpy():
     """The lead is a real program of α: β's sketch replayed with its tiles, checked against numpy."""
     from tests.tuner.test_reuse_tuner import sampled_record
