@@ -24,6 +24,17 @@ def nest(op: Operator):
     return loop_nest_of(mod, major_block(mod))
 
 
+def lead_space(alpha: Operator, beta: Operator, kept: TileConfig):
+    """A reuse tuner of α from a sampled β program, and its space with β's tiles set to ``kept``
+    (16 lanes, 2 cores: this project's AVX-512 machines)."""
+    from tests.tuner.test_reuse_tuner import sampled_record
+    from tuner.reuse import ReuseTuner
+
+    target = cpu_target()
+    tuner = ReuseTuner(alpha.prim_func(), sampled_record(beta, target), target)
+    return tuner, dataclasses.replace(tuner.space, beta_cfg=kept, native_lanes=16, cores=2)
+
+
 #: ResNet-50's C2D[1,512,7,7,2048,1,1]: 2,048 input channels, 512 output channels, 7 x 7 outputs
 X = Operator.create("C2D", N=1, CI=2048, H=7, W=7, CO=512, KH=1, KW=1)
 
@@ -88,32 +99,24 @@ def test_the_lead_moves_the_block_onto_betas_kept_tiles_and_keeps_every_loops_ex
 def test_no_register_lead_where_a_row_fills_a_vector_register():
     """56-wide rows: a 4-lane vector of β is widened along the row by the vector lead; the register
     lead (rows fused) only paid compile time there."""
-    from tests.tuner.test_reuse_tuner import sampled_record
-    from tuner.reuse import ReuseTuner
-
-    target = cpu_target()
     alpha = Operator.create("C2D", N=1, CI=64, H=56, W=56, CO=256, KH=1, KW=1)
     beta = Operator.create("C2D", N=1, CI=128, H=56, W=56, CO=256, KH=1, KW=1)
-    tuner = ReuseTuner(alpha.prim_func(), sampled_record(beta, target), target)
     kept = TileConfig("cpu", ((1, 1, 1, 1), (16, 2, 2, 4), (7, 2, 4, 1), (1, 1, 14, 4)), ((32, 4), (1, 1), (1, 1)))
-    space = dataclasses.replace(tuner.space, beta_cfg=kept, native_lanes=16, cores=2)
+    tuner, space = lead_space(alpha, beta, kept)
     assert vector_extent(tuner.alpha.space, tuple(f[-1] for f in space.kept_tiles().space)) == 4
     assert register_tiles(space) is None
 
 
 def test_a_register_lead_builds_and_matches_numpy():
     """The lead is a real program of α: β's sketch replayed with its tiles, checked against numpy."""
-    from tests.tuner.test_reuse_tuner import sampled_record
     from eto.verify import check_record
     from tuner.leads import lead_tiles
-    from tuner.reuse import ReuseTuner
 
     target = cpu_target()
     alpha = Operator.create("C2D", N=1, CI=64, H=7, W=7, CO=64, KH=1, KW=1)
     beta = Operator.create("C2D", N=1, CI=32, H=7, W=7, CO=64, KH=1, KW=1)
-    tuner = ReuseTuner(alpha.prim_func(), sampled_record(beta, target), target)
     kept = TileConfig("cpu", ((1, 1, 1, 1), (4, 2, 1, 8), (7, 1, 1, 1), (1, 1, 1, 7)), ((4, 8), (1, 1), (1, 1)))
-    space = dataclasses.replace(tuner.space, beta_cfg=kept, native_lanes=16, cores=2)
+    tuner, space = lead_space(alpha, beta, kept)
     lead = register_tiles(space)
     assert lead is not None and lead in lead_tiles(space)  # 8 parallel blocks left for 2 cores
     assert vector_extent(tuner.alpha.space, tuple(f[-1] for f in lead.space)) == 49
