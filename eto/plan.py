@@ -39,6 +39,9 @@ BridgeOption = Literal["none", "1hop", "all"]
 CostModel = Literal["analytic", "estimate"]
 #: How much larger α's reduction may be than β's for a reuse edge (see :func:`reduction_ratio`).
 MAX_REDUCTION_RATIO = 4.0
+#: A backend root that holds at most this share of the set's work (frequency x FLOPs) and is a root
+#: only because of the reduction cap is planned again with the cap doubled (:func:`minor_roots`).
+MINOR_SHARE = 0.05
 #: The selection's preference for near sources (:func:`selector.distance_preference`): a reuse
 #: edge weighs ``1 + DISTANCE_WEIGHT * d`` times its seconds, d the summed |log| of the loop extents'
 #: ratios. Beyond the paper, whose selection sees cost only: E7's reuses of BERT-Base at new lengths
@@ -291,11 +294,16 @@ def plan_operator_set(
     cost_fn = cost_fn or analytic_cost_fn(float(budget))
     tm = time_model or learn_time_model(database, target, kind)
     hot_names = {n for n, op in names.items() if op in set(hot)}
+    relaxed: set[str] = set()  # minor roots the cap is doubled for (read by ``edge`` at each call)
     edge, root, estimates = _seconds(cost_fn, tm, hot_names, float(budget), float(hot_budget or budget),
-                                     max_reduction_ratio)
+                                     max_reduction_ratio, relaxed)
     plan = select_reuse_pairs(nodes, cost_fn=edge, backend_cost=root, bridges=bridges, solver=solver,
                               sketch_check=lambda b: catalogue(b) is not None, time_limit=time_limit,
                               preference=distance_preference(distance_weight) if distance_weight else None)
+    if max_reduction_ratio is not None:
+        relaxed |= minor_roots(plan, hot_names)
+        if relaxed:  # the same request; its edge costs now admit them (kept for later replans)
+            plan = replan(plan)
     return OperatorPlan(plan, _with_bridges(names, plan, catalogue), catalogue, tm, estimates)
 
 
@@ -388,12 +396,34 @@ def reduction_ratio(alpha: LoopNestOp, beta: LoopNestOp) -> float:
     return math.prod(alpha.reduction) / max(1, math.prod(beta.reduction))
 
 
+def minor_roots(plan: Plan, hot_names: Collection[str] = (), share: float = MINOR_SHARE) -> set[str]:
+    """The plan's backend roots (requested, not hot, not yet tuned) that hold at most ``share`` of
+    the set's work (frequency x FLOPs) and share their reuse class with another requested operator
+    (directly or through a bridge, a reuse could reach them). O(n^2).
+
+    Beyond the paper. The reduction cap (:func:`reduction_ratio`) protects the quality of the
+    operators that carry a set's latency; it also leaves a network's first convolution (3 input
+    channels, a 7x7 kernel) a backend root, since every path to it grows the kernel taps 5.4x:
+    ResNet-50's stem holds 2.9% of its FLOPs and took 143 of eto's 652 s in E9 (README). Reuses at
+    ratios 4-8 reached 0.87 of MetaSchedule at the median (``experiments/reuse_quality.py``), which
+    on at most 5% of the work costs under 1% of the set's throughput.
+    """
+    ops = plan.operators
+    work = {n: op.frequency * gflops(op) for n, op in ops.items() if not op.bridge and not op.tuned}
+    total = sum(work.values()) or 1.0
+    return {n for n in plan.backend
+            if n in work and n not in hot_names and work[n] <= share * total
+            and any(m != n and ops[m].reuse_class == ops[n].reuse_class for m in work)}
+
+
 def _seconds(candidates: Callable[[LoopNestOp, LoopNestOp], float], tm: TimeModel, hot_names: set[str],
-             budget: float, hot_budget: float, max_reduction_ratio: float | None = MAX_REDUCTION_RATIO):
+             budget: float, hot_budget: float, max_reduction_ratio: float | None = MAX_REDUCTION_RATIO,
+             relaxed: Collection[str] = ()):
     """Edge and root costs in seconds, recording each edge's candidates as the selector asks.
 
     A reuse never costs more than tuning α with the backend; hot operators are never derived by reuse.
-    Both grow with α's size (its loop nest's FLOPs), as the time model says.
+    Both grow with α's size (its loop nest's FLOPs), as the time model says. ``relaxed``: operators
+    whose reduction cap is doubled (:func:`minor_roots`; read at each call).
     """
     from selector import ROOT
 
@@ -402,7 +432,8 @@ def _seconds(candidates: Callable[[LoopNestOp, LoopNestOp], float], tm: TimeMode
     def edge(alpha: LoopNestOp, beta: LoopNestOp) -> float:
         if alpha.name in hot_names or not carries_reduction(alpha, beta):
             return math.inf
-        if max_reduction_ratio is not None and reduction_ratio(alpha, beta) > max_reduction_ratio:
+        if max_reduction_ratio is not None and reduction_ratio(alpha, beta) > max_reduction_ratio * (
+                2 if alpha.name in relaxed else 1):
             return math.inf
         c = tm.reuse_candidates(float(candidates(alpha, beta)))
         estimates[(beta.name, alpha.name)] = c

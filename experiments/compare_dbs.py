@@ -1,8 +1,12 @@
 """Re-measure the best programs of several databases side by side, operator by operator.
 
     python experiments/compare_dbs.py --opset resnet50 ms=DB_A eto=DB_B [more=DB_C ...] --out F.json
+    python experiments/compare_dbs.py --model resnet50.pt2 ms=ms:MS_WORK_DIR eto=DB --out F.json
 
-The first database is the reference: every other one's per-operator and frequency-weighted
+``--model`` takes the operators from a model file: the fused tasks Relax compiles, weighted by
+calls (what ``eto tune --model`` tunes), so a model's end-to-end gap (``model_bench.py``) can be
+traced to its tasks. ``ms:DIR`` is a MetaSchedule work directory (``tune_tasks``'s JSON database,
+as ``model_bench.py`` leaves it). The first database is the reference: every other one's per-operator and frequency-weighted
 throughput is given relative to it. The programs of all databases are measured in one process,
 interleaved in rounds (``set_bench.remeasure``), so a ratio never mixes two sessions' clocks. Used
 for ablations where each database comes from a separate ``eto tune`` run; it compares quality only,
@@ -15,6 +19,8 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import dataclass
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -23,7 +29,9 @@ from _env import environment  # noqa: E402
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--opset", required=True, help="built-in set name or JSON file")
+    source = ap.add_mutually_exclusive_group(required=True)
+    source.add_argument("--opset", help="built-in set name or JSON file")
+    source.add_argument("--model", help="an ONNX or torch.export (.pt2) file: its fused tasks")
     ap.add_argument("databases", nargs="+", metavar="NAME=DIR", help="the reference first")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved re-measurement rounds")
     ap.add_argument("--out", help="results JSON")
@@ -33,18 +41,25 @@ def main(argv: list[str] | None = None) -> int:
 
     from eto.database import Database
     from eto.opsets import load_opset
+    from eto.target import parse_target
     from set_bench import remeasure, weighted
 
     bad = [a for a in args.databases if "=" not in a or not a.split("=", 1)[0]]
     if bad:
         ap.error(f"databases are NAME=DIR: got {', '.join(bad)}")
     dbs = dict(a.split("=", 1) for a in args.databases)
-    opset = load_opset(args.opset)
-    opened = {k: Database(v, readonly=True) for k, v in dbs.items()}
-    first = next(iter(opened.values())).best_programs()
-    if not first:
-        ap.error(f"{next(iter(dbs.values()))} holds no program")
-    target = Target(first[0].target)
+    if args.model:
+        from eto.models import load_relax
+        from eto.models.tasks import model_tasks
+
+        opset = model_tasks(load_relax(args.model), parse_target("cpu")).opset
+    else:
+        opset = load_opset(args.opset)
+    opened = {k: _MetaSchedule(v[3:]) if v.startswith("ms:") else Database(v, readonly=True) for k, v in dbs.items()}
+    first = next((db.best_programs() for db in opened.values() if isinstance(db, Database)), None)
+    if first is not None and not first:
+        ap.error(f"{next(v for v in dbs.values() if not v.startswith('ms:'))} holds no program")
+    target = Target(first[0].target) if first else parse_target("cpu")
     progs = {k: [db.best(e.op, target) for e in opset] for k, db in opened.items()}
     lat = remeasure(progs, opset, target, args.rounds)
     ref = next(iter(dbs))
@@ -64,10 +79,35 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{k}: weighted {s['weighted_latency_us']:.1f} us, throughput vs {ref} {s['throughput_vs_' + ref]:.3f}")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"benchmark": "compare_dbs", "opset": args.opset, "databases": dbs, "reference": ref,
+            json.dump({"benchmark": "compare_dbs", "opset": args.opset, "model": args.model, "databases": dbs, "reference": ref,
                        "rounds": args.rounds, "target": str(target), "environment": environment(),
                        "summary": summary, "per_operator": rows}, f, indent=1)
     return 0
+
+
+@dataclass(frozen=True)
+class _Program:
+    """A MetaSchedule work directory's best record of one operator, as ``remeasure`` reads it."""
+
+    tuning_record: Any
+    method: str = "metaschedule"
+
+
+class _MetaSchedule:
+    """A MetaSchedule JSON database read like an eto one: ``best(op, target)``."""
+
+    def __init__(self, work_dir: str) -> None:
+        from tvm.s_tir import meta_schedule as ms
+
+        if not os.path.isfile(os.path.join(work_dir, "database_workload.json")):
+            raise SystemExit(f"{work_dir}: no MetaSchedule database (database_workload.json) there")
+        self.db = ms.database.JSONDatabase(work_dir=work_dir)
+
+    def best(self, op, target) -> _Program | None:
+        from tvm import IRModule
+
+        record = self.db.query_tuning_record(IRModule({"main": op.prim_func()}), target, "main")
+        return _Program(record) if record is not None else None
 
 
 if __name__ == "__main__":

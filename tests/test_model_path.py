@@ -301,6 +301,21 @@ def test_bench_compares_builds_with_pytorch(files, tuned, capsys, tmp_path):
     assert by["metaschedule"]["applied_flops_share"] == 1.0 and by["metaschedule"]["tuning_s"] > 0
     assert by["eto"]["median_s"] < by["untuned"]["median_s"]  # tuned programs beat unscheduled loops
     assert (tmp_path / "bench.png").stat().st_size > 0
+    # the same two databases task by task (experiments/compare_dbs.py --model): every tunable task
+    # found in MetaSchedule's work directory and in eto's database, re-measured side by side
+    import importlib.util
+    import os
+
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments", "compare_dbs.py")
+    spec = importlib.util.spec_from_file_location("compare_dbs", script)
+    compare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compare)
+    assert compare.main(["--model", path, f"ms=ms:{tmp_path / 'ms'}", f"eto={db_dir}", "--rounds", "1",
+                         "--out", str(tmp_path / "tasks.json")]) == 0
+    rows = json.loads((tmp_path / "tasks.json").read_text())["per_operator"]
+    assert len(rows) == sum(1 for t in report["tasks"] if t["operator"])
+    assert all(0 < r[k]["latency_us"] < float("inf") for r in rows for k in ("ms", "eto"))
+    assert {r["ms"]["method"] for r in rows} == {"metaschedule"}
     code, _, err = run(capsys, "bench", "--model", path, "--db", tmp_path / "nowhere")
     assert code == 2 and "no such database directory" in err
     code, _, err = run(capsys, "bench", "--model", path, "--db", db_dir, "--onnx", tmp_path / "missing.onnx")
