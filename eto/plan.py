@@ -39,8 +39,8 @@ BridgeOption = Literal["none", "1hop", "all"]
 CostModel = Literal["analytic", "estimate"]
 #: How much larger α's reduction may be than β's for a reuse edge (see :func:`reduction_ratio`).
 MAX_REDUCTION_RATIO = 4.0
-#: A backend root that holds at most this share of the set's work (frequency x FLOPs) and is a root
-#: only because of the reduction cap is planned again with the cap doubled (:func:`minor_roots`).
+#: A backend root that holds at most this share of the set's work (frequency x FLOPs) is planned
+#: again with its reduction cap doubled (:func:`minor_roots`): the cap may be all that keeps it a root.
 MINOR_SHARE = 0.05
 #: The selection's preference for near sources (:func:`selector.distance_preference`): a reuse
 #: edge weighs ``1 + DISTANCE_WEIGHT * d`` times its seconds, d the summed |log| of the loop extents'
