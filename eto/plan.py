@@ -295,13 +295,14 @@ def plan_operator_set(
     tm = time_model or learn_time_model(database, target, kind)
     hot_names = {n for n, op in names.items() if op in set(hot)}
     relaxed: set[str] = set()  # minor roots the cap is doubled for (read by ``edge`` at each call)
+    capped: set[str] = set()  # operators that lost a reuse edge to the cap (written by ``edge``)
     edge, root, estimates = _seconds(cost_fn, tm, hot_names, float(budget), float(hot_budget or budget),
-                                     max_reduction_ratio, relaxed)
+                                     max_reduction_ratio, relaxed, capped)
     plan = select_reuse_pairs(nodes, cost_fn=edge, backend_cost=root, bridges=bridges, solver=solver,
                               sketch_check=lambda b: catalogue(b) is not None, time_limit=time_limit,
                               preference=distance_preference(distance_weight) if distance_weight else None)
     if max_reduction_ratio is not None:
-        relaxed |= minor_roots(plan, hot_names)
+        relaxed |= minor_roots(plan, hot_names) & capped
         if relaxed:  # the same request; its edge costs now admit them (kept for later replans)
             plan = replan(plan)
     return OperatorPlan(plan, _with_bridges(names, plan, catalogue), catalogue, tm, estimates)
@@ -418,12 +419,13 @@ def minor_roots(plan: Plan, hot_names: Collection[str] = (), share: float = MINO
 
 def _seconds(candidates: Callable[[LoopNestOp, LoopNestOp], float], tm: TimeModel, hot_names: set[str],
              budget: float, hot_budget: float, max_reduction_ratio: float | None = MAX_REDUCTION_RATIO,
-             relaxed: Collection[str] = ()):
+             relaxed: Collection[str] = (), capped: set[str] | None = None):
     """Edge and root costs in seconds, recording each edge's candidates as the selector asks.
 
     A reuse never costs more than tuning α with the backend; hot operators are never derived by reuse.
     Both grow with α's size (its loop nest's FLOPs), as the time model says. ``relaxed``: operators
-    whose reduction cap is doubled (:func:`minor_roots`; read at each call).
+    whose reduction cap is doubled (:func:`minor_roots`; read at each call); ``capped`` collects the
+    operators that lost an edge to the cap.
     """
     from selector import ROOT
 
@@ -434,6 +436,8 @@ def _seconds(candidates: Callable[[LoopNestOp, LoopNestOp], float], tm: TimeMode
             return math.inf
         if max_reduction_ratio is not None and reduction_ratio(alpha, beta) > max_reduction_ratio * (
                 2 if alpha.name in relaxed else 1):
+            if capped is not None:
+                capped.add(alpha.name)
             return math.inf
         c = tm.reuse_candidates(float(candidates(alpha, beta)))
         estimates[(beta.name, alpha.name)] = c
