@@ -6,8 +6,8 @@
 ``--model`` takes the operators from a model file: the fused tasks Relax compiles, weighted by
 calls (what ``eto tune --model`` tunes), so a model's end-to-end gap (``model_bench.py``) can be
 traced to its tasks. ``ms:DIR`` is a MetaSchedule work directory (``tune_tasks``'s JSON database,
-as ``model_bench.py`` leaves it). The first database is the reference: every other one's per-operator and frequency-weighted
-throughput is given relative to it. The programs of all databases are measured in one process,
+as ``model_bench.py`` leaves it). The first database is the reference: every other one's
+per-operator and frequency-weighted throughput is given relative to it. The programs of all databases are measured in one process,
 interleaved in rounds (``set_bench.remeasure``), so a ratio never mixes two sessions' clocks. Used
 for ablations where each database comes from a separate ``eto tune`` run; it compares quality only,
 never tuning time (that needs both methods timed in one run: ``set_bench.py``).
@@ -79,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{k}: weighted {s['weighted_latency_us']:.1f} us, throughput vs {ref} {s['throughput_vs_' + ref]:.3f}")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"benchmark": "compare_dbs", "opset": args.opset, "model": args.model, "databases": dbs, "reference": ref,
-                       "rounds": args.rounds, "target": str(target), "environment": environment(),
+            json.dump({"benchmark": "compare_dbs", "opset": args.opset, "model": args.model, "databases": dbs,
+                       "reference": ref, "rounds": args.rounds, "target": str(target), "environment": environment(),
                        "summary": summary, "per_operator": rows}, f, indent=1)
     return 0
 
