@@ -7,8 +7,9 @@
 calls (what ``eto tune --model`` tunes), so a model's end-to-end gap (``model_bench.py``) can be
 traced to its tasks. ``ms:DIR`` is a MetaSchedule work directory (``tune_tasks``'s JSON database,
 as ``model_bench.py`` leaves it). The first database is the reference: every other one's
-per-operator and frequency-weighted throughput is given relative to it. The programs of all databases are measured in one process,
-interleaved in rounds (``set_bench.remeasure``), so a ratio never mixes two sessions' clocks. Used
+per-operator and frequency-weighted throughput is given relative to it. The programs of all
+databases are measured in one process, interleaved in rounds (``set_bench.remeasure``), so a ratio
+never mixes two sessions' clocks. Used
 for ablations where each database comes from a separate ``eto tune`` run; it compares quality only,
 never tuning time (that needs both methods timed in one run: ``set_bench.py``).
 """
