@@ -302,7 +302,7 @@ def plan_operator_set(
                               sketch_check=lambda b: catalogue(b) is not None, time_limit=time_limit,
                               preference=distance_preference(distance_weight) if distance_weight else None)
     if max_reduction_ratio is not None:
-        relaxed |= minor_roots(plan, hot_names) & capped
+        relaxed |= minor_roots(plan, capped)
         if relaxed:  # the same request; its edge costs now admit them (kept for later replans)
             plan = replan(plan)
     return OperatorPlan(plan, _with_bridges(names, plan, catalogue), catalogue, tm, estimates)
@@ -397,10 +397,10 @@ def reduction_ratio(alpha: LoopNestOp, beta: LoopNestOp) -> float:
     return math.prod(alpha.reduction) / max(1, math.prod(beta.reduction))
 
 
-def minor_roots(plan: Plan, hot_names: Collection[str] = (), share: float = MINOR_SHARE) -> set[str]:
-    """The plan's backend roots (requested, not hot, not yet tuned) that hold at most ``share`` of
-    the set's work (frequency x FLOPs) and share their reuse class with another requested operator
-    (directly or through a bridge, a reuse could reach them). O(n^2).
+def minor_roots(plan: Plan, capped: Collection[str], share: float = MINOR_SHARE) -> set[str]:
+    """The plan's requested backend roots that lost a reuse edge to the reduction cap (``capped``:
+    :func:`_seconds` collects them; hot operators lose theirs before the cap) and hold at most
+    ``share`` of the set's work (frequency x FLOPs). O(n).
 
     Beyond the paper. The reduction cap (:func:`reduction_ratio`) protects the quality of the
     operators that carry a set's latency; it also leaves a network's first convolution (3 input
@@ -412,9 +412,7 @@ def minor_roots(plan: Plan, hot_names: Collection[str] = (), share: float = MINO
     ops = plan.operators
     work = {n: op.frequency * gflops(op) for n, op in ops.items() if not op.bridge and not op.tuned}
     total = sum(work.values()) or 1.0
-    return {n for n in plan.backend
-            if n in work and n not in hot_names and work[n] <= share * total
-            and any(m != n and ops[m].reuse_class == ops[n].reuse_class for m in work)}
+    return {n for n in plan.backend if n in work and n in capped and work[n] <= share * total}
 
 
 def _seconds(candidates: Callable[[LoopNestOp, LoopNestOp], float], tm: TimeModel, hot_names: set[str],
