@@ -250,7 +250,7 @@ def select_reuse_pairs(
     return _select(request)
 
 
-def _select(request: SelectionRequest) -> Plan:
+def _select(request: SelectionRequest, known: Optional[TreeSolution] = None) -> Plan:
     tuned = request.tuned
     hops = _hops(request.bridges)
     ops = tuple(replace(op, tuned=True) if op.name in tuned else op for op in request.ops)
@@ -274,7 +274,7 @@ def _select(request: SelectionRequest) -> Plan:
             return base(alpha, beta)
 
     G = build_oc_graph(ops, cost_fn=cost_fn, backend_cost=backend_cost, bridges=extra, preference=request.preference)
-    sol = solve(G, solver=request.solver, time_limit=request.time_limit)
+    sol = solve(G, solver=request.solver, time_limit=request.time_limit, known=known)
     ordered = _tree_order(G, sol)
     edges = tuple(PlanEdge(parent=u, child=v, cost=float(G.edges[u, v]["cost"])) for u, v in ordered)
     operators = {e.child: G.nodes[e.child]["op"] for e in edges}
@@ -297,7 +297,8 @@ def replan(plan: Union[Plan, SelectionRequest], *, tuned: Iterable[str] = (),
     Names in ``tuned`` (requested operators or bridges) become zero-cost roots, and operators of
     their (type, sketch set) get estimated reuse costs from now on.  ``cost_fn`` replaces the
     original estimator (e.g. one refined with measured data).  Operators already tuned in the
-    original request stay tuned.
+    original request stay tuned. Components of the OC graph this leaves unchanged keep
+    ``plan``'s trees (not re-solved).
     """
     request = plan.request if isinstance(plan, Plan) else plan
     if request is None:
@@ -305,4 +306,4 @@ def replan(plan: Union[Plan, SelectionRequest], *, tuned: Iterable[str] = (),
     request = replace(request, tuned=request.tuned | frozenset(tuned))
     if cost_fn is not None:
         request = replace(request, cost_fn=cost_fn)
-    return _select(request)
+    return _select(request, plan.solution if isinstance(plan, Plan) else None)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Optional
 
 __all__ = ["TreeSolution"]
@@ -30,6 +31,10 @@ class TreeSolution:
         A proven lower bound on the optimum (equal to ``cost`` when ``optimal``), or None.
     seconds:
         Wall time spent in the solver.
+    parts:
+        Each independent component's instance (nodes, terminals, edges, weights, solver) mapped to
+        its result, so that a re-selection after a local change (``solve(..., known=...)``) re-solves
+        only the components that changed.
     """
 
     edges: tuple[tuple[Hashable, Hashable], ...]
@@ -38,6 +43,7 @@ class TreeSolution:
     optimal: bool
     lower_bound: Optional[float] = None
     seconds: float = 0.0
+    parts: Mapping[Hashable, tuple] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def parent(self) -> dict[Hashable, Hashable]:

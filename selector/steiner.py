@@ -19,7 +19,9 @@ components (:mod:`selector.steiner_reduce`), then per component:
   proven and its best bound.
 
 The time limit is shared among components in proportion to their edge counts; within a component
-that may get the MIP, the heuristic gets half of its share.  :func:`steiner_exact` and
+that may get the MIP, the heuristic gets half of its share. A component identical to one of a
+``known`` solution (same nodes, terminals, edges, weights and solver) takes that component's result
+unsolved: a re-selection after a local change pays only for the components it changed.  :func:`steiner_exact` and
 :func:`steiner_approx` are :func:`solve` with the solver fixed; :func:`dual_ascent_bound` (from
 :mod:`selector.dual_ascent`) is re-exported here.
 """
@@ -117,6 +119,7 @@ def solve(
     weight: str = "weight",
     time_limit: Optional[float] = 30.0,
     exact_max_flow_vars: int = AUTO_EXACT_MAX_FLOW_VARS,
+    known: Optional[TreeSolution] = None,
 ) -> TreeSolution:
     """Cheapest arborescence rooted at ``root`` reaching every terminal (a directed Steiner tree).
 
@@ -135,6 +138,7 @@ def solve(
     when they meet it, ``optimal`` is True without the MIP; otherwise ``lower_bound`` reports it.
 
     ``time_limit`` (seconds, None = unlimited) bounds the local search and the MIP together.
+    ``known``: an earlier solution whose identical components are reused as solved (O(E) each).
     Raises ValueError when a terminal is unreachable (naming it) or a weight is missing, negative,
     NaN or infinite.
     """
@@ -148,14 +152,17 @@ def solve(
 
     pruned, _, _ = prune(g)
     comps = [pruned.subgraph(c)[0] for c in components(pruned)]
-    sizes = [max(1, len(c.src)) for c in comps]
+    keys = [_instance_key(c, solver, exact_max_flow_vars) for c in comps]
+    reused = known.parts if known is not None else {}
+    sizes = [0 if k in reused else max(1, len(c.src)) for c, k in zip(comps, keys)]
     edges: list[tuple[Hashable, Hashable]] = []
+    parts: dict[Hashable, tuple] = {}
     total, bound, all_optimal, methods = 0.0, 0.0, True, set()
-    for i, comp in enumerate(comps):
+    for i, (comp, key) in enumerate(zip(comps, keys)):
         now = time.perf_counter()
-        share = (deadline - now) * sizes[i] / sum(sizes[i:]) if math.isfinite(deadline) else math.inf
-        pairs, cost, optimal, lb, method = _solve_component(
-            comp, solver, now + max(share, 0.0), exact_max_flow_vars)
+        share = (deadline - now) * sizes[i] / max(sum(sizes[i:]), 1) if math.isfinite(deadline) else math.inf
+        parts[key] = reused.get(key) or _solve_component(comp, solver, now + max(share, 0.0), exact_max_flow_vars)
+        pairs, cost, optimal, lb, method = parts[key]
         edges.extend(pairs)
         methods.add(method)
         all_optimal &= optimal
@@ -168,7 +175,14 @@ def solve(
         optimal=all_optimal,
         lower_bound=min(bound, total),
         seconds=time.perf_counter() - t0,
+        parts=parts,
     )
+
+
+def _instance_key(comp: IndexedGraph, solver: str, exact_max_flow_vars: int) -> tuple:
+    """Everything a component's result depends on but the time left (exact, not a hash)."""
+    return (tuple(comp.nodes), comp.root, comp.terminals.tobytes(), comp.src.tobytes(), comp.dst.tobytes(),
+            comp.w.tobytes(), solver, exact_max_flow_vars)
 
 
 def steiner_exact(G: nx.DiGraph, root: Optional[Hashable] = None,

@@ -317,6 +317,30 @@ def test_no_reuse_edge_grows_the_reduction_past_the_cap(capsys):
     assert "--max-reduction-ratio must be >= 1" in capsys.readouterr().err
 
 
+def test_the_estimator_is_not_asked_for_edges_the_cap_removes():
+    """Planning's cost is the trial estimator over every pair; pairs over the reduction cap (a
+    quarter of ResNet-50's) never become edges, so they are not estimated, except the relaxed
+    minor roots' pairs within twice the cap (asked for once more, in the second selection)."""
+    from eto.opsets import load_opset
+    from eto.plan import MAX_REDUCTION_RATIO, carries_reduction, plan_operator_set, reduction_ratio
+
+    asked: list[list] = []
+
+    def cost(alpha, beta):
+        return 10.0
+
+    cost.prefetch = lambda pairs: asked.append(list(pairs))
+    planned = plan_operator_set(load_opset("resnet50"), budget=200, cost_fn=cost)
+    assert len(asked) == 2  # ResNet-50's stem is a minor root: selected twice
+    everything = plan_operator_set(load_opset("resnet50"), budget=200, cost_fn=cost, max_reduction_ratio=None)
+    assert len(asked) == 3 and len(asked[0]) < len(asked[2])
+    assert all(carries_reduction(a, b) and reduction_ratio(a, b) <= MAX_REDUCTION_RATIO for a, b in asked[0])
+    relaxed = {a.name for a, b in asked[1] if reduction_ratio(a, b) > MAX_REDUCTION_RATIO}
+    assert relaxed and all(planned.plan.parent[n] != "root" for n in relaxed if n in planned.plan.parent)
+    assert all(reduction_ratio(a, b) <= 2 * MAX_REDUCTION_RATIO for a, b in asked[1] if a.name in relaxed)
+    assert everything.plan.total_cost <= planned.plan.total_cost
+
+
 def test_a_minor_root_the_cap_isolates_reuses_within_twice_the_cap():
     """ResNet-50's stem (3 input channels, 7x7: 2.9% of the FLOPs) is a root only because every path
     to it grows the kernel taps 5.4x; it is planned again with the cap doubled and derived by reuse.

@@ -173,6 +173,43 @@ def test_decomposition_into_components():
     assert ("r", "bs") in sol.edges
 
 
+def test_a_known_solution_spares_the_components_a_change_left_alone(monkeypatch):
+    """A re-selection (minor roots, replan) changes one component; the others keep their trees
+    without being solved again, and the result equals a fresh solve's."""
+    import selector.steiner as steiner
+
+    def component(G, tag, wmax, rng):
+        for i in range(4):
+            G.add_edge("r", f"{tag}t{i}", weight=rng.randint(wmax // 2, wmax))
+            G.add_edge("r", f"{tag}s{i}", weight=rng.randint(wmax // 2, wmax))
+            for j in range(4):
+                if i != j:
+                    G.add_edge(f"{tag}s{i}", f"{tag}t{j}", weight=rng.randint(0, wmax // 4))
+                    G.add_edge(f"{tag}t{i}", f"{tag}t{j}", weight=rng.randint(0, wmax // 2))
+
+    rng = random.Random(7)
+    G = nx.DiGraph()
+    for tag in "abc":
+        component(G, tag, 40, rng)
+    T = [v for v in G if "t" in v]
+    calls = []
+    solve_component = steiner._solve_component
+    monkeypatch.setattr(steiner, "_solve_component", lambda comp, *a: calls.append(comp.nodes) or
+                        solve_component(comp, *a))
+    first = solve(G, "r", T, solver="exact")
+    assert len(calls) == 3
+    H = G.copy()
+    H.edges["r", "bt0"]["weight"] = 1  # only component b changes
+    calls.clear()
+    again = solve(H, "r", T, solver="exact", known=first)
+    assert len(calls) == 1 and all(v.startswith("b") for v in calls[0] if v != "r")
+    fresh = solve(H, "r", T, solver="exact")
+    assert again.optimal and again.cost == fresh.cost == brute_force(H, "r", T, [v for v in H if "s" in v])
+    assert {e for e in again.edges if "b" not in e[1]} == {e for e in first.edges if "b" not in e[1]}
+    calls.clear()
+    assert solve(G, "r", T, solver="approx", known=first).cost >= first.cost and len(calls) == 3  # another solver
+
+
 def test_dual_ascent_is_tight_on_a_shared_bridge():
     # a cheap Steiner node feeding three terminals: the LP (and dual ascent) is integral here
     G = nx.DiGraph()
