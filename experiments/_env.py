@@ -23,3 +23,13 @@ def environment() -> dict:
     return {"gpu": gpu, "cpu": info.model, "mcpu": info.mcpu, "cores": info.cores,
             "TVM_NUM_THREADS": os.environ.get("TVM_NUM_THREADS"), "tvm": tvm.__version__,
             "tvm_ffi": getattr(tvm_ffi, "__version__", "?"), "python": platform.python_version()}
+
+
+def metaschedule_dir(spec: str) -> str | None:
+    """The work directory of a ``ms:DIR`` database argument (None for an eto database); exits naming
+    a directory that holds no MetaSchedule database."""
+    if not spec.startswith("ms:"):
+        return None
+    if not os.path.isfile(os.path.join(spec[3:], "database_workload.json")):
+        raise SystemExit(f"{spec[3:]}: no MetaSchedule database (database_workload.json) there")
+    return spec[3:]

@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _env import environment  # noqa: E402
+from _env import environment, metaschedule_dir  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         opset = model_tasks(load_relax(args.model), parse_target("cpu")).opset
     else:
         opset = load_opset(args.opset)
-    opened = {k: _MetaSchedule(v[3:]) if v.startswith("ms:") else Database(v, readonly=True) for k, v in dbs.items()}
+    opened = {k: _MetaSchedule(metaschedule_dir(v)) if metaschedule_dir(v) else Database(v, readonly=True)
+              for k, v in dbs.items()}
     first = next((db.best_programs() for db in opened.values() if isinstance(db, Database)), None)
     if first is not None and not first:
         ap.error(f"{next(v for v in dbs.values() if not v.startswith('ms:'))} holds no program")
@@ -100,8 +101,6 @@ class _MetaSchedule:
     def __init__(self, work_dir: str) -> None:
         from tvm.s_tir import meta_schedule as ms
 
-        if not os.path.isfile(os.path.join(work_dir, "database_workload.json")):
-            raise SystemExit(f"{work_dir}: no MetaSchedule database (database_workload.json) there")
         self.db = ms.database.JSONDatabase(work_dir=work_dir)
 
     def best(self, op, target) -> _Program | None:

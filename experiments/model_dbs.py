@@ -25,7 +25,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _env import environment  # noqa: E402
+from _env import environment, metaschedule_dir  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -56,8 +56,9 @@ def main(argv=None) -> int:
     builds = {}
     for spec in args.databases:
         name, path = spec.split("=", 1)
-        if path.startswith("ms:"):
-            builds[name] = build_with_metaschedule(ms.database.JSONDatabase(work_dir=path[3:]), tasks, target)
+        if metaschedule_dir(path):
+            builds[name] = build_with_metaschedule(ms.database.JSONDatabase(work_dir=metaschedule_dir(path)), tasks,
+                                                   target)
         else:
             builds[name] = build_model(model, Database(path, readonly=True), target, tasks=tasks)
     outputs = {name: b.run(inputs) for name, b in builds.items()}
