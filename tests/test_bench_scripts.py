@@ -17,6 +17,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
 
 import _bench  # noqa: E402
+import candidate_costs  # noqa: E402
 import reuse_ab  # noqa: E402
 import reuse_pairs  # noqa: E402
 import retune_bench  # noqa: E402
@@ -54,6 +55,25 @@ def test_timing_split_samples_every_operator_and_skips_failed_timings():
     d = timing_split.deviations([1.1, math.inf, 0.5], [1.0, 1.0, 1.0])  # the failed run is left out
     assert d["n"] == 2 and d["median"] == pytest.approx(0.3) and d["max"] == pytest.approx(0.5)
     assert timing_split.deviations([math.inf], [1.0]) == {"n": 0}
+
+
+def test_candidate_costs_counts_the_register_blocks_vector_accumulators():
+    """A register block's accumulators: its rows times the vectors of its fused innermost tiles
+    (BERT's 768-wide matmul: 4 rows of 64 columns in 16 lanes, 16; 32 rows of 32 columns, 64)."""
+    from types import SimpleNamespace
+
+    from tuner.features import TileConfig
+
+    nest = SimpleNamespace(space=(128, 768))
+
+    def block(rows: int, cols: int) -> TileConfig:
+        return TileConfig("cpu", ((1, 1, 128 // rows, rows), (12, 1, 64 // cols, cols)), ((32, 24),))
+
+    assert candidate_costs.accumulators(block(4, 64), nest, 16) == 16
+    assert candidate_costs.accumulators(block(32, 32), nest, 16) == 64
+    assert candidate_costs.accumulators(block(4, 64), nest, 8) == 32  # AVX2: twice the vectors
+    whole = TileConfig("cpu", ((1, 1, 1, 128), (12, 1, 1, 64)), ((32, 24),))  # not contiguous: rows of vectors
+    assert candidate_costs.accumulators(whole, nest, 16) == 128 * 4
 
 
 def test_reuse_ab_summary_counts_only_pairs_the_feature_applies_to():
