@@ -21,9 +21,9 @@ components (:mod:`selector.steiner_reduce`), then per component:
 The time limit is shared among components in proportion to their edge counts; within a component
 that may get the MIP, the heuristic gets half of its share. A component identical to one of a
 ``known`` solution (same nodes, terminals, edges, weights and solver) takes that component's result
-unsolved: a re-selection after a local change pays only for the components it changed.  :func:`steiner_exact` and
-:func:`steiner_approx` are :func:`solve` with the solver fixed; :func:`dual_ascent_bound` (from
-:mod:`selector.dual_ascent`) is re-exported here.
+unsolved: a re-selection after a local change pays only for the components it changed.
+:func:`steiner_exact` and :func:`steiner_approx` are :func:`solve` with the solver fixed;
+:func:`dual_ascent_bound` (from :mod:`selector.dual_ascent`) is re-exported here.
 """
 
 from __future__ import annotations
