@@ -1,7 +1,7 @@
 """What a reuse search's candidates cost to compile, against what they run: where reuse seconds go.
 
-A reuse's seconds are mostly its candidates' builds (LLVM, two at a time on 2 cores) and runs. Every
-candidate an eto database's reuses measured is in its progress file; this rebuilds each (the same
+A reuse's seconds are its candidates' builds (LLVM, two at a time on 2 cores) and runs, and its
+set-up. Every candidate an eto database's reuses measured is in its progress file; this rebuilds each (the same
 TVM, now, nothing else running) and times the build, beside the run time the search recorded, the
 op's best, and the register model's accumulators for the candidate's register block
 (:mod:`tuner.registers`: vectors its innermost tiles keep live per reduction step, against the
@@ -33,11 +33,9 @@ from _env import environment  # noqa: E402
 
 def accumulators(cfg, nest, lanes: int) -> int:
     """Vector accumulators of ``cfg``'s register block (its innermost space tiles) on ``nest``."""
-    from tuner.registers import vector_extent
+    from tuner.registers import accumulators as block_accumulators
 
-    inner = tuple(f[-1] for f in cfg.space)
-    v = vector_extent(nest.space, inner)
-    return math.prod(inner) // v * math.ceil(v / lanes)
+    return block_accumulators(nest.space, tuple(f[-1] for f in cfg.space), lanes)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -67,6 +67,13 @@ def vector_extent(space: Sequence[int], inner: Sequence[int]) -> int:
     return max(v, 1)
 
 
+def accumulators(space: Sequence[int], inner: Sequence[int], lanes: int) -> int:
+    """Vector registers the register block ``inner`` over loops of extents ``space`` keeps as
+    accumulators: its rows (all but the fused vector) times the vectors of one row. O(loops)."""
+    v = vector_extent(space, inner)
+    return math.prod(inner) // v * math.ceil(v / lanes)
+
+
 def register_cost(nest: LoopNest, inner: Sequence[int], lanes: int) -> float:
     """Cycles per useful multiply-add lane of the register block ``inner`` on ``nest`` (the model of
     the module docstring). O(inputs x dims x loops)."""
@@ -103,8 +110,7 @@ def best_register_block(nest: LoopNest, lanes: int, registers: int) -> tuple[int
     budget = max(registers - OPERAND_REGISTERS, 1)
     best, key = None, None
     for inner in product(*(divisors(e) for e in nest.space)):
-        v = vector_extent(nest.space, inner)
-        if math.prod(inner) // v * math.ceil(v / lanes) > budget:
+        if accumulators(nest.space, inner, lanes) > budget:
             continue
         k = (register_cost(nest, inner, lanes), -math.prod(inner))
         if key is None or k < key:
