@@ -151,21 +151,22 @@ def estimate_trials(kind: Kind, alpha: LoopNest, beta: LoopNest, *, samples: int
                     strategy: Strategy = DEFAULT_STRATEGY, ranges: RangeName | None = None,
                     top_k: int | None = None, continue_rate: float = CONTINUE_RATE, cores: int | None = None,
                     cache_bytes: int | None = None, native_lanes: int | None = None,
-                    stages: int | None = None) -> TrialEstimate:
+                    registers: int | None = None, stages: int | None = None) -> TrialEstimate:
     """Mean number of candidates Algorithm 1 measures for (α, β) over ``samples`` random β programs.
 
     ``n_fetch`` is the number of cooperatively fetched inputs (GPU; default: all of α's inputs),
     zero on CPU where MetaSchedule's tiling has no cooperative fetch. ``top_k``: the reuse tuner
     measures a ranked few per round (a trained ranker); None: every candidate (the paper's count).
-    ``cores``, ``cache_bytes`` and ``native_lanes`` (CPU): as :func:`~tuner.space.target_limits` gives the tuner;
+    ``cores``, ``cache_bytes``, ``native_lanes`` and ``registers`` (CPU): as :func:`~tuner.space.target_limits` gives the tuner;
     None: this machine's, as for a target without ``num-cores``. ``stages``: α's sibling
     write-stage sketches (default :data:`WRITE_STAGE_SIBLINGS` of ``kind``).
     """
     rng = random.Random(seed)
-    if kind == "cpu" and (cores is None or cache_bytes is None or native_lanes is None):
+    if kind == "cpu" and None in (cores, cache_bytes, native_lanes, registers):
         here = target_limits(kind)
         cores, cache_bytes = cores or here["cores"], here["cache_bytes"] if cache_bytes is None else cache_bytes
         native_lanes = here["native_lanes"] if native_lanes is None else native_lanes
+        registers = here["registers"] if registers is None else registers
     unroll_values = tuple(unroll_values or UNROLL_VALUES[kind])
     if n_fetch is None:
         n_fetch = fetched_inputs(kind, alpha)
@@ -175,7 +176,7 @@ def estimate_trials(kind: Kind, alpha: LoopNest, beta: LoopNest, *, samples: int
         beta_nest, cfg = align_loops(beta, cfg, alpha) or (beta, cfg)  # as the tuner sees β (another rank)
         space = ReuseSpace(kind, alpha, beta_nest, cfg, max_threads=max_threads, max_shared_bytes=max_shared_bytes,
                            vector_lanes=vector_lanes, ranges=ranges or default_ranges(kind), cores=cores or 1,
-                           cache_bytes=cache_bytes or 0, native_lanes=native_lanes or 0)
+                           cache_bytes=cache_bytes or 0, native_lanes=native_lanes or 0, registers=registers or 0)
         counts.append(count_trials(space, unroll_values=unroll_values, fetch_lanes=fetch_lanes, n_fetch=n_fetch,
                                    beta_unroll=rng.randrange(len(unroll_values)), strategy=strategy,
                                    top_k=top_k, continue_rate=continue_rate,
@@ -245,7 +246,7 @@ def _worker() -> None:
 def trials_for_config(kind: Kind, alpha: LoopNest, beta: LoopNest, beta_cfg: TileConfig, **kw) -> float:
     """The enumeration's count for a *known* β program (what :func:`estimate_trials` averages)."""
     limits = target_limits(kind)
-    names = ("max_threads", "max_shared_bytes", "vector_lanes", "cores", "cache_bytes", "native_lanes")
+    names = ("max_threads", "max_shared_bytes", "vector_lanes", "cores", "cache_bytes", "native_lanes", "registers")
     limits.update({k: kw.pop(k) for k in names if k in kw})
     space = ReuseSpace(kind, alpha, beta, beta_cfg, ranges=kw.pop("ranges", None) or default_ranges(kind), **limits)
     n_fetch = kw.pop("n_fetch", fetched_inputs(kind, alpha))

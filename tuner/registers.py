@@ -150,7 +150,7 @@ def register_tiles(space: "ReuseSpace") -> TileConfig | None:
     now, lanes = tuple(f[-1] for f in kept.space), space.native_lanes
     if space.alpha.space[-1] >= lanes or vector_extent(space.alpha.space, now) * 2 > lanes:
         return None  # a row that fills a register (the vector lead's case), or β's vector fills half
-    inner = best_register_block(space.alpha, lanes, vector_registers())
+    inner = best_register_block(space.alpha, lanes, space.registers or vector_registers())
     if inner is None or inner == now:
         return None
     if register_cost(space.alpha, inner, lanes) >= register_cost(space.alpha, now, lanes):

@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Literal, Sequence
 
 from .cost_model import bshape_cost, tshape_cost
 from .features import Kind, LoopNest, TileConfig, cached_property
-from .host import cpu_cache_bytes, num_threads, vector_bits
+from .host import cpu_cache_bytes, num_threads, vector_bits, vector_registers
 from .panel import panel_configs
+from .registers import accumulators
 from .tiling import (MAX_INNERMOST, achievable_products, divisors, factorizations, largest_divisor_at_most,
                      log_distance, split_inner, split_vector)
 
@@ -70,7 +71,7 @@ def target_limits(kind: Kind, target: "Target | None" = None) -> dict[str, int]:
     CUDA: threads per block and shared memory per block. CPU: the cores (``num-cores``, else what
     the tuner's target gets, :func:`~tuner.host.num_threads`), one core's private cache:
     ``ETO_CPU_CACHE_BYTES`` if set (0: the paper's BShape cost), else this machine's L2 (sysfs),
-    and the fp32 lanes of its widest vector register (RPC workers are of the same kind).
+    the fp32 lanes of its widest vector register and how many it has (RPC workers are of the same kind).
     """
     attrs = target.attrs if target is not None else {}
     if kind == "cuda":
@@ -85,7 +86,8 @@ def target_limits(kind: Kind, target: "Target | None" = None) -> dict[str, int]:
             raise ValueError(f"{CACHE_ENV}={env!r}: expected a size in bytes (0: the paper's BShape cost)") from None
     else:
         cache = cpu_cache_bytes(2) or DEFAULT_CACHE_BYTES
-    return {"cores": cores, "cache_bytes": max(cache, 0), "native_lanes": vector_bits() // 32}
+    return {"cores": cores, "cache_bytes": max(cache, 0), "native_lanes": vector_bits() // 32,
+            "registers": vector_registers()}
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,8 @@ class ReuseSpace:
     cache_bytes: int = 0
     #: CPU: fp32 lanes of the target's widest vector register, for :func:`tuner.leads.vector_tiles` (0: none)
     native_lanes: int = 0
+    #: CPU: vector registers, the bound on a candidate's register block (:meth:`in_registers`; 0: none)
+    registers: int = 0
 
     @property
     def r1(self) -> float:
@@ -291,7 +295,31 @@ class ReuseSpace:
         return _inner_factors(self.beta_cfg)
 
     def valid(self, cfg: TileConfig) -> bool:
-        return self._fits(cfg.threads_per_block, cfg.block_bytes(self.alpha))
+        return self._fits(cfg.threads_per_block, cfg.block_bytes(self.alpha)) and self.in_registers(cfg)
+
+    def in_registers(self, cfg: TileConfig) -> bool:
+        """CPU: whether ``cfg``'s register block keeps at most as many vector accumulators
+        (:func:`~tuner.registers.accumulators`) as the target has vector registers, or as β's kept
+        tiles keep where those hold more (β's backend run chose them). O(loops).
+
+        A larger block spills every step and LLVM takes seconds to build it. On BERT-Base's
+        feed-forward matmuls (set benchmark, N = 100, seed 2, a 32-register AVX-512 CPU) the tiles of
+        β's runner-up (:func:`eto.leads.runner_ups`: 32 rows of two vectors, 64 accumulators, 1.11x
+        slower than β's best on β) led three reuses: they built in 3.8 s against 0.06 s for the
+        median candidate and ran 12-15x slower than their operator's best. MetaSchedule's best
+        programs in four databases held 1-32 (experiments/README.md, "candidate_costs.py")."""
+        if self.kind != "cpu" or self.registers <= 0:
+            return True
+        return accumulators(self.alpha.space, [f[-1] for f in cfg.space], self._lanes) <= self._register_cap
+
+    @cached_property
+    def _lanes(self) -> int:
+        return self.native_lanes or self.vector_lanes
+
+    @cached_property
+    def _register_cap(self) -> int:
+        kept = self.kept_tiles()
+        return max(self.registers, accumulators(self.alpha.space, [f[-1] for f in kept.space], self._lanes))
 
     def _fits(self, threads_per_block: int, staged_bytes: int) -> bool:
         """The target's limits: on CUDA threads per block and shared memory; none on CPU."""

@@ -74,3 +74,29 @@ def test_the_same_block_vector_lead_reshapes_the_register_block():
     # no other loop holds a register tile: nothing to reshape
     flat = TileConfig("cpu", ((1, 1, 1, 1), (24, 1, 1, 1), (7, 2, 1, 1), (1, 2, 1, 7)), ((3, 48),))
     assert vector_tiles(space(14, beta_cfg=flat), same_block=True) is None and vector_tiles(space(14, beta_cfg=flat))
+
+
+
+# BERT-Base's 768x768 matmul as MetaSchedule tuned it (set benchmark N = 100, seed 2): the best
+# program keeps 32 rows of one vector (12 columns), 32 accumulators on a 32-register AVX-512 CPU;
+# its runner-up (1.11x slower) 32 rows of two 16-lane vectors, 64
+BERT = LoopNest((1, 128, 768), (768,), ())
+BERT_BEST = TileConfig("cpu", ((1, 1, 1, 1), (1, 4, 1, 32), (8, 8, 1, 12)), ((768, 1),))
+BERT_RUNNER_UP = TileConfig("cpu", ((1, 1, 1, 1), (1, 4, 1, 32), (12, 1, 2, 32)), ((128, 6),))
+
+
+def test_a_register_block_that_spills_is_not_a_candidate():
+    """The runner-up's tiles kept on the feed-forward matmul (3072 columns) hold 64 accumulators,
+    twice the registers: as a lead there they built in 3.8 s and ran 12-15x slower than the
+    operator's best, so with the registers known they are not admissible. β's own block stays
+    admissible whatever its size (its backend run chose it), and only CPU targets are bounded."""
+    ff = LoopNest((1, 128, 3072), (768,), ())
+    space = ReuseSpace("cpu", ff, BERT, BERT_BEST, ranges="cpu", native_lanes=16, registers=32)
+    runner_up = dataclasses.replace(space, beta_cfg=BERT_RUNNER_UP).kept_tiles()
+    assert [f[-1] for f in runner_up.space] == [1, 32, 32] and [f[-1] for f in space.kept_tiles().space] == [1, 32, 12]
+    assert space.in_registers(space.kept_tiles()) and not space.in_registers(runner_up)
+    assert not space.valid(runner_up) and dataclasses.replace(space, registers=0).valid(runner_up)
+    assert dataclasses.replace(space, kind="cuda").in_registers(runner_up)
+    own = dataclasses.replace(space, beta_cfg=BERT_RUNNER_UP)  # β's own 64: kept, and the bound for α
+    assert own.kept_lead() == runner_up and own.in_registers(runner_up)
+    assert not own.in_registers(TileConfig("cpu", ((1, 1, 1, 1), (1, 2, 1, 64), (96, 1, 1, 32)), ((128, 6),)))
