@@ -33,7 +33,7 @@ from _env import environment  # noqa: E402
 
 def accumulators(cfg, nest, lanes: int) -> int:
     """Vector accumulators of ``cfg``'s register block (its innermost space tiles) on ``nest``."""
-    from tuner.registers import accumulators as block_accumulators
+    from tuner.tiling import accumulators as block_accumulators
 
     return block_accumulators(nest.space, tuple(f[-1] for f in cfg.space), lanes)
 

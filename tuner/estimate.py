@@ -157,8 +157,9 @@ def estimate_trials(kind: Kind, alpha: LoopNest, beta: LoopNest, *, samples: int
     ``n_fetch`` is the number of cooperatively fetched inputs (GPU; default: all of α's inputs),
     zero on CPU where MetaSchedule's tiling has no cooperative fetch. ``top_k``: the reuse tuner
     measures a ranked few per round (a trained ranker); None: every candidate (the paper's count).
-    ``cores``, ``cache_bytes``, ``native_lanes`` and ``registers`` (CPU): as :func:`~tuner.space.target_limits` gives the tuner;
-    None: this machine's, as for a target without ``num-cores``. ``stages``: α's sibling
+    ``cores``, ``cache_bytes``, ``native_lanes`` and ``registers`` (CPU): as
+    :func:`~tuner.space.target_limits` gives the tuner; None: this machine's, as for a target without
+    ``num-cores``. ``stages``: α's sibling
     write-stage sketches (default :data:`WRITE_STAGE_SIBLINGS` of ``kind``).
     """
     rng = random.Random(seed)

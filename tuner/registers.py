@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from .features import LoopNest, TileConfig
 from .host import vector_registers
-from .tiling import MAX_INNERMOST, divisors
+from .tiling import MAX_INNERMOST, accumulators, divisors, vector_extent
 
 if TYPE_CHECKING:  # pragma: no cover
     from .space import ReuseSpace
@@ -51,27 +51,6 @@ OPERAND_REGISTERS = 4
 #: loaded and stored once per sweep. X's lead ran 600 us with 16 steps, 428 us with 32 (MetaSchedule's
 #: program 381-395 us, its chunk 32), both fully unrolled.
 MIN_STEPS = 32
-
-
-def vector_extent(space: Sequence[int], inner: Sequence[int]) -> int:
-    """The fused vector MetaSchedule makes of a register block ``inner`` over loops of extents
-    ``space``: the innermost tiles, from the last loop outwards, while each inner one covers its
-    whole loop and the product stays within MAX_INNERMOST. O(loops)."""
-    v = 1
-    for d in reversed(range(len(space))):
-        if v * inner[d] > MAX_INNERMOST:
-            break
-        v *= inner[d]
-        if inner[d] != space[d]:
-            break
-    return max(v, 1)
-
-
-def accumulators(space: Sequence[int], inner: Sequence[int], lanes: int) -> int:
-    """Vector registers the register block ``inner`` over loops of extents ``space`` keeps as
-    accumulators: its rows (all but the fused vector) times the vectors of one row. O(loops)."""
-    v = vector_extent(space, inner)
-    return math.prod(inner) // v * math.ceil(v / lanes)
 
 
 def register_cost(nest: LoopNest, inner: Sequence[int], lanes: int) -> float:

@@ -125,7 +125,8 @@ class _Session:
             if winner is not None:  # the best-so-far curve onto the full scale; it ends at the winner, now
                 best, self.remeasured = winner, min(self.finalists, len(self.seen))
                 self.seen = [c for c in self.seen if math.isfinite(c.latency)]
-                self.trajectory = [replace(p, best_s=p.best_s * f) for p in self.trajectory]
+                # (every point's best times f is at least the winner's; max() keeps rounding from saying less)
+                self.trajectory = [replace(p, best_s=max(p.best_s * f, best.latency)) for p in self.trajectory]
                 self.trajectory[-1] = TrajectoryPoint(time.perf_counter() - self.start, self.trials, best.latency)
         found = best is not None and math.isfinite(best.latency)
         self.seen.sort(key=lambda c: c.latency)

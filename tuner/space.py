@@ -31,9 +31,9 @@ from .cost_model import bshape_cost, tshape_cost
 from .features import Kind, LoopNest, TileConfig, cached_property
 from .host import cpu_cache_bytes, num_threads, vector_bits, vector_registers
 from .panel import panel_configs
-from .registers import accumulators
-from .tiling import (MAX_INNERMOST, achievable_products, divisors, factorizations, largest_divisor_at_most,
-                     log_distance, split_inner, split_vector)
+from .tiling import (MAX_INNERMOST, accumulators, achievable_products, divisors, factorizations,
+                     largest_divisor_at_most, log_distance, lshapes, reduction_options, reduction_tiles,
+                     split_inner, split_vector)
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
@@ -298,28 +298,22 @@ class ReuseSpace:
         return self._fits(cfg.threads_per_block, cfg.block_bytes(self.alpha)) and self.in_registers(cfg)
 
     def in_registers(self, cfg: TileConfig) -> bool:
-        """CPU: whether ``cfg``'s register block keeps at most as many vector accumulators
-        (:func:`~tuner.registers.accumulators`) as the target has vector registers, or as β's kept
-        tiles keep where those hold more (β's backend run chose them). O(loops).
-
-        A larger block spills every step and LLVM takes seconds to build it. On BERT-Base's
-        feed-forward matmuls (set benchmark, N = 100, seed 2, a 32-register AVX-512 CPU) the tiles of
-        β's runner-up (:func:`eto.leads.runner_ups`: 32 rows of two vectors, 64 accumulators, 1.11x
-        slower than β's best on β) led three reuses: they built in 3.8 s against 0.06 s for the
-        median candidate and ran 12-15x slower than their operator's best. MetaSchedule's best
-        programs in four databases held 1-32 (experiments/README.md, "candidate_costs.py")."""
+        """CPU: whether ``cfg``'s register block keeps no more vector accumulators
+        (:func:`~tuner.tiling.accumulators`) than the target has vector registers, or than β's kept block
+        where that holds more (β's run chose it). A larger one spills every step and takes LLVM
+        seconds to build: BERT-Base's root's runner-up tiles (64 accumulators) on its feed-forward
+        matmuls built in 3.8 s and ran 12-15x slower than the best (README, "Register blocks bounded
+        by the registers"). O(loops)."""
         if self.kind != "cpu" or self.registers <= 0:
             return True
-        return accumulators(self.alpha.space, [f[-1] for f in cfg.space], self._lanes) <= self._register_cap
+        lanes, cap = self._register_bound
+        return accumulators(self.alpha.space, [f[-1] for f in cfg.space], lanes) <= cap
 
     @cached_property
-    def _lanes(self) -> int:
-        return self.native_lanes or self.vector_lanes
-
-    @cached_property
-    def _register_cap(self) -> int:
-        kept = self.kept_tiles()
-        return max(self.registers, accumulators(self.alpha.space, [f[-1] for f in kept.space], self._lanes))
+    def _register_bound(self) -> tuple[int, int]:
+        lanes = self.native_lanes or self.vector_lanes
+        kept = accumulators(self.alpha.space, [f[-1] for f in self.kept_tiles().space], lanes)
+        return lanes, max(self.registers, kept)
 
     def _fits(self, threads_per_block: int, staged_bytes: int) -> bool:
         """The target's limits: on CUDA threads per block and shared memory; none on CPU."""
@@ -407,7 +401,7 @@ class ReuseSpace:
         best_m = max(best.M(self.alpha), 1)
         B, bshape, threads = best.B, best.bshape, best.threads_per_block
         options = []
-        for ls, chunk in _reduction_options(self.kind, self.alpha.reduction, self._beta_inner[1]):
+        for ls, chunk in reduction_options(self.kind, self.alpha.reduction, self._beta_inner[1]):
             staged = self.alpha.staged_bytes(bshape + chunk)
             m = B * staged
             if ls != best.lshape and lo <= m <= hi and self._fits(threads, staged):
@@ -457,7 +451,7 @@ def _tile_config(kind: Kind, space: tuple[int, ...], reduction: tuple[int, ...],
         else:
             outer, inner = split_inner(bs // t, like)
         tiles.append((e // bs, 1, t, outer, inner) if kind == "cuda" else (e // bs, t, outer, inner))
-    red = _reduction_tiles(kind, reduction, lshape, inner_r)
+    red = reduction_tiles(kind, reduction, lshape, inner_r)
     return TileConfig(kind, tuple(tiles), red)
 
 
@@ -474,16 +468,6 @@ def _best_tshape(kind: Kind, alpha: LoopNest, t: int, bshape: tuple[int, ...], l
     return best
 
 
-@lru_cache(maxsize=1 << 12)
-def _lshapes(reduction: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
-    """LShapes with at most one non-unit reduction loop (the paper's simplification), sorted."""
-    n = len(reduction)
-    out = {tuple(1 for _ in range(n))}
-    for r, ext in enumerate(reduction):
-        out.update(tuple(f if i == r else 1 for i in range(n)) for f in divisors(ext))
-    return tuple(sorted(out))
-
-
 def _block_bytes(alpha: LoopNest, bshape: tuple[int, ...], lshape: tuple[int, ...]) -> int:
     return alpha.staged_bytes(bshape + tuple(e // l for e, l in zip(alpha.reduction, lshape)))
 
@@ -493,36 +477,10 @@ def _lshapes_by_bytes(alpha: LoopNest, bshape: tuple[int, ...]) -> tuple[tuple[i
     """The distinct bytes one block stages per fetch over all LShapes (sorted), and for each the
     LShape GetLShape prefers among those staging it: the largest loop, then the first (as sorted)."""
     best: dict[int, tuple[int, int, tuple[int, ...]]] = {}
-    for pos, ls in enumerate(_lshapes(alpha.reduction)):
+    for pos, ls in enumerate(lshapes(alpha.reduction)):
         key = (-max(ls), pos, ls)
         size = _block_bytes(alpha, bshape, ls)
         if size not in best or key < best[size]:
             best[size] = key
     sizes = tuple(sorted(best))
     return sizes, tuple(best[s] for s in sizes)
-
-
-@lru_cache(maxsize=1 << 12)
-def _reduction_options(kind: Kind, reduction: tuple[int, ...], inner_r: tuple[int, ...]) -> tuple:
-    """Every LShape (sorted) with the reduction chunk of one fetch it gives (round M's options)."""
-    return tuple((ls, tuple(math.prod(f[1:]) for f in _reduction_tiles(kind, reduction, ls, inner_r)))
-                 for ls in _lshapes(reduction))
-
-
-@lru_cache(maxsize=1 << 16)
-def _reduction_tiles(kind: Kind, reduction: tuple[int, ...], lshape: tuple[int, ...],
-                     inner_r: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
-    """Reduction tile factors for an LShape; inner splits follow β's innermost factors."""
-    red = []
-    for r, (e, l) in enumerate(zip(reduction, lshape)):
-        outer, inner = split_inner(e // l, inner_r[r] if r < len(inner_r) else 1)
-        if kind == "cuda":
-            red.append((l, outer, inner))
-            continue
-        c = outer * inner  # CPU reduction has two levels: (R0, R1); R1 must respect the bound
-        if c > MAX_INNERMOST:
-            d = largest_divisor_at_most(c, MAX_INNERMOST)
-            l, c = l * (c // d), d
-        red.append((l, c))
-    return tuple(red)
-

@@ -1,4 +1,5 @@
-"""Integer tiling helpers: divisors and perfect tilings of loop extents.
+"""Integer tiling helpers: divisors and perfect tilings of loop extents, LShapes and reduction
+tiles, and the vector accumulators a register block keeps.
 
 MetaSchedule's ``SamplePerfectTile`` splits a loop of extent E into factors whose product is E,
 the innermost at most :data:`MAX_INNERMOST`. The reuse search (:mod:`tuner.space`), the trial
@@ -100,3 +101,59 @@ def random_tiling(extent: int, levels: int, rng: random.Random) -> tuple[int, ..
         out.append(rest)
         if out[-1] <= MAX_INNERMOST:
             return tuple(out)
+
+
+def vector_extent(space: Sequence[int], inner: Sequence[int]) -> int:
+    """The fused vector MetaSchedule makes of a register block ``inner`` over loops of extents
+    ``space``: the innermost tiles, from the last loop outwards, while each inner one covers its
+    whole loop and the product stays within MAX_INNERMOST. O(loops)."""
+    v = 1
+    for d in reversed(range(len(space))):
+        if v * inner[d] > MAX_INNERMOST:
+            break
+        v *= inner[d]
+        if inner[d] != space[d]:
+            break
+    return max(v, 1)
+
+
+def accumulators(space: Sequence[int], inner: Sequence[int], lanes: int) -> int:
+    """Vector registers the register block ``inner`` over loops of extents ``space`` keeps as
+    accumulators: its rows (all but the fused vector) times the vectors of one row. O(loops)."""
+    v = vector_extent(space, inner)
+    return math.prod(inner) // v * math.ceil(v / lanes)
+
+
+@lru_cache(maxsize=1 << 12)
+def lshapes(reduction: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """LShapes with at most one non-unit reduction loop (the paper's simplification), sorted."""
+    n = len(reduction)
+    out = {tuple(1 for _ in range(n))}
+    for r, ext in enumerate(reduction):
+        out.update(tuple(f if i == r else 1 for i in range(n)) for f in divisors(ext))
+    return tuple(sorted(out))
+
+
+@lru_cache(maxsize=1 << 12)
+def reduction_options(kind: str, reduction: tuple[int, ...], inner_r: tuple[int, ...]) -> tuple:
+    """Every LShape (sorted) with the reduction chunk of one fetch it gives (round M's options)."""
+    return tuple((ls, tuple(math.prod(f[1:]) for f in reduction_tiles(kind, reduction, ls, inner_r)))
+                 for ls in lshapes(reduction))
+
+
+@lru_cache(maxsize=1 << 16)
+def reduction_tiles(kind: str, reduction: tuple[int, ...], lshape: tuple[int, ...],
+                     inner_r: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """Reduction tile factors for an LShape; inner splits follow β's innermost factors."""
+    red = []
+    for r, (e, l) in enumerate(zip(reduction, lshape)):
+        outer, inner = split_inner(e // l, inner_r[r] if r < len(inner_r) else 1)
+        if kind == "cuda":
+            red.append((l, outer, inner))
+            continue
+        c = outer * inner  # CPU reduction has two levels: (R0, R1); R1 must respect the bound
+        if c > MAX_INNERMOST:
+            d = largest_divisor_at_most(c, MAX_INNERMOST)
+            l, c = l * (c // d), d
+        red.append((l, c))
+    return tuple(red)

@@ -9,7 +9,8 @@ import pytest
 from eto.operators import Operator
 from eto.target import cpu_target
 from tuner.features import TileConfig
-from tuner.registers import best_register_block, covering_unroll, long_chunk, register_cost, register_tiles, vector_extent
+from tuner.registers import best_register_block, covering_unroll, long_chunk, register_cost, register_tiles
+from tuner.tiling import vector_extent
 from tuner.tiling import divisors
 
 tvm = pytest.importorskip("tvm")
