@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from .features import LoopNest, TileConfig
 from .host import vector_registers
-from .tiling import MAX_INNERMOST, accumulators, divisors, vector_extent
+from .tiling import accumulators, divisors, vector_extent
 
 if TYPE_CHECKING:  # pragma: no cover
     from .space import ReuseSpace
