@@ -10,6 +10,10 @@ operators the database has attempted are never tuned again.
 An operator whose parent has no program, or whose parent's sketch turns out not to be in its
 design space, falls back to the backend (the reason is kept with the result).
 
+A model's functions outside the catalogue (TASK operators, :mod:`eto.operators.task`: softmax,
+norms, element-wise) stay out of the plan: the backend tunes them after it, ``function_trials``
+each (default :data:`FUNCTION_TRIALS`, at most ``trials``).
+
 Kinds with several sketches (section 6.1) cost the full budget until one of them is tuned: when
 the plan names such operators (``replan_after``), they are tuned first and the set is planned
 again, now with estimated reuse costs.
@@ -46,6 +50,7 @@ from tuner.space import DEFAULT_STRATEGY
 
 from .database import PREDICTED, Database
 from .operators import Operator
+from .operators.task import FUNCTION_TRIALS
 from .opsets import OperatorEntry, OperatorSet
 from .leads import leads
 from .plan import (DISTANCE_WEIGHT, MAX_REDUCTION_RATIO, BridgeOption, CostModel, OperatorPlan, hot_operators,
@@ -144,6 +149,7 @@ def tune(
     method: Method = "eto",
     max_reduction_ratio: float | None = MAX_REDUCTION_RATIO,
     distance_weight: float = DISTANCE_WEIGHT,
+    function_trials: int | None = None,
 ) -> TuneReport:
     """Tune ``opset`` into ``database`` by reuse; return a report of every operator (bridges too).
 
@@ -155,11 +161,12 @@ def tune(
     time (:func:`tuner.ranked.resolve_top_k`; None: every candidate, as in the paper); ``finalists``: see
     :mod:`tuner.finalists` (0: every reuse candidate timed in full).
     ``max_reduction_ratio`` (None: no cap) and ``distance_weight``: see :func:`eto.plan.plan_operator_set`;
-    ``hot_share``/``hot_factor``, ``evolve_trials`` and ``method``: see the module doc. Given several
-    measurers (one per RPC device), independent subtrees of the plan are tuned concurrently (scale-out).
+    ``hot_share``/``hot_factor``, ``evolve_trials``, ``method``, ``function_trials``: see the module doc.
+    Given several measurers (one per RPC device), independent subtrees of the plan are tuned concurrently.
     """
     from tuner.cost_model import LearnedRanker
     from tuner.measure import MeasureConfig, Measurer
+    from tuner.topk import DEFAULT_K
 
     _check_options(trials=trials, evolve_trials=evolve_trials, hot_share=hot_share, hot_factor=hot_factor,
                    method=method, finalists=finalists)
@@ -177,8 +184,6 @@ def tune(
     wall_start = time.time()
     kill_point("plan.before")
     if method == "st":
-        from tuner.topk import DEFAULT_K
-
         planned = plan_selective(opset, budget=budget, k=DEFAULT_K, database=database, target=target)
     else:
         planned = plan_operator_set(opset, budget=budget, bridges=bridges, solver=solver, database=database,
@@ -192,13 +197,21 @@ def tune(
     try:
         planned, estimated = _tune_multi_sketch_kinds_first(planned, run, measurers[0])
         _tune_plan(planned, run, measurers)
+        _tune_functions(opset, run, measurers[0], min(trials, function_trials or FUNCTION_TRIALS))
     finally:
         if measurer is None:  # our own
             measurers[0].close()
     kill_point("tune.end")
-    return _report(opset, planned, run, wall_start,
-                   (estimated[0] + planned.plan.total_cost, estimated[1] + planned.total_candidates),
-                   time.perf_counter() - start)
+    return _report(opset, planned, run, wall_start, (estimated[0] + planned.plan.total_cost,
+                   estimated[1] + planned.total_candidates), time.perf_counter() - start)
+
+
+def _tune_functions(opset: OperatorSet, run: _Run, measurer: "Measurer", trials: int) -> None:
+    """The set's functions outside the catalogue (TASK operators, never planned): the backend, ``trials`` each."""
+    functions = opset.filter(lambda op: op.spec.backend_only)
+    if len(functions):
+        run.say(f"backend: {len(functions)} functions outside the catalogue, {trials} trials each")
+        tune_with_backend(functions, run.target, run.database, trials=trials, measurer=measurer, **run.backend_kw)
 
 
 def _check_options(*, trials: int, evolve_trials: int, hot_share: float | None, hot_factor: float,

@@ -344,10 +344,14 @@ def plan_selective(opset: OperatorSet, *, budget: int, k: int, database: "Databa
 
 
 def _nodes(opset: OperatorSet, tuned: set[Operator]) -> tuple[dict[str, Operator], list[LoopNestOp]]:
-    """The set's operators as OC-graph nodes, plus prior programs of the same kinds as free roots."""
+    """The set's operators as OC-graph nodes, plus prior programs of the same kinds as free roots.
+    A model's functions outside the catalogue (TASK) are not planned: nothing reuses them, and the
+    pipeline gives each its own backend budget."""
     names: dict[str, Operator] = {}
     nodes = []
     for e in opset:
+        if e.op.spec.backend_only:
+            continue
         name = e.op.name
         if name in names:  # same loop nest and window text but different input size
             name = f"{name}#{sum(n.startswith(e.op.name) for n in names) + 1}"

@@ -93,7 +93,7 @@ def test_fused_tasks_are_mapped_to_the_models_operators(files, cpu):
     from eto.models.tasks import NOTHING_TO_TUNE, model_tasks
 
     tasks = model_tasks(load_relax(files["tiny_cnn"]), cpu)
-    tuned = {t.name: t.op for t in tasks.tasks if t.op is not None}
+    tuned = {t.name: t.op for t in tasks.catalogue}
     # three convolutions: bias + ReLU, bias + residual + ReLU (twice: the residual is another input)
     assert sorted(op.fusion for op in tuned.values()) == ["matmul+add", "pad+conv2d+add+add+relu",
                                                           "pad+conv2d+add+add+relu+v2", "pad+conv2d+add+relu"]
@@ -101,11 +101,18 @@ def test_fused_tasks_are_mapped_to_the_models_operators(files, cpu):
     first = next(op for op in tuned.values() if op.fusion == "pad+conv2d+add+relu")
     assert first.anchor == Operator.create("C2D", N=1, CI=3, H=16, W=16, CO=16, KH=3, KW=3, padding=1)
     assert first.input_shapes[0] == (1, 3, 16, 16) and first.output_shape == (1, 16, 16, 16)
-    # the mean has a reduction but no operator type: named with the reason, not dropped
-    (mean,) = [t for t in tasks.left_alone if "mean" in t.name]
-    assert "matches no catalogue operator" in mean.reason
-    assert all(t.reason == NOTHING_TO_TUNE for t in tasks.left_alone if t is not mean)
-    assert len(tasks.opset) == 4 and sum(e.frequency for e in tasks.opset) == 4
+    # the mean has a reduction but no operator type, the reshapes none: each becomes a TASK operator
+    # of its own function (the backend tunes it), named with the reason, never dropped
+    (mean,) = [t for t in tasks.backend_only if "mean" in t.name]
+    assert "matches no catalogue operator" in mean.reason and not tasks.left_alone
+    assert all(t.reason == NOTHING_TO_TUNE for t in tasks.backend_only if t is not mean)
+    assert mean.op.type == "TASK" and mean.op.fusion == "mean" and mean.op.flops == 0
+    assert mean.op.prim_func().same_as(mean.mod["main"]) and mean.op.output_shape == (1, 16)
+    assert Operator.parse(mean.op.key) == mean.op and mean.op.key.startswith("TASK(size=16,hash=")
+    assert len({t.op.key for t in tasks.backend_only}) == len(tasks.backend_only)  # one key per function
+    catalogue = tasks.opset.filter(lambda op: not op.spec.backend_only)
+    assert len(catalogue) == 4 and sum(e.frequency for e in catalogue) == 4
+    assert len(tasks.opset) == 4 + len(tasks.backend_only)
     # a fused task's reference is its unscheduled function's output
     inputs = first.random_inputs(seed=1)
     x, w, b = inputs
@@ -121,7 +128,7 @@ def test_stride_is_told_apart_when_loop_nests_coincide(cpu):
 
     net = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, 2, 1, bias=False), torch.nn.Conv2d(8, 8, 3, 1, 1, bias=False))
     tasks = model_tasks(torch_to_relax(net, torch.randn(1, 8, 16, 16)), cpu)
-    strides = sorted(t.op.anchor["stride"] for t in tasks.tasks if t.op is not None)
+    strides = sorted(t.op.anchor["stride"] for t in tasks.catalogue)
     assert strides == [(1, 1), (2, 2)]
 
 
@@ -134,7 +141,7 @@ def test_bare_convolution_tasks_get_bridges(cpu):
     net = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, 1, 1, bias=False), torch.nn.Conv2d(16, 32, 3, 1, 1, bias=False),
                               torch.nn.Conv2d(32, 32, 1, 1, 0, bias=False))
     tasks = model_tasks(torch_to_relax(net, torch.randn(1, 8, 12, 12)), cpu)
-    ops = [t.op for t in tasks.tasks if t.op is not None]
+    ops = [t.op for t in tasks.catalogue]
     assert {op.fusion for op in ops} == {"pad+conv2d"}
     bridge = bridge_task(Operator.from_loop_nest("C2D", [1, 32, 12, 12, 32, 3, 3]), ops[0], cpu)
     assert bridge is not None and bridge.sketch_key() == ops[0].sketch_key()
@@ -155,7 +162,7 @@ def test_fused_tasks_get_bridges_rebuilt_with_their_epilogue(files, cpu):
     from eto.models import load_relax
     from eto.models.tasks import bridge_task, model_tasks
 
-    cnn = {t.op.fusion: t.op for t in model_tasks(load_relax(files["tiny_cnn"]), cpu).tasks if t.op is not None}
+    cnn = {t.op.fusion: t.op for t in model_tasks(load_relax(files["tiny_cnn"]), cpu).catalogue}
     member = cnn["pad+conv2d+add+add+relu"]  # conv + bias + residual + ReLU
     bridge = bridge_task(Operator.from_loop_nest("C2D", [1, 24, 10, 10, 16, 3, 3]), member, cpu)
     assert bridge is not None and bridge.fusion == member.fusion and bridge.sketch_key() == member.sketch_key()
@@ -169,7 +176,7 @@ def test_fused_tasks_get_bridges_rebuilt_with_their_epilogue(files, cpu):
                        cpu) is None
     # a matmul with its bias, the weight held K x N as the model holds it; M = N in the member, so the
     # layout is read from the anchor block's indices, not from the sizes
-    tr = {t.op.name: t.op for t in model_tasks(load_relax(files["tiny_transformer"]), cpu).tasks if t.op is not None}
+    tr = {t.op.name: t.op for t in model_tasks(load_relax(files["tiny_transformer"]), cpu).catalogue}
     member = tr["BMM[1,16,64,64]+matmul+add"]
     assert _shapes(member) == [(16, 64), (64, 64), (64,), (16, 64)]
     bridge = bridge_task(Operator.create("BMM", B=1, M=16, N=32, K=48), member, cpu)
@@ -193,7 +200,7 @@ def test_one_bridge_kind_serves_every_epilogue_of_an_anchor(files, cpu):
     from eto.models.tasks import model_tasks
     from eto.plan import BridgeCatalogue
 
-    ops = [t.op for t in model_tasks(load_relax(files["tiny_transformer"]), cpu).tasks if t.op is not None]
+    ops = [t.op for t in model_tasks(load_relax(files["tiny_transformer"]), cpu).catalogue]
     assert {op.fusion for op in ops} == {"matmul", "matmul+add"} and len({op.sketch_key() for op in ops}) == 1
     catalogue = BridgeCatalogue.of(ops)
     assert [op.fusion for op in catalogue.members[("BMM", ops[0].sketch_key())]][0] == "matmul+add"
@@ -221,7 +228,7 @@ def test_batch_norms_are_folded_into_convolutions(cpu):
     x = torch.randn(1, 4, 10, 10)
     model = torch_to_relax(net, x)
     tasks = model_tasks(model, cpu)
-    assert [t.op.fusion for t in tasks.tasks if t.op is not None] == ["pad+conv2d+add+relu"]
+    assert [t.op.fusion for t in tasks.catalogue] == ["pad+conv2d+add+relu"]
     assert not [t for t in tasks.tasks if "batch_norm" in t.name]
     built = build_model(model, None, cpu, tasks=tasks)
     with torch.no_grad():
@@ -256,8 +263,12 @@ def test_tune_build_and_run_a_model_matches_pytorch(name, files, tuned, cpu, cap
     assert code == 0, err
     assert (tmp_path / "model.so").stat().st_size > 0
     assert f"{len(tuned)} of {len(tuned)} tunable tasks run programs" in err and "100.0% of their FLOPs" in err
-    left = "softmax" if name == "tiny_transformer" else "mean"
-    assert any(left in line and "default schedule" in line for line in err.splitlines())
+    # the functions outside the catalogue (the softmax, the mean) were tuned by the backend, not left alone
+    other = "softmax" if name == "tiny_transformer" else "mean"
+    (task,) = [t for t in built.tasks.backend_only if other in t.name]
+    assert task in built.applied and "default schedule" not in err
+    row = next(r for r in report["operators"] if r["key"] == task.op.key)
+    assert row["method"] == "backend" and 0 < row["candidates"] <= 4
 
 
 @pytest.mark.slow
@@ -269,7 +280,7 @@ def test_a_task_without_a_program_builds_with_a_warning_and_correct_outputs(file
 
     path = files["tiny_cnn"]
     tasks = model_tasks(load_relax(path), cpu)
-    dense = next(t.op for t in tasks.tasks if t.op is not None and t.op.type == "DENSE")
+    dense = next(t.op for t in tasks.catalogue if t.op.type == "DENSE")
     # tune only the classifier: the convolutions keep TVM's default schedules
     code, _, err = run(capsys, "tune", "--op", dense.anchor.key, "--db", tmp_path / "db", "--trials", "2",
                        "--trials-per-iter", "2", "--search", "light", "--quiet")
@@ -277,8 +288,8 @@ def test_a_task_without_a_program_builds_with_a_warning_and_correct_outputs(file
     code, _, err = run(capsys, "build", "--model", path, "--db", tmp_path / "db", "-o", tmp_path / "m.so")
     assert code == 0, err
     warned = [line for line in err.splitlines() if "has no program in" in line]
-    assert len(warned) == 4 and any("fused_conv2d_add_relu" in line for line in warned)
-    assert "0 of 4 tunable tasks" in err  # the bare DENSE is not the fused task Relax compiles
+    assert len(warned) == len(tasks.tasks) and any("fused_conv2d_add_relu" in line for line in warned)
+    assert f"0 of {len(tasks.tasks)} tunable tasks" in err  # the bare DENSE is not the fused task Relax compiles
     built = build_model(load_relax(path), Database(tmp_path / "db"), cpu)
     assert built.applied_flops_share == 0.0
     inputs = model_inputs(built.tasks)

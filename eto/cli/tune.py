@@ -71,19 +71,18 @@ def _open_database(paths: Sequence[str]) -> "Database":
 
 
 def model_opset(path: str, dims: dict[str, int], target: "Target") -> OperatorSet:
-    """The fused tasks Relax compiles for the model (:mod:`eto.models.tasks`); those eto has no
-    operator type for are named on stderr: they keep TVM's default schedules."""
+    """The fused tasks Relax compiles for the model (:mod:`eto.models.tasks`); those without a
+    catalogue type (tuned by the backend as TASK operators) and those left alone are named on stderr."""
     from ..models import load_relax
-    from ..models.tasks import NOTHING_TO_TUNE, model_tasks
+    from ..models.tasks import model_tasks
 
     tasks = model_tasks(load_relax(path, dims=dims), target)
-    plain = [t.name for t in tasks.left_alone if t.reason == NOTHING_TO_TUNE]
     for t in tasks.left_alone:
-        if t.reason != NOTHING_TO_TUNE:
-            print(f"eto: {path}: not tuned: {t.weight} x {t.name} ({t.reason})", file=sys.stderr)
-    if plain:
-        print(f"eto: {path}: {len(plain)} element-wise/layout tasks keep TVM's default schedules: "
-              f"{', '.join(plain)}", file=sys.stderr)
+        print(f"eto: {path}: not tuned: {t.weight} x {t.name} ({t.reason})", file=sys.stderr)
+    functions = tasks.backend_only
+    if functions:
+        print(f"eto: {path}: {len(functions)} tasks without a catalogue type are tuned by the backend "
+              f"(--function-trials each): {', '.join(t.name for t in functions)}", file=sys.stderr)
     return tasks.opset
 
 
@@ -104,7 +103,8 @@ def _tune(args: argparse.Namespace) -> int:
     devices = _rpc_devices(args)
     reuse_options = {} if args.method == "ansor" else dict(
         top_k=top_k_of(args), max_reduction_ratio=max_reduction_ratio_of(args),
-        distance_weight=distance_weight_of(args), finalists=finalists_of(args))
+        distance_weight=distance_weight_of(args), finalists=finalists_of(args),
+        function_trials=function_trials_of(args))
     paths = args.db or [DEFAULT_DB]
     db = _open_database(paths)
     check_target(db, target, fatal=False)  # its programs are neither sources nor skipped
@@ -164,6 +164,12 @@ def finalists_of(args: argparse.Namespace) -> int:
     return args.finalists
 
 
+def function_trials_of(args: argparse.Namespace) -> int | None:
+    if args.function_trials is not None and args.function_trials < 1:
+        raise CLIError(f"--function-trials must be positive, got {args.function_trials}")
+    return args.function_trials
+
+
 def _rpc_devices(args: argparse.Namespace) -> "tuple[str, int, str, int] | None":
     """``--rpc HOST:PORT --rpc-key KEY --devices N``: (host, port, key, N) of the tracker's devices, checked
     (None: measure locally)."""
@@ -189,7 +195,7 @@ def _report_table(report: "TuneReport") -> str:
     rows = [(r.op, r.frequency, r.status, r.method, r.source or "-", r.candidates, est(r.estimated_candidates, 0),
              round(r.seconds, 1), est(r.estimated_seconds, 1),
              "-" if r.latency_s is None else round(r.latency_s * 1e6, 2),
-             "-" if r.gflops is None else round(r.gflops, 1)) for r in report.rows]
+             "-" if not r.gflops else round(r.gflops, 1)) for r in report.rows]
     lines = [format_table(("operator", "freq", "status", "method", "source", "trials", "est", "seconds", "est s",
                            "latency_us", "GFLOP/s"), rows, align="lrlllrrrrrr")]
     w = report.weighted_latency_s
@@ -213,6 +219,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "each reuse by TopK: the parent's top 3 programs applied, no search), st (Selective "
                         "Tuning: clusters by tuning-space overlap, one backend root each, the rest by TopK)")
     p.add_argument("--trials", type=int, default=64, help="measured candidates per backend-tuned operator")
+    from ..operators.task import FUNCTION_TRIALS
+
+    p.add_argument("--function-trials", type=int, default=None, metavar="N",
+                   help=f"eto: backend trials for each of a model's functions outside the catalogue (softmax, norms, "
+                        f"element-wise; default {FUNCTION_TRIALS}, at most --trials); --method ansor gives them --trials")
     p.add_argument("--plan-budget", type=int, default=None,
                    help="backend cost per operator when planning (default: --trials) (eto)")
     p.add_argument("--bridges", default="1hop", choices=["none", "1hop", "all"], help="bridge operators (eto)")

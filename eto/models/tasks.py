@@ -16,9 +16,11 @@ extents (unit loops ignored) to one of the catalogue operators the frontend walk
 fusion and PrimFunc (:meth:`~eto.operators.Operator.with_fusion`), weighted by how often the model
 calls it. The selector and the reuse tuner then work on it as on any operator (reuse also across
 epilogues: the tuner maps the write stage, :attr:`tuner.sketch.Sketch.family`); :func:`bridge_task` rebuilds a fused
-task at a bridge's loop nest, epilogue included. Tasks without a catalogue operator
-(pooling, softmax, normalisation, element-wise) are kept in :attr:`ModelTasks.left_alone` with
-the reason, never dropped: they get TVM's default schedules when the model is built.
+task at a bridge's loop nest, epilogue included. A task without a catalogue operator (pooling,
+softmax, normalisation, element-wise) becomes a TASK operator (:mod:`eto.operators.task`, the
+reason kept): the backend tunes its function, outside the plan (:attr:`ModelTasks.backend_only`).
+Only a task with symbolic shapes is left alone (:attr:`ModelTasks.left_alone`), never dropped: it
+gets TVM's default schedule when the model is built.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..operators import Operator
+from ..operators.task import model_function
 from ..opsets import OperatorSet
 from .extract import extract_from_relax
 from .load import RelaxModel
@@ -50,8 +53,8 @@ class ModelTask:
     name: str  # MetaSchedule's task name, e.g. fused_conv2d1_add_add1_relu
     weight: int  # calls per inference
     mod: "tvm.IRModule"
-    op: Operator | None  # the fused eto operator; None: left to TVM's default schedule
-    reason: str = ""  # why op is None
+    op: Operator | None  # the fused eto operator (TASK outside the catalogue); None: TVM's default schedule
+    reason: str = ""  # why it has no catalogue operator (a TASK) or none at all
 
     @property
     def flops(self) -> int:
@@ -71,13 +74,25 @@ class ModelTasks:
 
     @property
     def opset(self) -> OperatorSet:
-        """The tunable tasks as an operator set (frequency: calls per inference)."""
+        """The tunable tasks as an operator set (frequency: calls per inference), TASK operators
+        included (the plan leaves them to the backend)."""
         ops = [t.op for t in self.tasks for _ in range(t.weight) if t.op is not None]
         return OperatorSet.from_layers(self.name, ops, f"{self.name}: the fused tasks Relax compiles")
 
     @property
     def left_alone(self) -> list[ModelTask]:
+        """Tasks nothing tunes (symbolic shapes): they keep TVM's default schedules."""
         return [t for t in self.tasks if t.op is None]
+
+    @property
+    def catalogue(self) -> list[ModelTask]:
+        """Tasks with a catalogue operator: what the selector plans and the reuse tuner derives."""
+        return [t for t in self.tasks if t.op is not None and not t.op.spec.backend_only]
+
+    @property
+    def backend_only(self) -> list[ModelTask]:
+        """Tasks without a catalogue operator: the backend tunes their functions (TASK operators)."""
+        return [t for t in self.tasks if t.op is not None and t.op.spec.backend_only]
 
 
 def prepare(model: RelaxModel, target: "Target") -> tuple["tvm.IRModule", "tvm.IRModule", int]:
@@ -136,6 +151,10 @@ def model_tasks(model: RelaxModel, target: "Target") -> ModelTasks:
             if seen[(op, fusion)] > 1:  # one name, another function (e.g. a bias add vs a residual add)
                 fusion = f"{fusion}+v{seen[(op, fusion)]}"
             op = op.with_fusion(fusion, mod["main"])
+        elif _static(mod):  # no catalogue type: the backend tunes the function itself
+            op = model_function(mod["main"], re.sub(r"\d+(?=_|$)", "", t.task_name.removeprefix("fused_")))
+        else:
+            reason = f"{reason}; symbolic shapes (bind the model's dimensions first)"
         tasks.append(ModelTask(t.task_name, int(t.weight), mod, op, reason))
     return ModelTasks(model.name, tuple(tasks), bound, fused, num_inputs)
 
@@ -146,6 +165,11 @@ def _fusion(task_name: str, mod: "tvm.IRModule") -> str:
     function does not replay on an unpadded one)."""
     tokens = [re.sub(r"\d+$", "", t) for t in task_name.split("_") if t and t != "fused"]
     return "+".join([*(["pad"] if _pads(mod) else []), *(t for t in tokens if t)]) or "task"
+
+
+def _static(mod: "tvm.IRModule") -> bool:
+    """Whether every argument of the function has a constant shape (what a measurement needs)."""
+    return all(_int(d) is not None for p in mod["main"].params for d in getattr(p, "shape", ()))
 
 
 def _pads(mod: "tvm.IRModule") -> bool:

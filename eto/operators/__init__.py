@@ -1,4 +1,4 @@
-"""The operator catalogue: the paper's ten operator types plus DENSE.
+"""The operator catalogue: the paper's ten operator types plus DENSE, and TASK for a model's other functions.
 
 >>> from eto.operators import Operator
 >>> op = Operator.create("C2D", N=1, CI=512, H=28, W=28, CO=128, KH=1, KW=1)
@@ -15,7 +15,7 @@ from .base import (
     operator_type,
     operator_types,
 )
-from . import conv, matmul, norm, winograd  # noqa: F401  (registers the types)
+from . import conv, matmul, norm, task, winograd  # noqa: F401  (registers the types)
 from .winograd import transform_weight
 
 __all__ = [

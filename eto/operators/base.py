@@ -60,6 +60,9 @@ class OperatorType(ABC):
     structural: ClassVar[tuple[str, ...]] = ()
     #: Whether the program has several loop nests with individual structures (composite sketch).
     composite: ClassVar[bool] = False
+    #: A model's function outside the catalogue (:mod:`eto.operators.task`): tuned by the backend,
+    #: never planned, reused or bridged.
+    backend_only: ClassVar[bool] = False
 
     # -- parameters -----------------------------------------------------------------------
     def normalize(self, params: Mapping[str, Any]) -> dict[str, ParamValue]:

@@ -1,0 +1,79 @@
+"""TASK: a function of a model that no catalogue type describes (softmax, layer norm, GELU, a transpose).
+
+Relax compiles such functions beside a model's convolutions and matmuls, and untuned they run TVM's
+default schedules: one thread, scalar loops (a BERT-Base layer's softmax, layer norms and GELU take
+about a fifth of its time that way). eto has no loop-nest model for them, so it cannot reuse one's
+program for another; it tunes each with the backend (:func:`eto.pipeline.tune` keeps them out of
+the plan) and stores the result like any operator's, so ``eto build`` applies it.
+
+The operator is its function: ``hash`` is the PrimFunc's structural hash (what MetaSchedule's own
+database keys workloads by), ``size`` its output's element count (for display), and the fusion names
+the function's ops (``TASK(size=98304,hash=...)+softmax+broadcast_to``). It has no FLOPs: a model's
+tuned-FLOPs share counts its catalogue tasks, as before.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from .base import MAX_PARAM, Operator, OperatorType, Param, register
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tvm import tirx
+
+#: Backend trials per TASK operator by default. Such functions are memory-bound and their design
+#: spaces small (MetaSchedule finds one program for an element-wise function; a softmax or layer
+#: norm is within 1.2-1.6x of its 200-trial best after one batch of 64 and a few microseconds
+#: from it): a full budget on them would cost as much as the model's matmuls and buy little.
+FUNCTION_TRIALS = 64
+
+
+@register
+class ModelFunction(OperatorType):
+    name = "TASK"
+    description = "a model's function outside the catalogue (softmax, norms, element-wise): backend-tuned, never reused"
+    params = (Param("size", "output elements"), Param("hash", "structural hash of the function (31 bits)"))
+    space_names = ("i",)
+    reduction_names = ()
+    structural = ("hash",)  # in the display name: two functions of one size are told apart
+    backend_only = True
+
+    def loop_nest(self, p):
+        return (p["size"],), ()
+
+    def params_from_loop_nest(self, extents, structural):
+        raise ValueError("TASK: a model function is not built from a loop nest (no bridges)")
+
+    def flops(self, p):
+        return 0
+
+    def sketch_key(self, p, parallel_limit):
+        return f"TASK:{p['hash']}"  # its own kind: never a reuse source or target
+
+    def sketch_count(self, p, parallel_limit):
+        return 1
+
+    def input_shapes(self, p):
+        raise ValueError(_NO_PROGRAM)
+
+    def output_shape(self, p):
+        raise ValueError(_NO_PROGRAM)
+
+    def te(self, p, dtype):
+        raise ValueError(_NO_PROGRAM)
+
+    def reference(self, p, *inputs):
+        raise ValueError(_NO_PROGRAM)
+
+
+_NO_PROGRAM = "TASK: a model function's program comes from its model (eto tune --model), not from the catalogue"
+
+
+def model_function(func: "tirx.PrimFunc", fusion: str) -> Operator:
+    """The TASK operator of ``func`` (the function Relax compiles), named by ``fusion``."""
+    from tvm_ffi import structural_hash
+
+    size = max(1, math.prod(int(d) for d in func.params[-1].shape))
+    op = Operator.create("TASK", size=min(size, MAX_PARAM), hash=structural_hash(func) % MAX_PARAM + 1)
+    return op.with_fusion(fusion, func)
