@@ -191,12 +191,15 @@ def fit_time_model(results: Iterable[dict], kind: str) -> TimeModel:
 
 
 def _point(result: dict) -> Point | None:
-    """(candidates, GFLOPs, seconds) of one stored result; None if its operator cannot be read back."""
+    """(candidates, GFLOPs, seconds) of one stored result; None if its operator cannot be read back or
+    is never planned (a model's TASK function: its few short trials would make backend trials look cheap)."""
     from .operators import Operator
 
     try:
-        return (float(result.get("candidates") or 0), Operator.from_dict(result["op"]).flops / 1e9,
-                float(result.get("seconds") or 0))
+        op = Operator.from_dict(result["op"])
+        if op.spec.backend_only:
+            return None
+        return float(result.get("candidates") or 0), op.flops / 1e9, float(result.get("seconds") or 0)
     except (KeyError, TypeError, ValueError, OverflowError):
         return None
 

@@ -101,13 +101,16 @@ def run_model(name: str, trials: int, work: str, out_dir: str, *, rounds: int, s
 
 def plan_summary(report: dict) -> dict:
     """How eto tuned the model (roots, reuses, bridges) and how the plan's estimates held."""
-    rows = [r for r in report["operators"] if r["status"] == "tuned"]
+    rows = [r for r in report["operators"] if r["status"] == "tuned" and not r["key"].startswith("TASK(")]
+    functions = [r for r in report["operators"] if r["key"].startswith("TASK(")]  # outside the plan
     reused = [r for r in rows if r["method"] == "reuse" and r["estimated_seconds"]]
     ratio = [r["seconds"] / r["estimated_seconds"] for r in reused]
     cand = [r["candidates"] / r["estimated_candidates"] for r in reused if r["estimated_candidates"]]
     return {"eto_plan": {m: sum(r["method"] == m for r in rows) for m in sorted({r["method"] for r in rows})},
             "eto_bridges": sum(r["frequency"] == 0 for r in rows),
             "eto_candidates": report["candidates"],
+            "eto_functions": {"tasks": len(functions), "candidates": sum(r["candidates"] for r in functions),
+                              "seconds": round(sum(r["seconds"] for r in functions), 1)},
             "eto_estimated_seconds": round(report["estimated_seconds"] or 0.0, 1),
             "reuse_seconds_over_estimate_mean": round(sum(ratio) / len(ratio), 2) if ratio else None,
             "reuse_candidates_over_estimate_mean": round(sum(cand) / len(cand), 2) if cand else None}

@@ -117,4 +117,6 @@ def test_rpc_flags_are_checked_before_any_database_is_made(capsys, tmp_path):
     assert "HOST:PORT" in capsys.readouterr().err
     assert main(["tune", "--db", str(db), "--finalists", "-1"]) == 2
     assert "--finalists must be >= 0" in capsys.readouterr().err
+    assert main(["tune", "--db", str(db), "--function-trials", "0"]) == 2
+    assert "--function-trials must be positive" in capsys.readouterr().err
     assert not db.exists()  # bad flags leave no empty database behind

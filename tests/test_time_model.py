@@ -2,7 +2,7 @@
 
 import pytest
 
-from eto.time_model import DEFAULTS, MIN_FIT, Line, fit_line, learn_time_model
+from eto.time_model import DEFAULTS, MIN_FIT, Line, fit_line, fit_time_model, learn_time_model
 
 
 def test_fit_line_recovers_a_line_and_falls_back_on_little_data():
@@ -64,3 +64,17 @@ def test_time_model_learns_from_the_targets_results_only(tmp_path):
     other = parse_target('{"kind": "llvm", "mcpu": "skylake", "num-cores": 2}')
     assert learn_time_model(db, other, "cpu").reuse == DEFAULTS["cpu"][1]
     assert learn_time_model(db, other, "cpu").count_scale == 1.0
+
+
+def test_a_model_functions_results_do_not_teach_the_backend_rate():
+    """TASK results (a model's softmax or reshape: one to 64 short trials) are never planned, so
+    they must not make the plan's backend trials look cheap."""
+    def result(op, candidates, seconds):
+        return {"method": "backend", "op": op, "candidates": candidates, "seconds": seconds, "records": [{}]}
+
+    bmm = {"type": "BMM", "params": {"B": 1, "M": 64, "N": 64, "K": 64}}
+    task = {"type": "TASK", "params": {"size": 4096, "hash": 7}, "fusion": "softmax"}
+    fitted = fit_time_model([result(bmm, 100, 80.0), result(bmm, 200, 160.0)], "cpu")
+    with_tasks = fit_time_model([result(bmm, 100, 80.0), result(bmm, 200, 160.0)]
+                                + [result(task, 1, 0.3)] * 8 + [result(task, 64, 9.0)] * 2, "cpu")
+    assert with_tasks == fitted and fitted.backend != DEFAULTS["cpu"][0]
