@@ -12,7 +12,7 @@ design space, falls back to the backend (the reason is kept with the result).
 
 A model's functions outside the catalogue (TASK operators, :mod:`eto.operators.task`: softmax,
 norms, element-wise) stay out of the plan: the backend tunes them after it, ``function_trials``
-each (default :data:`FUNCTION_TRIALS`, at most ``trials``).
+each (default :data:`FUNCTION_TRIALS`, at most ``trials``; one for a design space of one program).
 
 Kinds with several sketches (section 6.1) cost the full budget until one of them is tuned: when
 the plan names such operators (``replan_after``), they are tuned first and the set is planned
@@ -207,11 +207,16 @@ def tune(
 
 
 def _tune_functions(opset: OperatorSet, run: _Run, measurer: "Measurer", trials: int) -> None:
-    """The set's functions outside the catalogue (TASK operators, never planned): the backend, ``trials`` each."""
-    functions = opset.filter(lambda op: op.spec.backend_only)
-    if len(functions):
-        run.say(f"backend: {len(functions)} functions outside the catalogue, {trials} trials each")
-        tune_with_backend(functions, run.target, run.database, trials=trials, measurer=measurer, **run.backend_kw)
+    """The set's functions outside the catalogue (TASK operators, never planned): the backend, ``trials``
+    each, one where the design space holds one program (:func:`tuner.backend.single_program`)."""
+    from tuner.backend import single_program
+
+    todo = opset.filter(lambda op: op.spec.backend_only and not run.database.attempted(op, run.target))
+    single = {e.op for e in todo if single_program(e.op.prim_func(), run.target)}
+    for group, n in ((todo.filter(lambda op: op not in single), trials), (todo.filter(lambda op: op in single), 1)):
+        if len(group):
+            run.say(f"backend: {len(group)} functions outside the catalogue, {n} trial{'s' * (n > 1)} each")
+            tune_with_backend(group, run.target, run.database, trials=n, measurer=measurer, **run.backend_kw)
 
 
 def _check_options(*, trials: int, evolve_trials: int, hot_share: float | None, hot_factor: float,

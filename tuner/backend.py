@@ -242,6 +242,20 @@ def light_search(seed_population: int = 64) -> "ms.search_strategy.SearchStrateg
     )
 
 
+def single_program(func: "PrimFunc", target: "Target") -> bool:
+    """Whether the backend's design space of ``func`` holds one program: one sketch whose trace
+    samples nothing. MetaSchedule's rules sample no unroll for a function without a reduction, so an
+    element-wise or layout function has one; its search measures that program, then spends empty
+    iterations (five, seconds each) looking for another. One trial is such a function's budget."""
+    from tvm.ir import IRModule
+
+    register_tensor_intrinsics(target)
+    ctx = ms.TuneContext(mod=IRModule({"main": func}), target=target, space_generator="post-order-apply",
+                         task_name="space", num_threads=1)
+    spaces = ctx.generate_design_space()
+    return len(spaces) == 1 and not len(spaces[0].trace.decisions)
+
+
 def tune_backend(
     tasks: Sequence[BackendTask],
     target: "Target",
