@@ -169,7 +169,7 @@ def tune(
     from tuner.topk import DEFAULT_K
 
     _check_options(trials=trials, evolve_trials=evolve_trials, hot_share=hot_share, hot_factor=hot_factor,
-                   method=method, finalists=finalists)
+                   method=method, finalists=finalists, function_trials=function_trials)
     target = parse_target(target)
     top_k = resolve_top_k(top_k, target)
     export_threads()
@@ -215,14 +215,17 @@ def _tune_functions(opset: OperatorSet, run: _Run, measurer: "Measurer", trials:
     single = {e.op for e in todo if single_program(e.op.prim_func(), run.target)}
     for group, n in ((todo.filter(lambda op: op not in single), trials), (todo.filter(lambda op: op in single), 1)):
         if len(group):
-            run.say(f"backend: {len(group)} functions outside the catalogue, {n} trial{'s' * (n > 1)} each")
+            run.say(f"backend: {len(group)} function{'s' * (len(group) > 1)} outside the catalogue, "
+                    f"{n} trial{'s' * (n > 1)} each")
             tune_with_backend(group, run.target, run.database, trials=n, measurer=measurer, **run.backend_kw)
 
 
 def _check_options(*, trials: int, evolve_trials: int, hot_share: float | None, hot_factor: float,
-                   method: str, finalists: int) -> None:
+                   method: str, finalists: int, function_trials: int | None = None) -> None:
     if trials < 1:
         raise ValueError(f"trials must be positive, got {trials}")
+    if function_trials is not None and function_trials < 1:
+        raise ValueError(f"function_trials must be positive, got {function_trials}")
     if finalists < 0:
         raise ValueError(f"finalists must be >= 0 (0: every reuse candidate timed in full), got {finalists}")
     if evolve_trials < 0:

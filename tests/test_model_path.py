@@ -90,7 +90,7 @@ def test_a_fused_operator_is_its_own_operator_and_reads_back():
 
 def test_fused_tasks_are_mapped_to_the_models_operators(files, cpu):
     from eto.models import load_relax
-    from eto.models.tasks import NOTHING_TO_TUNE, model_tasks
+    from eto.models.tasks import NO_REDUCTION, model_tasks
 
     tasks = model_tasks(load_relax(files["tiny_cnn"]), cpu)
     tuned = {t.name: t.op for t in tasks.catalogue}
@@ -105,7 +105,7 @@ def test_fused_tasks_are_mapped_to_the_models_operators(files, cpu):
     # of its own function (the backend tunes it), named with the reason, never dropped
     (mean,) = [t for t in tasks.backend_only if "mean" in t.name]
     assert "matches no catalogue operator" in mean.reason and not tasks.left_alone
-    assert all(t.reason == NOTHING_TO_TUNE for t in tasks.backend_only if t is not mean)
+    assert all(t.reason == NO_REDUCTION for t in tasks.backend_only if t is not mean)
     assert mean.op.type == "TASK" and mean.op.fusion == "mean" and mean.op.flops == 0
     assert mean.op.prim_func().same_as(mean.mod["main"]) and mean.op.output_shape == (1, 16)
     assert Operator.parse(mean.op.key) == mean.op and mean.op.key.startswith("TASK(size=16,hash=")

@@ -66,7 +66,7 @@ def test_a_model_function_has_no_catalogue_program():
     with pytest.raises(ValueError, match="comes from its model"):
         op.anchor.prim_func()
     with pytest.raises(ValueError, match="not built from a loop nest"):
-        Operator.from_loop_nest("TASK", [64])
+        Operator.from_loop_nest("TASK", [64], hash=12345)
 
 
 @pytest.mark.parametrize("type_,params,extents", CASES, ids=lambda v: v if isinstance(v, str) else None)

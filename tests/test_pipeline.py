@@ -130,6 +130,8 @@ def test_prior_database_operators_are_free_reuse_sources(tmp_path):
     assert remeasured == {new.key: 3, full.key: 0}
     with pytest.raises(ValueError, match="finalists must be >= 0"):
         tune(OperatorSet.from_layers("bad", [full]), target, db, trials=8, finalists=-1)
+    with pytest.raises(ValueError, match="function_trials must be positive"):
+        tune(OperatorSet.from_layers("bad", [full]), target, db, trials=8, function_trials=0)
 
 
 def test_hot_share_evolve_and_prior_databases(capsys, tmp_path):

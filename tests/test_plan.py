@@ -161,6 +161,23 @@ def test_hot_operators_are_backend_roots_with_extra_budget():
                                                                        "BMM[2,32,32,32]")])
 
 
+def test_a_models_functions_outside_the_catalogue_are_never_planned():
+    """TASK operators (a model's softmax, norms, element-wise functions) are not OC-graph nodes:
+    nothing reuses them and the pipeline tunes them with their own budget; the plan of the rest is
+    the plan without them."""
+    from eto.operators import Operator
+    from eto.opsets import OperatorEntry, OperatorSet
+    from eto.plan import plan_operator_set
+
+    bmms = [OperatorEntry(Operator.create("BMM", B=2, M=32, N=32, K=k), 1) for k in (16, 32)]
+    task = Operator.parse("TASK(size=2048,hash=99)+softmax")
+    without = plan_operator_set(OperatorSet("s", tuple(bmms)), budget=1000, bridges="none", cost="analytic")
+    planned = plan_operator_set(OperatorSet("s", (*bmms, OperatorEntry(task, 3))), budget=1000, bridges="none",
+                                cost="analytic")
+    assert task not in planned.operators.values() and planned.plan.parent == without.plan.parent
+    assert planned.plan.total_cost == pytest.approx(without.plan.total_cost)
+
+
 def test_subtrees_are_balanced_over_devices():
     """Scale-out: each subtree goes whole to one worker, parents first, largest estimated cost first."""
     from eto.opsets import load_opset

@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
 
 
-NOTHING_TO_TUNE = "no reduction (element-wise, reshape or layout): nothing to tune"
+NO_REDUCTION = "no reduction (element-wise, reshape or layout)"
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ def model_tasks(model: RelaxModel, target: "Target") -> ModelTasks:
         elif _static(mod):  # no catalogue type: the backend tunes the function itself
             op = model_function(mod["main"], re.sub(r"\d+(?=_|$)", "", t.task_name.removeprefix("fused_")))
         else:
-            reason = f"{reason}; symbolic shapes (bind the model's dimensions first)"
+            reason = "symbolic shapes (bind the model's dimensions first: --dim NAME=SIZE)"
         tasks.append(ModelTask(t.task_name, int(t.weight), mod, op, reason))
     return ModelTasks(model.name, tuple(tasks), bound, fused, num_inputs)
 
@@ -352,7 +352,7 @@ def _operator_of(mod: "tvm.IRModule", name: str, catalogue: Sequence[Operator]) 
 
     block = find_anchor_sblock(mod)
     if block is None:
-        return None, NOTHING_TO_TUNE
+        return None, NO_REDUCTION
     kinds = [int(iv.iter_type) for iv in block.iter_vars]  # 0: data parallel, 2: reduction
     extents = [_int(iv.dom.extent) for iv in block.iter_vars]
     if any(e is None for e in extents):
