@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from ..models import extract_from_file
 from ..operators import Operator
+from ..operators.task import FUNCTION_TRIALS
 from ..opsets import OperatorSet, load_opset
 from ..report import format_table
 from .errors import EXIT_FAILED, EXIT_OK, CLIError, check_target
@@ -219,8 +220,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "each reuse by TopK: the parent's top 3 programs applied, no search), st (Selective "
                         "Tuning: clusters by tuning-space overlap, one backend root each, the rest by TopK)")
     p.add_argument("--trials", type=int, default=64, help="measured candidates per backend-tuned operator")
-    from ..operators.task import FUNCTION_TRIALS
-
     p.add_argument("--function-trials", type=int, default=None, metavar="N",
                    help=f"eto: backend trials for each of a model's functions outside the catalogue (softmax, norms, "
                         f"element-wise; default {FUNCTION_TRIALS}, at most --trials); --method ansor gives them --trials")

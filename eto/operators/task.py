@@ -6,10 +6,10 @@ about a fifth of its time that way). eto has no loop-nest model for them, so it 
 program for another; it tunes each with the backend (:func:`eto.pipeline.tune` keeps them out of
 the plan) and stores the result like any operator's, so ``eto build`` applies it.
 
-The operator is its function: ``hash`` is the PrimFunc's structural hash (what MetaSchedule's own
-database keys workloads by), ``size`` its output's element count (for display), and the fusion names
-the function's ops (``TASK(size=98304,hash=...)+softmax+broadcast_to``). It has no FLOPs: a model's
-tuned-FLOPs share counts its catalogue tasks, as before.
+The operator is its function: ``hash`` is the PrimFunc's structural hash (the kind of hash
+MetaSchedule's database keys workloads by), ``size`` its output's element count (for display), and
+the fusion is the task's name without its numbers (``TASK(size=98304,hash=...)+softmax_broadcast_to``).
+It has no FLOPs: a model's tuned-FLOPs share counts its catalogue tasks, as before.
 """
 
 from __future__ import annotations
