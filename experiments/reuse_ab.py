@@ -62,7 +62,7 @@ def _kept_only_outside_t_round(space):
     return None if space.kept_in_t_round() or not space.valid(kept) else kept
 
 
-def tune_pair(alpha, beta_records, target, measurer, *, switch: str, on: bool) -> dict:
+def tune_pair(func, beta_records, target, measurer, *, switch: str, on: bool) -> dict:
     """One ranked reuse of α from β's best, with the feature ``switch`` on or off."""
     import tuner.leads as leads
     import tuner.reuse as reuse
@@ -79,7 +79,7 @@ def tune_pair(alpha, beta_records, target, measurer, *, switch: str, on: bool) -
     if not on and switch == "kept":
         ReuseSpace.kept_lead = _kept_only_outside_t_round
     try:
-        res = reuse.reuse_tune(alpha.prim_func(), beta_records[0], target, measurer, ranker=LearnedRanker(target),
+        res = reuse.reuse_tune(func, beta_records[0], target, measurer, ranker=LearnedRanker(target),
                                history=beta_records)
     finally:
         reuse.ReuseTuner._stage_round, ReuseSpace.kept_lead = stage_round, kept_lead
@@ -93,15 +93,16 @@ def tune_pair(alpha, beta_records, target, measurer, *, switch: str, on: bool) -
 
 
 def pairs_of(args, target) -> list[tuple]:
-    """(α, β) operators: ``--pair`` given, then every reuse ``--reuses-of`` recorded (its best program's source)."""
+    """(α, β, α's function): ``--pair`` given, then every reuse ``--reuses-of`` recorded (its best
+    program's source; α's function from its record, so a model's fused tasks are paired too)."""
     from eto.database import Database
     from eto.operators import Operator
 
-    pairs = [(Operator.parse(a), Operator.parse(b)) for a, b in args.pair or ()]
+    pairs = [(a, Operator.parse(b), a.prim_func()) for a, b in ((Operator.parse(a), b) for a, b in args.pair or ())]
     if args.reuses_of:
         for p in Database(args.reuses_of, readonly=True).best_programs(target, predicted=False):
             if p.method == "reuse" and p.source:
-                pairs.append((p.op, Operator.parse(p.source)))
+                pairs.append((p.op, Operator.parse(p.source), p.tuning_record.workload.mod["main"]))
     if not pairs:
         raise SystemExit("no pair: give --pair ALPHA BETA or --reuses-of DB")
     return pairs
@@ -127,17 +128,17 @@ def main(argv=None) -> int:
     ref_db = Database(args.reference, readonly=True) if args.reference else None
     rows = []
     with Measurer.local() as measurer:
-        for alpha, beta in pairs_of(args, target):
+        for alpha, beta, func in pairs_of(args, target):
             progs = sorted(db.programs(target=target, op=beta), key=lambda p: p.latency_s)
             beta_records = [p.tuning_record for p in progs]  # best first; all of them train the ranker
             if not beta_records:
                 raise SystemExit(f"{beta.name}: no program in {args.db}")
             row = {"alpha": alpha.name, "beta": beta.name,
-                   "applies": applies(args.switch, ReuseTuner(alpha.prim_func(), beta_records[0], target))}
+                   "applies": applies(args.switch, ReuseTuner(func, beta_records[0], target))}
             if args.applying_only and not row["applies"]:
                 continue
             t0 = time.perf_counter()
-            runs = {k: tune_pair(alpha, beta_records, target, measurer, switch=args.switch, on=k == "with")
+            runs = {k: tune_pair(func, beta_records, target, measurer, switch=args.switch, on=k == "with")
                     for k in ("with", "without")}
             mods = {k: scheduled_module(r.pop("res").record) for k, r in runs.items()}
             ref = ref_db.best(alpha, target) if ref_db is not None else None

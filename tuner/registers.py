@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from itertools import product
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from .features import LoopNest, TileConfig
 from .host import vector_registers
@@ -59,12 +59,7 @@ def register_cost(nest: LoopNest, inner: Sequence[int], lanes: int) -> float:
     v = vector_extent(nest.space, inner)
     vol = math.prod(inner)
     fmas = vol // v * math.ceil(v / lanes)
-    vloops, spanned = [], 1  # the loops the vector spans, innermost first
-    for d in reversed(range(len(nest.space))):
-        if spanned >= v:
-            break
-        vloops.append(d)
-        spanned *= inner[d]
+    vloops = vector_loops(nest.space, inner)
     step = tuple(inner) + tuple(1 for _ in nest.reduction)
     loads = 0
     for a in nest.inputs:
@@ -79,16 +74,30 @@ def register_cost(nest: LoopNest, inner: Sequence[int], lanes: int) -> float:
     return max(fmas / PORTS, loads / PORTS, FMA_LATENCY) / vol
 
 
-def best_register_block(nest: LoopNest, lanes: int, registers: int) -> tuple[int, ...] | None:
-    """The register block (one innermost factor per space loop, each dividing its extent) of least
-    :func:`register_cost` whose accumulators fit ``registers - OPERAND_REGISTERS``; ties go to the
-    larger block, then to the first enumerated. None for a nest without space loops.
+def vector_loops(space: Sequence[int], inner: Sequence[int]) -> list[int]:
+    """The loops the fused vector of the register block ``inner`` spans (:func:`vector_extent`),
+    innermost first. O(loops)."""
+    v, out, spanned = vector_extent(space, inner), [], 1
+    for d in reversed(range(len(space))):
+        if spanned >= v:
+            break
+        out.append(d)
+        spanned *= inner[d]
+    return out
+
+
+def best_register_block(nest: LoopNest, lanes: int, registers: int,
+                        fixed: Mapping[int, int] | None = None) -> tuple[int, ...] | None:
+    """The register block (one innermost factor per space loop, each dividing its extent, ``fixed``
+    ones given) of least :func:`register_cost` whose accumulators fit ``registers - OPERAND_REGISTERS``;
+    ties go to the larger block, then to the first enumerated. None for a nest without space loops.
     O(prod of the divisor counts x cost)."""
     if not nest.space or lanes < 1:
         return None
     budget = max(registers - OPERAND_REGISTERS, 1)
+    fixed = fixed or {}
     best, key = None, None
-    for inner in product(*(divisors(e) for e in nest.space)):
+    for inner in product(*((fixed[d],) if d in fixed else divisors(e) for d, e in enumerate(nest.space))):
         if accumulators(nest.space, inner, lanes) > budget:
             continue
         k = (register_cost(nest, inner, lanes), -math.prod(inner))
@@ -97,39 +106,55 @@ def best_register_block(nest: LoopNest, lanes: int, registers: int) -> tuple[int
     return best
 
 
+def latency_bound(space: Sequence[int], inner: Sequence[int], lanes: int) -> bool:
+    """Whether the register block ``inner`` keeps fewer accumulators than the multiply-add ports can
+    take per latency (PORTS x FMA_LATENCY): each step then waits on its own multiply-adds. O(loops)."""
+    return accumulators(space, inner, lanes) < PORTS * FMA_LATENCY
+
+
 def _retile(factors: Sequence[int], inner: int) -> tuple[int, ...]:
     """One loop's four levels with innermost factor ``inner``: a smaller block gives its factor to
-    level 2 (the block tile is kept); otherwise levels 1 and 2 keep what still divides, level 0
-    (the parallel blocks) takes the rest."""
+    level 2 (the block tile is kept); otherwise level 2 (the register blocks one reduction chunk
+    sweeps) and then level 1 keep what still divides, level 0 (the parallel blocks) takes the rest.
+    Level 2 first: four rows taken from it on a BERT-Base feed-forward matmul (``[1,32,1,4]``)
+    ran 7.1 ms, from level 1 (``[1,8,4,4]``) 3.3 ms (the β run with one row, below)."""
     f0, f1, f2, f3 = factors
     if f3 % inner == 0:
         return f0, f1, f2 * (f3 // inner), inner
     rest = f0 * f1 * f2 * f3 // inner
-    g1 = math.gcd(f1, rest)
-    g2 = math.gcd(f2, rest // g1)
+    g2 = math.gcd(f2, rest)
+    g1 = math.gcd(f1, rest // g2)
     return rest // g1 // g2, g1, g2, inner
 
 
 def register_tiles(space: "ReuseSpace") -> TileConfig | None:
     """β's kept tiles with :func:`best_register_block`'s register block, where α's output rows are
     shorter than a vector register (only rows fused make a full vector) and β's block leaves more
-    than half the lanes idle (X: 7 of 16); None elsewhere, where the kept block is already the
-    cheapest, off CPU, without inputs to model, or where the moved factors would leave fewer
-    parallel blocks than ``min(kept's, 4 x cores)``. O(prod of α's divisor counts).
+    than half the lanes idle (X: 7 of 16), or where β's vector fills a register but its block is
+    :func:`latency_bound`; None elsewhere, where the kept block is already the cheapest, off CPU,
+    without inputs to model, or where the moved factors would leave fewer parallel blocks than
+    ``min(kept's, 4 x cores)``. O(prod of α's divisor counts).
 
     Why the gate: on ResNet-50's pairs (stop 47, `reuse_ab.py --switch register`) the lead won by
     more than 10% only on 7 x 7 convolutions (X: 453-488 against 704-718 us; C2D[1,2048,7,7,512,1,1]:
-    444-476 against 600-644 us); on 28- and 56-wide rows it cost its compile time (a block unrolled
-    512 deep: 9-10 s against 4-5 s per reuse) for nothing."""
+    444-476 against 600-644 us); on 28- and 56-wide rows (a narrow vector: the vector lead's case)
+    it cost its compile time (a block unrolled 512 deep: 9-10 s against 4-5 s per reuse) for
+    nothing. A latency-bound block is the other case: a BERT-Base root whose MetaSchedule search
+    ended on one row of four vectors (538 us, 458 us with four rows) passed that row to its
+    feed-forward reuses, which ran 3.1-3.3 ms against 1.7-2.1 ms from the four-row root."""
     if space.kind != "cpu" or space.native_lanes <= 1 or not space.alpha.space or not space.alpha.inputs:
         return None
     kept = space.kept_tiles()
     if any(len(f) != 4 for f in kept.space):
         return None
     now, lanes = tuple(f[-1] for f in kept.space), space.native_lanes
-    if space.alpha.space[-1] >= lanes or vector_extent(space.alpha.space, now) * 2 > lanes:
-        return None  # a row that fills a register (the vector lead's case), or β's vector fills half
-    inner = best_register_block(space.alpha, lanes, space.registers or vector_registers())
+    v = vector_extent(space.alpha.space, now)
+    short = space.alpha.space[-1] < lanes and v * 2 <= lanes  # only rows fused fill a vector
+    if not short and not (v >= lanes and latency_bound(space.alpha.space, now, lanes)):
+        return None  # a narrow vector on long rows is the vector lead's case; a full block is kept
+    # latency-bound under a full vector: β's run chose the vector; the lead adds rows around it
+    fixed = None if short else {d: now[d] for d in vector_loops(space.alpha.space, now)}
+    inner = best_register_block(space.alpha, lanes, space.registers or vector_registers(), fixed)
     if inner is None or inner == now:
         return None
     if register_cost(space.alpha, inner, lanes) >= register_cost(space.alpha, now, lanes):

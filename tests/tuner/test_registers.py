@@ -108,6 +108,33 @@ def test_no_register_lead_where_a_row_fills_a_vector_register():
     assert register_tiles(space) is None
 
 
+def test_a_register_lead_where_betas_block_is_too_small_to_fill_the_multiply_add_ports():
+    """Long rows, but β's block holds fewer accumulators than PORTS x FMA_LATENCY: BERT-Base's
+    feed-forward matmuls reused from a root with one row of four vectors (README, "Register blocks of
+    a latency-bound root")."""
+    from tuner.registers import FMA_LATENCY, PORTS, latency_bound
+    from tuner.tiling import accumulators
+
+    alpha = Operator.create("BMM", B=1, M=128, N=3072, K=768)
+    beta = Operator.create("BMM", B=1, M=128, N=768, K=768)
+    one_row = TileConfig("cpu", ((1, 1, 1, 1), (1, 32, 4, 1), (16, 3, 1, 64)), ((96, 8),))
+    tuner, space = lead_space(alpha, beta, one_row)
+    inner = tuple(f[-1] for f in space.kept_tiles().space)
+    assert latency_bound(tuner.alpha.space, inner, 16)  # 4 accumulators < 2 ports x 4 cycles
+    lead = register_tiles(space)
+    assert lead is not None and all(math.prod(f) == e for f, e in zip(lead.space, tuner.alpha.space))
+    block = tuple(f[-1] for f in lead.space)
+    assert PORTS * FMA_LATENCY <= accumulators(tuner.alpha.space, block, 16) <= 32 - 4
+    assert register_cost(tuner.alpha, block, 16) < register_cost(tuner.alpha, inner, 16) / 2
+    # β's vector of 64 kept, four rows added from the parallel level; level 2 and 32 steps kept
+    assert lead.space == ((1, 1, 1, 1), (1, 8, 4, 4), (16, 3, 1, 64)) and lead.reduction == ((24, 32),)
+    # four rows of four vectors (the root's other runs): 16 accumulators fill the ports, no lead
+    four_rows = TileConfig("cpu", ((1, 1, 1, 1), (1, 1, 32, 4), (8, 3, 2, 64)), ((16, 48),))
+    _, space = lead_space(alpha, beta, four_rows)
+    assert not latency_bound(tuner.alpha.space, tuple(f[-1] for f in space.kept_tiles().space), 16)
+    assert register_tiles(space) is None
+
+
 def test_a_register_lead_builds_and_matches_numpy():
     """The lead is a real program of α: β's sketch replayed with its tiles, checked against numpy."""
     from eto.verify import check_record
