@@ -273,7 +273,7 @@ def plan_operator_set(
     from .target import parse_target, target_kind
 
     kind = target_kind(target) if target is not None else "cpu"
-    tuned = set(database.tuned(target)) if database is not None and target is not None else set()
+    tuned = tuned_operators(database, target)
     names, nodes = _nodes(opset, tuned)
     catalogue = BridgeCatalogue.of([names[n.name] for n in nodes])
     if cost_fn is None and cost == "estimate":
@@ -322,7 +322,7 @@ def plan_selective(opset: OperatorSet, *, budget: int, k: int, database: "Databa
     if budget < 1 or k < 1:
         raise ValueError(f"budget and k must be positive, got {budget} and {k}")
     kind = target_kind(target) if target is not None else "cpu"
-    tuned = set(database.tuned(target)) if database is not None and target is not None else set()
+    tuned = tuned_operators(database, target)
     names, nodes = _nodes(opset, tuned)
     nodes = [n for n in nodes if not n.name.startswith("prior:")]  # ST does not reuse earlier runs
     tm = time_model or learn_time_model(database, target, kind)
@@ -341,6 +341,20 @@ def plan_selective(opset: OperatorSet, *, budget: int, k: int, database: "Databa
     # ST's knobs are the tile splits of the target's multi-level tiling: 4 + 2 levels on CPU, 5 + 3 on GPU
     plan = selective_plan(nodes, backend_cost=root, reuse_cost=topk, threshold=threshold, levels=LEVELS[kind])
     return OperatorPlan(plan, {n.name: names[n.name] for n in nodes}, None, tm, estimates)
+
+
+def tuned_operators(database: "Database | None", target) -> set[Operator]:
+    """The operators ``database`` holds tuned programs of on ``target``; a model's fused task with its
+    function from its stored workload (a database reads it without: a later run of the same model
+    plans it as a free root, and the plan reads its loop nest). O(tuned operators)."""
+    if database is None or target is None:
+        return set()
+    out = set()
+    for op, p in database.tuned(target).items():
+        if op.fusion and op.task is None:
+            op = op.with_fusion(op.fusion, p.tuning_record.workload.mod["main"])
+        out.add(op)
+    return out
 
 
 def _nodes(opset: OperatorSet, tuned: set[Operator]) -> tuple[dict[str, Operator], list[LoopNestOp]]:

@@ -29,7 +29,8 @@ SCALES = {"ci": {"models": ["tiny_cnn", "tiny_transformer"], "trials": 8},
           "small": {"models": ["resnet50", "bert_layer"], "trials": 64}}
 
 
-def run_model(name: str, trials: int, work: str, out_dir: str, *, rounds: int, search: str) -> dict:
+def run_model(name: str, trials: int, work: str, out_dir: str, *, rounds: int, search: str,
+              fast_math: bool = False) -> dict:
     import torch
 
     from eto.cli import main as eto_main
@@ -52,7 +53,8 @@ def run_model(name: str, trials: int, work: str, out_dir: str, *, rounds: int, s
         text = io.StringIO()
         start = time.perf_counter()
         with contextlib.redirect_stdout(text):
-            rc = eto_main(["tune", "--model", path, "--trials", str(trials), "--db", db_dir, "--json", "--search", search])
+            rc = eto_main(["tune", "--model", path, "--trials", str(trials), "--db", db_dir, "--json", "--search", search,
+                           *(["--fast-math"] if fast_math else [])])
         eto_wall = time.perf_counter() - start
         if rc != 0:
             raise SystemExit(f"eto tune --model {path} exited {rc}")
@@ -64,7 +66,7 @@ def run_model(name: str, trials: int, work: str, out_dir: str, *, rounds: int, s
     if not os.path.exists(onnx_path):
         export(name, onnx_path, onnx=True)
     target = parse_target("cpu")
-    report = bench_model(load_relax(path), target, database=Database(db_dir, readonly=True),
+    report = bench_model(load_relax(path, fast_math=fast_math), target, database=Database(db_dir, readonly=True),
                          torch_module=torch.export.load(path).module(),
                          onnx_session=onnxruntime_session(onnx_path, int(os.environ["TVM_NUM_THREADS"])),
                          ms_trials=trials,
@@ -78,7 +80,7 @@ def run_model(name: str, trials: int, work: str, out_dir: str, *, rounds: int, s
     eto, ms, pt, ort = (report.result(m) for m in ("eto", "metaschedule", "pytorch", "onnxruntime"))
     result["eto_tune_wall_s"] = eto_wall
     result["summary"] = {
-        "model": name, "trials_per_task": trials, "tunable_tasks": sum(1 for t in result["tasks"] if t["operator"]),
+        "model": name, "trials_per_task": trials, "fast_math": fast_math, "tunable_tasks": sum(1 for t in result["tasks"] if t["operator"]),
         "eto_tune_wall_s": round(eto_wall, 1), "eto_recorded_s": round(recorded, 1),
         "metaschedule_s": round(ms.tuning_s, 1), "tuning_speedup_wall": round(ms.tuning_s / eto_wall, 2),
         "latency_ms": {r.method: round(r.median_s * 1e3, 3) for r in report.results},
@@ -149,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="eto's backend search (MetaSchedule's run always uses its evolutionary search)")
     ap.add_argument("--work", default=os.path.join(HERE, "work", "model_bench"))
     ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
+    ap.add_argument("--fast-math", action="store_true",
+                    help="every TVM build (eto, MetaSchedule, untuned) with erf/exp/softmax approximated (eto.models.fast_math)")
     ap.add_argument("--replot", nargs="+", metavar="RESULT", help="only redraw these result files' figures")
     args = ap.parse_args(argv)
     if args.replot:
@@ -164,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     warm_up(parse_target("cpu"))  # one-time imports and worker start-up, before either clock
     cfg = SCALES[args.scale]
     for name in args.models or cfg["models"]:
-        run_model(name, args.trials or cfg["trials"], args.work, args.out_dir, rounds=args.rounds, search=args.search)
+        run_model(name, args.trials or cfg["trials"], args.work, args.out_dir, rounds=args.rounds, search=args.search,
+                  fast_math=args.fast_math)
     return 0
 
 

@@ -28,6 +28,10 @@ over the two ports each has on current x86 and Arm cores, and at least one multi
 (every accumulator is updated once per step). The block with the fewest cycles per useful lane
 wins (ties: the larger block); blocks whose accumulators exceed the vector registers less a few for
 the operands are not considered.
+
+The lead has a second case (:func:`latency_bound`): β's vector fills a register but its block keeps
+fewer accumulators than the multiply-add ports take per latency (a BERT-Base root whose search ended
+on one row of four vectors). There the lead keeps β's vector and adds rows.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import zipfile
 
 from ..report import format_table
 from .errors import EXIT_OK, CLIError, check_target
-from .ops import add_dim_option, parse_dims
+from .ops import add_dim_option, add_fast_math_option, parse_dims
 
 
 def _load(args: argparse.Namespace):
@@ -29,7 +29,7 @@ def _load(args: argparse.Namespace):
         print(f"eto: warning: {os.path.join(args.db, str(p))} (skipped)", file=sys.stderr)
     target = parse_target(args.target)
     check_target(db, target, fatal=True)
-    return load_relax(args.model, dims=parse_dims(args.dim)), db, target
+    return load_relax(args.model, dims=parse_dims(args.dim), fast_math=args.fast_math), db, target
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -107,6 +107,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db", required=True, help="the database eto tune --model wrote")
     p.add_argument("--target", default="cpu", help="target the database was tuned for (default: cpu)")
     add_dim_option(p)
+    add_fast_math_option(p)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -105,6 +105,12 @@ def add_dim_option(p: argparse.ArgumentParser) -> None:
                         "repeatable; an unknown name lists the model's)")
 
 
+def add_fast_math_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--fast-math", action="store_true",
+                   help="the model's erf (GELU), exp, tanh and softmax as TVM's fast approximations; give it to "
+                        "eto tune, build and bench alike (a database tuned with it holds the fast functions)")
+
+
 def _from_model(args: argparse.Namespace) -> int:
     result = extract_from_file(args.file, name=args.name, shapes=_parse_shapes(args.input_shape),
                                dims=parse_dims(args.dim))

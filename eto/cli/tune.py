@@ -17,7 +17,7 @@ from ..operators.task import FUNCTION_TRIALS
 from ..opsets import OperatorSet, load_opset
 from ..report import format_table
 from .errors import EXIT_FAILED, EXIT_OK, CLIError, check_target
-from .ops import add_dim_option, parse_dims
+from .ops import add_dim_option, add_fast_math_option, parse_dims
 from .plan import add_strategy_option, distance_weight_of, max_reduction_ratio_of, top_k_of
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -51,6 +51,7 @@ def add_operator_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="an ONNX model or torch.export .pt2 file: eto tune tunes the fused tasks Relax "
                    "compiles for it (eto build applies them), eto retune its operators")
     add_dim_option(p)
+    add_fast_math_option(p)
 
 
 def _open_database(paths: Sequence[str]) -> "Database":
@@ -71,13 +72,13 @@ def _open_database(paths: Sequence[str]) -> "Database":
     return db
 
 
-def model_opset(path: str, dims: dict[str, int], target: "Target") -> OperatorSet:
+def model_opset(path: str, dims: dict[str, int], target: "Target", *, fast_math: bool = False) -> OperatorSet:
     """The fused tasks Relax compiles for the model (:mod:`eto.models.tasks`); those without a
     catalogue type (tuned by the backend as TASK operators) and those left alone are named on stderr."""
     from ..models import load_relax
     from ..models.tasks import model_tasks
 
-    tasks = model_tasks(load_relax(path, dims=dims), target)
+    tasks = model_tasks(load_relax(path, dims=dims, fast_math=fast_math), target)
     for t in tasks.left_alone:
         print(f"eto: {path}: not tuned: {t.weight} x {t.name} ({t.reason})", file=sys.stderr)
     functions = tasks.backend_only
@@ -92,8 +93,10 @@ def _tune(args: argparse.Namespace) -> int:
     from ..tuning import progress_printer, tune_with_backend
 
     target = parse_target(args.target)
-    opset = model_opset(args.model, parse_dims(args.dim), target) if args.model and not (args.op or args.opset) \
-        else _operators(args)
+    if args.fast_math and not args.model:
+        raise CLIError("--fast-math applies to --model (it rewrites the model's functions)")
+    opset = model_opset(args.model, parse_dims(args.dim), target, fast_math=args.fast_math) \
+        if args.model and not (args.op or args.opset) else _operators(args)
     if args.trials < 1:
         raise CLIError(f"--trials must be positive, got {args.trials}")
     if args.method == "ansor" and (args.hot_share is not None or args.evolve or args.rpc or args.devices != 1):
