@@ -20,13 +20,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from .load import RelaxModel
-
 if TYPE_CHECKING:  # pragma: no cover
     import tvm
 
+    from .load import RelaxModel
 
-def fast_math(model: RelaxModel) -> RelaxModel:
+
+def fast_math(model: "RelaxModel") -> "RelaxModel":
     """``model`` with GELU written out and TVM's ``FastMathTransform`` applied."""
     from tvm import relax
 
