@@ -36,6 +36,7 @@ def run_model(name: str, trials: int, work: str, out_dir: str, *, rounds: int, s
     from eto.cli import main as eto_main
     from eto.database import Database
     from eto.models import load_relax
+    from eto.models.fast_math import fast_math as approximate
     from eto.models.bench import bench_model, onnxruntime_session
     from eto.models.examples import export
     from eto.target import parse_target
@@ -66,7 +67,7 @@ def run_model(name: str, trials: int, work: str, out_dir: str, *, rounds: int, s
     if not os.path.exists(onnx_path):
         export(name, onnx_path, onnx=True)
     target = parse_target("cpu")
-    report = bench_model(load_relax(path, fast_math=fast_math), target, database=Database(db_dir, readonly=True),
+    report = bench_model(approximate(load_relax(path), fast_math), target, database=Database(db_dir, readonly=True),
                          torch_module=torch.export.load(path).module(),
                          onnx_session=onnxruntime_session(onnx_path, int(os.environ["TVM_NUM_THREADS"])),
                          ms_trials=trials,

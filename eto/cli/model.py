@@ -20,6 +20,7 @@ from .ops import add_dim_option, add_fast_math_option, parse_dims
 def _load(args: argparse.Namespace):
     from ..database import Database
     from ..models import load_relax
+    from ..models.fast_math import fast_math
     from ..target import parse_target
 
     if not os.path.isdir(args.db):
@@ -29,7 +30,7 @@ def _load(args: argparse.Namespace):
         print(f"eto: warning: {os.path.join(args.db, str(p))} (skipped)", file=sys.stderr)
     target = parse_target(args.target)
     check_target(db, target, fatal=True)
-    return load_relax(args.model, dims=parse_dims(args.dim), fast_math=args.fast_math), db, target
+    return fast_math(load_relax(args.model, dims=parse_dims(args.dim)), args.fast_math), db, target
 
 
 def _build(args: argparse.Namespace) -> int:

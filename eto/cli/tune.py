@@ -76,9 +76,10 @@ def model_opset(path: str, dims: dict[str, int], target: "Target", *, fast_math:
     """The fused tasks Relax compiles for the model (:mod:`eto.models.tasks`); those without a
     catalogue type (tuned by the backend as TASK operators) and those left alone are named on stderr."""
     from ..models import load_relax
+    from ..models.fast_math import fast_math as approximate
     from ..models.tasks import model_tasks
 
-    tasks = model_tasks(load_relax(path, dims=dims, fast_math=fast_math), target)
+    tasks = model_tasks(approximate(load_relax(path, dims=dims), fast_math), target)
     for t in tasks.left_alone:
         print(f"eto: {path}: not tuned: {t.weight} x {t.name} ({t.reason})", file=sys.stderr)
     functions = tasks.backend_only

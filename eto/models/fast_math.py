@@ -10,8 +10,9 @@ approximations that vectorise (``topi.fast_erf`` and friends); it does not see `
 Relax legalises to ``erf`` only later, so :func:`fast_math` first writes GELU out as
 ``x * (0.5 + 0.5 * erf(x / sqrt(2)))``, the same function.
 
-Outputs change by rounding-level amounts (checked against PyTorch in the tests). A database tuned
-with fast math holds the fast functions' programs: build and bench the model with ``--fast-math`` too
+Outputs change by rounding-level amounts (checked against PyTorch in the tests). The CLI applies it
+right after loading the model, in ``eto tune``, ``build`` and ``bench`` alike: a database tuned with
+fast math holds the fast functions' programs, so build and bench the model with ``--fast-math`` too
 (without it those tasks are named as having no program and get TVM's default schedules).
 """
 
@@ -20,16 +21,18 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from .load import RelaxModel
+
 if TYPE_CHECKING:  # pragma: no cover
     import tvm
 
-    from .load import RelaxModel
 
-
-def fast_math(model: "RelaxModel") -> "RelaxModel":
-    """``model`` with GELU written out and TVM's ``FastMathTransform`` applied."""
+def fast_math(model: RelaxModel, on: bool = True) -> RelaxModel:
+    """``model`` with GELU written out and TVM's ``FastMathTransform`` applied (``on=False``: as it is)."""
     from tvm import relax
 
+    if not on:
+        return model
     mod = relax.transform.FastMathTransform()(_gelu_as_erf(model.mod))
     return model._replace(mod=mod, source=f"{model.source}, fast math")
 

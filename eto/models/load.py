@@ -186,19 +186,13 @@ def _load_pt2(path: str):
 # -- files --------------------------------------------------------------------------------------
 def load_relax(path: str | os.PathLike, *, name: str | None = None,
                shapes: Mapping[str, Sequence[int]] | None = None,
-               dims: Mapping[str, int] | None = None, fast_math: bool = False) -> RelaxModel:
+               dims: Mapping[str, int] | None = None) -> RelaxModel:
     """An ONNX model or a ``torch.export.save`` archive (``.pt2``), recognised by content, as Relax.
 
-    ``dims`` sets symbolic dimensions by name (:func:`bind_dims`); ``shapes`` whole ONNX input shapes;
-    ``fast_math``: erf, exp, tanh and softmax as TVM's fast approximations (:mod:`eto.models.fast_math`).
+    ``dims`` sets symbolic dimensions by name (:func:`bind_dims`); ``shapes`` whole ONNX input shapes.
     """
     model = _load_relax(path, name=name, shapes=shapes)
-    model = bind_dims(model, dims) if dims else model
-    if fast_math:
-        from .fast_math import fast_math as approximate
-
-        model = approximate(model)
-    return model
+    return bind_dims(model, dims) if dims else model
 
 
 def _load_relax(path: str | os.PathLike, *, name: str | None,

@@ -1,0 +1,108 @@
+"""--fast-math: a model's GELU and softmax as TVM's vectorisable approximations (eto.models.fast_math)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+from tests.test_model_path import cpu, files, pytorch_outputs, run, tuned  # noqa: F401  (fixtures)
+
+torch = pytest.importorskip("torch")
+
+
+def _calls(func, target) -> set[str]:
+    """The functions the compiled ``func`` calls (its LLVM IR)."""
+    import tvm
+    from tvm.ir import IRModule
+
+    lib = tvm.compile(IRModule({"main": func}), target=target)
+    mods = [lib.mod, *getattr(lib.mod, "imports", [])]
+    ir = next(src for m in mods for src in [_source(m)] if src)
+    return set(re.findall(r"call [^@\n]*@([\w.]+)", ir))
+
+
+def _source(mod) -> str:
+    try:
+        return mod.inspect_source("ll")
+    except Exception:  # a module without LLVM IR (the host wrapper)
+        return ""
+
+
+def test_fast_math_swaps_gelu_and_softmax_and_keeps_the_outputs(files, cpu):  # noqa: F811
+    from eto.models import load_relax
+    from eto.models.build import build_model, model_inputs
+    from eto.models.fast_math import fast_math
+    from eto.models.tasks import model_tasks
+
+    exact = load_relax(files["tiny_transformer"])
+    assert fast_math(exact, on=False) is exact
+    fast = fast_math(exact)
+    assert "fast math" in fast.source
+    names = [t.name for t in model_tasks(fast, cpu).tasks]
+    assert any("fast_erf" in n for n in names) and any("fast_softmax" in n for n in names)
+    assert not any("gelu" in n or re.search(r"(?<!fast_)softmax", n) for n in names)
+    built = build_model(fast, None, cpu)
+    inputs = model_inputs(built.tasks, seed=5)
+    for got, want in zip(built.run(inputs), pytorch_outputs("tiny_transformer", inputs)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_the_fast_gelu_calls_no_scalar_erf(files, cpu):  # noqa: F811
+    """Why: TVM's erf is the C library's scalar erff, called per element even in a vectorised loop."""
+    from eto.models import load_relax
+    from eto.models.fast_math import fast_math
+    from eto.models.tasks import model_tasks
+
+    def gelu_task(model):
+        (task,) = [t for t in model_tasks(model, cpu).tasks if "gelu" in t.name or "erf" in t.name]
+        return task.mod["main"]
+
+    model = load_relax(files["tiny_transformer"])
+    assert "erff" in _calls(gelu_task(model), cpu)
+    assert "erff" not in _calls(gelu_task(fast_math(model)), cpu)
+
+
+def test_fast_math_applies_to_models_only(capsys):
+    code, _, err = run(capsys, "tune", "--opset", "quickstart", "--fast-math", "--trials", "2")
+    assert code == 2 and "--fast-math applies to --model" in err
+
+
+def test_the_plan_reads_a_models_tuned_tasks_back_with_their_functions(files, tuned, cpu):  # noqa: F811
+    """A database reads a fused task without its function; the plan takes it from the stored workload
+    (a second ``eto tune --model`` into a database with the model's bridges failed on them)."""
+    from tvm_ffi import structural_equal
+
+    from eto.database import Database
+    from eto.models import load_relax
+    from eto.models.tasks import model_tasks
+    from eto.plan import tuned_operators
+
+    db_dir, _ = tuned("tiny_cnn")
+    db = Database(db_dir, readonly=True)
+    assert any(op.fusion and op.task is None for op in db.tuned(cpu))
+    ops = tuned_operators(db, cpu)
+    assert ops and all(op.task is not None for op in ops if op.fusion)
+    for t in model_tasks(load_relax(files["tiny_cnn"]), cpu).catalogue:
+        (op,) = [o for o in ops if o == t.op]
+        assert structural_equal(op.prim_func(), t.mod["main"])
+    assert tuned_operators(None, cpu) == set()
+
+
+@pytest.mark.slow
+def test_a_model_retuned_with_fast_math_tunes_only_its_fast_functions(files, tuned, cpu, capsys, tmp_path):  # noqa: F811
+    db_dir, _ = tuned("tiny_transformer")
+    shutil.copytree(db_dir, tmp_path / "db")
+    code, out, err = run(capsys, "tune", "--model", files["tiny_transformer"], "--fast-math", "--db", tmp_path / "db",
+                         "--trials", "4", "--trials-per-iter", "4", "--search", "light", "--json", "--quiet")
+    assert code == 0, err
+    import json
+
+    rows = json.loads(out)["operators"]
+    new = sorted(r["key"] for r in rows if r["status"] == "tuned")
+    assert new and all("fast_" in k for k in new)  # GELU and softmax; every other task was in the database
+    code, _, err = run(capsys, "build", "--model", files["tiny_transformer"], "--fast-math", "--db", tmp_path / "db",
+                       "-o", tmp_path / "m.so")
+    assert code == 0 and "default schedule" not in err, err
