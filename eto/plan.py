@@ -29,7 +29,7 @@ from .opsets import OperatorSet
 from .time_model import TimeModel, learn_time_model
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .database import Database
+    from .database import Database, ProgramRecord
     from tuner.ranked import TopK
     from tuner.space import Strategy
 
@@ -273,7 +273,7 @@ def plan_operator_set(
     from .target import parse_target, target_kind
 
     kind = target_kind(target) if target is not None else "cpu"
-    tuned = tuned_operators(database, target)
+    tuned = database.tuned(target) if database is not None and target is not None else {}
     names, nodes = _nodes(opset, tuned)
     catalogue = BridgeCatalogue.of([names[n.name] for n in nodes])
     if cost_fn is None and cost == "estimate":
@@ -322,7 +322,7 @@ def plan_selective(opset: OperatorSet, *, budget: int, k: int, database: "Databa
     if budget < 1 or k < 1:
         raise ValueError(f"budget and k must be positive, got {budget} and {k}")
     kind = target_kind(target) if target is not None else "cpu"
-    tuned = tuned_operators(database, target)
+    tuned = database.tuned(target) if database is not None and target is not None else {}
     names, nodes = _nodes(opset, tuned)
     nodes = [n for n in nodes if not n.name.startswith("prior:")]  # ST does not reuse earlier runs
     tm = time_model or learn_time_model(database, target, kind)
@@ -343,21 +343,17 @@ def plan_selective(opset: OperatorSet, *, budget: int, k: int, database: "Databa
     return OperatorPlan(plan, {n.name: names[n.name] for n in nodes}, None, tm, estimates)
 
 
-def tuned_operators(database: "Database | None", target) -> set[Operator]:
-    """The operators ``database`` holds tuned programs of on ``target``; a model's fused task with its
-    function from its stored workload (a database reads it without: a later run of the same model
-    plans it as a free root, and the plan reads its loop nest). O(tuned operators)."""
-    if database is None or target is None:
-        return set()
-    out = set()
-    for op, p in database.tuned(target).items():
-        if op.fusion and op.task is None:
-            op = op.with_fusion(op.fusion, p.tuning_record.workload.mod["main"])
-        out.add(op)
-    return out
+def stored_function(op: Operator, program: "ProgramRecord") -> Operator:
+    """``op`` as read from a database, a model's fused task given the function of its stored
+    workload (a database reads it without; the plan reads a prior root's loop nest from it). O(1)
+    for anything else, one workload read for a fused task."""
+    if op.fusion and op.task is None:
+        return op.with_fusion(op.fusion, program.tuning_record.workload.mod["main"])
+    return op
 
 
-def _nodes(opset: OperatorSet, tuned: set[Operator]) -> tuple[dict[str, Operator], list[LoopNestOp]]:
+def _nodes(opset: OperatorSet, tuned: Mapping[Operator, "ProgramRecord"]
+           ) -> tuple[dict[str, Operator], list[LoopNestOp]]:
     """The set's operators as OC-graph nodes, plus prior programs of the same kinds as free roots.
     A model's functions outside the catalogue (TASK) are not planned: nothing reuses them, and the
     pipeline gives each its own backend budget."""
@@ -373,10 +369,10 @@ def _nodes(opset: OperatorSet, tuned: set[Operator]) -> tuple[dict[str, Operator
         nodes.append(loop_nest_op(name, e.op, e.frequency, e.op in tuned))
     kinds = {(n.type, n.sketch) for n in nodes}
     in_set = set(names.values())
-    for op in sorted(tuned - in_set, key=lambda o: o.key):
+    for op in sorted(set(tuned) - in_set, key=lambda o: o.key):
         if (op.type, op.sketch_key()) in kinds:
             name = f"prior:{op.name}"
-            names[name] = op
+            names[name] = op = stored_function(op, tuned[op])
             nodes.append(loop_nest_op(name, op, 0, True))
     return names, nodes
 

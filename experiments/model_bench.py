@@ -81,7 +81,8 @@ def run_model(name: str, trials: int, work: str, out_dir: str, *, rounds: int, s
     eto, ms, pt, ort = (report.result(m) for m in ("eto", "metaschedule", "pytorch", "onnxruntime"))
     result["eto_tune_wall_s"] = eto_wall
     result["summary"] = {
-        "model": name, "trials_per_task": trials, "fast_math": fast_math, "tunable_tasks": sum(1 for t in result["tasks"] if t["operator"]),
+        "model": name, "trials_per_task": trials, "fast_math": fast_math,
+        "tunable_tasks": sum(1 for t in result["tasks"] if t["operator"]),
         "eto_tune_wall_s": round(eto_wall, 1), "eto_recorded_s": round(recorded, 1),
         "metaschedule_s": round(ms.tuning_s, 1), "tuning_speedup_wall": round(ms.tuning_s / eto_wall, 2),
         "latency_ms": {r.method: round(r.median_s * 1e3, 3) for r in report.results},

@@ -145,7 +145,10 @@ def register_tiles(space: "ReuseSpace") -> TileConfig | None:
     it cost its compile time (a block unrolled 512 deep: 9-10 s against 4-5 s per reuse) for
     nothing. A latency-bound block is the other case: a BERT-Base root whose MetaSchedule search
     ended on one row of four vectors (538 us, 458 us with four rows) passed that row to its
-    feed-forward reuses, which ran 3.1-3.3 ms against 1.7-2.1 ms from the four-row root."""
+    feed-forward reuses, which ran 3.1-3.3 ms against 1.7-2.1 ms from the four-row root. There the
+    lead ran 3.3 and 4.7 ms where the kept tiles ran 6.3 and 6.8, though the reuses it led ended
+    within noise of those without it (README, "Stop 53";
+    experiments/results/reuse_ab_register_bert_layer_latency_xeon.json)."""
     if space.kind != "cpu" or space.native_lanes <= 1 or not space.alpha.space or not space.alpha.inputs:
         return None
     kept = space.kept_tiles()
