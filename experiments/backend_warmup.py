@@ -5,7 +5,8 @@ its tasks. A model's many tasks pass that in their first batches; eto tunes its 
 a root's second batch of 64 was chosen at random. For each ``--op`` and seed this tunes the operator
 alone with the backend twice, ``--trials`` each: with MetaSchedule's warm-up (100) and with eto's
 (:func:`tuner.backend.warmup_samples`, one batch). It records the best-so-far at every batch and
-re-measures the two final programs side by side (interleaved rounds, fresh processes).
+re-measures the two final programs side by side (interleaved rounds, fresh processes). Both arms of a
+seed measure the same first batch (:func:`tune_one`), so they differ from the second batch on.
 
     python experiments/backend_warmup.py --op "BMM(B=1,M=128,N=768,K=768)" \\
         --op "C2D(N=1,CI=96,H=28,W=28,CO=160,KH=3,KW=3,padding=1)" --seeds 0 1 --trials 128 \\
@@ -34,7 +35,10 @@ def best_at(trajectory, trials: int) -> float:
 
 
 def tune_one(op, target, trials: int, seed: int, warmup: int | None):
-    """One backend run of ``op`` alone; ``warmup`` None: eto's default."""
+    """One backend run of ``op`` alone; ``warmup`` None: eto's default. Both arms of a seed draw the
+    same first batch: MetaSchedule samples with the task's seed, and the untrained model's random
+    scores come from numpy's global generator, seeded here."""
+    import numpy as np
     from tvm.s_tir import meta_schedule as ms
 
     from tuner.backend import BackendTask, tune_backend
@@ -43,6 +47,7 @@ def tune_one(op, target, trials: int, seed: int, warmup: int | None):
     with Measurer.local(MeasureConfig()) as measurer:
         model = None if warmup is None else ms.CostModel.create("xgb", num_tuning_cores=measurer.config.num_threads or 2,
                                                                  num_warmup_samples=warmup)
+        np.random.seed(seed)
         return tune_backend([BackendTask(op.name, op.prim_func())], target, trials_per_task=trials,
                             measurer=measurer, seed=seed, cost_model=model)[0]
 
@@ -92,11 +97,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{op.key} seed {seed}: re-measured ms-default {ms_us:.1f} us, eto {eto_us:.1f} us", flush=True)
             rows.append(row)
     ratios = [r["eto_vs_ms_default"] for r in rows if r["eto_vs_ms_default"]]
-    second = [r["ms-default"]["best_at_us"]["128"] / r["eto"]["best_at_us"]["128"] for r in rows
-              if "128" in r["eto"]["best_at_us"]]
+    gain = {arm: [r[arm]["best_at_us"]["64"] / r[arm]["best_at_us"]["128"] for r in rows
+                  if "128" in r[arm]["best_at_us"]] for arm in ARMS}
     summary = {"trials": args.trials, "runs": len(rows),
-               "median_final_ratio": statistics.median(ratios) if ratios else None,
-               "final_ratios": ratios, "best_at_128_ratios": second}
+               "median_final_ratio": statistics.median(ratios) if ratios else None, "final_ratios": ratios,
+               "first_batch_us": {arm: [r[arm]["best_at_us"]["64"] for r in rows] for arm in ARMS},
+               "second_batch_gain": gain,
+               "median_second_batch_gain": {arm: statistics.median(g) if g else None for arm, g in gain.items()}}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump({"benchmark": "backend_warmup", "target": str(target), "summary": summary, "rows": rows}, f, indent=1)
