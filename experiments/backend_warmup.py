@@ -6,7 +6,9 @@ a root's second batch of 64 was chosen at random. For each ``--op`` and seed thi
 alone with the backend twice, ``--trials`` each: with MetaSchedule's warm-up (100) and with eto's
 (:func:`tuner.backend.warmup_samples`, one batch). It records the best-so-far at every batch and
 re-measures the two final programs side by side (interleaved rounds, fresh processes). Both arms of a
-seed measure the same first batch (:func:`tune_one`), so they differ from the second batch on.
+seed are seeded alike (:func:`tune_one`), yet their first batches still differed here, so the final
+programs carry each first batch's luck; the clean measure is ``second_batch_gain``, the best after
+the second batch over the best after the first.
 
     python experiments/backend_warmup.py --op "BMM(B=1,M=128,N=768,K=768)" \\
         --op "C2D(N=1,CI=96,H=28,W=28,CO=160,KH=3,KW=3,padding=1)" --seeds 0 1 --trials 128 \\
@@ -35,9 +37,8 @@ def best_at(trajectory, trials: int) -> float:
 
 
 def tune_one(op, target, trials: int, seed: int, warmup: int | None):
-    """One backend run of ``op`` alone; ``warmup`` None: eto's default. Both arms of a seed draw the
-    same first batch: MetaSchedule samples with the task's seed, and the untrained model's random
-    scores come from numpy's global generator, seeded here."""
+    """One backend run of ``op`` alone; ``warmup`` None: eto's default. MetaSchedule samples with the
+    task's seed and the untrained model scores with numpy's global generator, seeded here."""
     import numpy as np
     from tvm.s_tir import meta_schedule as ms
 

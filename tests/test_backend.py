@@ -212,3 +212,37 @@ def test_warm_start_programs_join_the_search_database_and_train_its_model(target
     assert cost_model.data_size == len(schs) + 4  # the model saw the warm programs, then the 4 trials
     with pytest.raises(ValueError, match="warm_start has 2 entries for 1 tasks"):
         tune_backend([task], target, trials_per_task=4, measurer=measurer, warm_start=[[], []])
+
+
+def test_a_task_tuned_alone_is_ranked_by_a_trained_model_from_its_second_batch(target, measurer, monkeypatch):
+    """MetaSchedule's XGBoost model scores at random until it holds 100 measurements across tasks;
+    eto's roots are tuned alone, so their second batch went unranked. The backend's default model
+    ranks after one batch: after two batches of 4 its scores are a trained model's (the same twice)."""
+    from tvm.ir import IRModule
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+
+    from tuner.backend import BackendTask, light_search, tune_backend, warmup_samples
+
+    created = []
+    create = ms.CostModel.create
+
+    def spy(*args, **kwargs):
+        created.append(create(*args, **kwargs))
+        return created[-1]
+
+    monkeypatch.setattr(ms.CostModel, "create", staticmethod(spy))
+    op = Operator.create("DENSE", M=32, N=32, K=64)
+    (res,) = tune_backend([BackendTask("alone", op.prim_func())], target, trials_per_task=8, measurer=measurer,
+                          num_trials_per_iter=4, strategy=light_search(), seed=0)
+    assert res.candidates == 8 and len(created) == 1
+    model = created[0]
+    assert model.num_warmup_samples == warmup_samples(4) == 4 and model.data_size == 8
+    mod = IRModule({"main": op.prim_func()})
+    ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply", search_strategy="replay-trace",
+                         task_name="alone", num_threads=1, rand_state=1)
+    cands = [MeasureCandidate(s, ArgInfo.from_prim_func(op.prim_func())) for s in ctx.generate_design_space()]
+    first, second = model.predict(ctx, cands), model.predict(ctx, cands)
+    assert list(first) == list(second)  # a trained model's scores, not uniform noise
+    assert warmup_samples(64) == 64 and warmup_samples(512) == 100  # never later than MetaSchedule's own
