@@ -46,7 +46,8 @@ def tune_one(op, target, trials: int, seed: int, warmup: int | None):
     from tuner.measure import MeasureConfig, Measurer
 
     with Measurer.local(MeasureConfig()) as measurer:
-        model = None if warmup is None else ms.CostModel.create("xgb", num_tuning_cores=measurer.config.num_threads or 2,
+        threads = measurer.config.num_threads or 2
+        model = None if warmup is None else ms.CostModel.create("xgb", num_tuning_cores=threads,
                                                                  num_warmup_samples=warmup)
         np.random.seed(seed)
         return tune_backend([BackendTask(op.name, op.prim_func())], target, trials_per_task=trials,
