@@ -270,6 +270,11 @@ def warmup_samples(batch: int) -> int:
     return max(1, min(batch, XGB_WARMUP_SAMPLES))
 
 
+def default_cost_model(threads: int, batch: int) -> "ms.CostModel":
+    """MetaSchedule's XGBoost model, ranking from a task's second batch on (:func:`warmup_samples`)."""
+    return ms.CostModel.create("xgb", num_tuning_cores=threads, num_warmup_samples=warmup_samples(batch))
+
+
 def tune_backend(
     tasks: Sequence[BackendTask],
     target: "Target",
@@ -297,8 +302,7 @@ def tune_backend(
     before; ``warm_start`` gives per task programs measured elsewhere (postprocessed schedules and
     seconds, e.g. the reuse tuner's candidates): they join the search's database, seeding its
     population, and train the cost model before the first batch, so the search continues from them
-    instead of starting cold. ``cost_model``: the search's (default: a fresh XGBoost model that ranks
-    from the second batch on, :func:`warmup_samples`).
+    instead of starting cold. ``cost_model``: the search's (default: :func:`default_cost_model`).
     Results keep every program that ran, best first (``top_k``: the best few), as MetaSchedule's
     JSON database does: a later reuse's ranker learns from all. ``on_result`` gets each result as
     soon as it exists; ``on_measured(name, records, trials, seconds)`` gets each batch as soon as it
@@ -321,8 +325,7 @@ def tune_backend(
         database.commit_workload(rec.workload.mod)
         database.commit_tuning_record(rec)
     batch = min(num_trials_per_iter, trials_per_task)
-    cost_model = cost_model or ms.CostModel.create("xgb", num_tuning_cores=threads,
-                                                   num_warmup_samples=warmup_samples(batch))
+    cost_model = cost_model or default_cost_model(threads, batch)
     _warm_start(contexts, tasks, warm_start or [[] for _ in tasks], database, cost_model, target)
     progress = [_TaskProgress(t.name, trials_per_task) for t in tasks]
     results: list[BackendResult | None] = [None] * len(tasks)
