@@ -273,7 +273,7 @@ def plan_operator_set(
     from .target import parse_target, target_kind
 
     kind = target_kind(target) if target is not None else "cpu"
-    tuned = database.tuned(target) if database is not None and target is not None else {}
+    tuned = _tuned(database, target)
     names, nodes = _nodes(opset, tuned)
     catalogue = BridgeCatalogue.of([names[n.name] for n in nodes])
     if cost_fn is None and cost == "estimate":
@@ -322,7 +322,7 @@ def plan_selective(opset: OperatorSet, *, budget: int, k: int, database: "Databa
     if budget < 1 or k < 1:
         raise ValueError(f"budget and k must be positive, got {budget} and {k}")
     kind = target_kind(target) if target is not None else "cpu"
-    tuned = database.tuned(target) if database is not None and target is not None else {}
+    tuned = _tuned(database, target)
     names, nodes = _nodes(opset, tuned)
     nodes = [n for n in nodes if not n.name.startswith("prior:")]  # ST does not reuse earlier runs
     tm = time_model or learn_time_model(database, target, kind)
@@ -341,6 +341,11 @@ def plan_selective(opset: OperatorSet, *, budget: int, k: int, database: "Databa
     # ST's knobs are the tile splits of the target's multi-level tiling: 4 + 2 levels on CPU, 5 + 3 on GPU
     plan = selective_plan(nodes, backend_cost=root, reuse_cost=topk, threshold=threshold, levels=LEVELS[kind])
     return OperatorPlan(plan, {n.name: names[n.name] for n in nodes}, None, tm, estimates)
+
+
+def _tuned(database: "Database | None", target) -> "Mapping[Operator, ProgramRecord]":
+    """The operators ``database`` holds tuned programs of on ``target`` (none without either)."""
+    return database.tuned(target) if database is not None and target is not None else {}
 
 
 def stored_function(op: Operator, program: "ProgramRecord") -> Operator:
