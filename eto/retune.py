@@ -41,6 +41,7 @@ class ShapeRow:
     seconds: float
     latency_s: float | None
     error: str | None = None
+    function: bool = False  # a model's function outside the catalogue: never instant, the backend tunes it
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,10 @@ def retune(shapes: Sequence[tuple[int, OperatorSet]], target: "Target", database
     for e in everything:
         if database.best(e.op, target) is not None:  # tuned, or an instant program of an earlier run
             continue
+        if e.op.spec.backend_only:  # nothing is derived for a function outside the catalogue
+            say(f"no instant program for {e.op.name}: a function outside the catalogue"
+                f"{'' if instant_only else ', tuned by the backend'}")
+            continue
         try:
             r = instant(e.op, database, target)
         except ValueError as exc:
@@ -102,6 +107,7 @@ def retune(shapes: Sequence[tuple[int, OperatorSet]], target: "Target", database
                 value, e.op.name, e.frequency, inst_lat, inst.seconds if inst else None,
                 inst.source.name if inst else None, tuned.method if tuned else None,
                 tuned.source if tuned else None, tuned.candidates if tuned else 0,
-                tuned.seconds if tuned else 0.0, tuned.latency_s if tuned else None, errors.get(e.op)))
+                tuned.seconds if tuned else 0.0, tuned.latency_s if tuned else None, errors.get(e.op),
+                e.op.spec.backend_only))
     return RetuneReport(dim, tuple(rows), time.perf_counter() - start, instant_s)
 

@@ -67,6 +67,29 @@ def test_the_fast_gelu_calls_no_scalar_erf(files, cpu):  # noqa: F811
     assert "erff" not in _calls(gelu_task(fast_math(model)), cpu)
 
 
+def test_the_tanh_gelu_is_written_out_for_fast_tanh_and_keeps_the_outputs(tmp_path, cpu):  # noqa: F811
+    """GELU's tanh form (GPT-2's) is legalised late too: written out, FastMathTransform sees its tanh."""
+    from eto.models import load_relax
+    from eto.models.build import build_model, model_inputs
+    from eto.models.fast_math import fast_math
+    from eto.models.tasks import model_tasks
+
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(approximate="tanh")).eval()
+    x = torch.randn(4, 16)
+    path = str(tmp_path / "gelu_tanh.pt2")
+    torch.export.save(torch.export.export(module, (x,)), path)
+    exact = load_relax(path)
+    assert any("gelu" in t.name for t in model_tasks(exact, cpu).tasks)
+    names = [t.name for t in model_tasks(fast_math(exact), cpu).tasks]
+    assert any("fast_tanh" in n for n in names) and not any("gelu" in n for n in names), names
+    built = build_model(fast_math(exact), None, cpu)
+    (inp,) = model_inputs(built.tasks, seed=3)
+    with torch.no_grad():
+        want = module(torch.from_numpy(inp)).numpy()
+    np.testing.assert_allclose(built.run([inp])[0], want, rtol=1e-4, atol=1e-4)
+
+
 def test_fast_math_applies_to_models_only(capsys):
     code, _, err = run(capsys, "tune", "--opset", "quickstart", "--fast-math", "--trials", "2")
     assert code == 2 and "--fast-math applies to --model" in err

@@ -267,17 +267,19 @@ def test_a_tuned_program_runs_at_every_size_of_a_symbolic_dimension(tuned_db):
 
 @pytest.mark.slow
 def test_eto_retune_a_model_over_its_symbolic_dimension(tuned_db, tmp_path, capsys):
-    """An ONNX MatMul with a dim_param: --vary names it, each size gets its instant program."""
+    """An ONNX MatMul with a dim_param, then a softmax: --vary names the dimension; at each size the
+    model's fused tasks (as eto tune --model tunes them) get instant programs, the softmax (no
+    catalogue type) is named, not counted missing; eto build at a new size runs the instant program."""
     pytest.importorskip("onnx")
     import shutil
 
     from onnx import TensorProto, helper, numpy_helper
 
+    w = np.random.default_rng(0).uniform(-1, 1, (2, 16, 32)).astype(np.float32)
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["t", "w"], ["y"])], "tokens",
-        [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2, "seq", 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(np.ones((2, 16, 32), np.float32), "w")])
+        [helper.make_node("MatMul", ["t", "w"], ["m"]), helper.make_node("Softmax", ["m"], ["y"], axis=-1)],
+        "tokens", [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2, "seq", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [numpy_helper.from_array(w, "w")])
     model = tmp_path / "tokens.onnx"
     model.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
     db_dir = tmp_path / "db"
@@ -287,11 +289,32 @@ def test_eto_retune_a_model_over_its_symbolic_dimension(tuned_db, tmp_path, caps
     out, err = capsys.readouterr()
     assert code == 0, err
     rows = json.loads(out)["rows"]
-    assert [(r["value"], r["op"], r["instant_source"]) for r in rows] == [
-        (8, "BMM[2,8,32,16]", KNOWN.name), (24, "BMM[2,24,32,16]", KNOWN.name)]
+    served = [(r["value"], r["op"].split("+")[0], r["instant_source"]) for r in rows if not r["function"]]
+    assert served == [(8, "BMM[2,8,32,16]", KNOWN.name), (24, "BMM[2,24,32,16]", KNOWN.name)]
+    assert all(r["op"].endswith("+matmul") for r in rows if not r["function"])
+    functions = [r for r in rows if r["function"]]
+    assert len(functions) == 2 and all(r["instant_latency_s"] is None for r in functions)
+    assert "a function outside the catalogue" not in err  # --json: no progress lines
+    code = main(["build", "--model", str(model), "--dim", "seq=24", "--db", str(db_dir), "-o", str(tmp_path / "m.so")])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "1 task(s) run instant programs" in err and "softmax" in err.split("has no program")[0]
+    from eto.models import load_relax
+    from eto.models.build import build_model
+    from eto.target import parse_target
+
+    built = build_model(load_relax(str(model), dims={"seq": 24}), Database(db_dir, readonly=True), parse_target("cpu"))
+    assert [t.op.name for t in built.instant] == [t.op.name for t in built.applied] == ["BMM[2,24,32,16]+matmul"]
+    x = np.random.default_rng(1).uniform(-1, 1, (2, 24, 16)).astype(np.float32)
+    m = x @ w
+    want = np.exp(m - m.max(-1, keepdims=True))
+    np.testing.assert_allclose(built.run([x])[0], want / want.sum(-1, keepdims=True), rtol=1e-4, atol=1e-5)
     code = main(["retune", "--model", str(model), "--vary", "len=8", "--db", str(db_dir), "--instant-only"])
     err = capsys.readouterr().err
     assert code == 2 and "has no symbolic dimension 'len'; its symbolic dimensions: seq (input t, axis 1)" in err
+    code = main(["retune", "--op", KNOWN.key, "--vary", "M=8", "--db", str(db_dir), "--fast-math"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--fast-math applies to --model" in err
 
 
 @pytest.mark.slow

@@ -43,6 +43,9 @@ def _build(args: argparse.Namespace) -> int:
               "TVM's default schedule", file=sys.stderr)
     for t in built.tasks.left_alone:
         print(f"eto: {t.name}: default schedule ({t.reason})", file=sys.stderr)
+    if built.instant:
+        print(f"eto: {len(built.instant)} task(s) run instant programs, not tuned yet (eto retune without "
+              f"--instant-only tunes them): {', '.join(t.name for t in built.instant)}", file=sys.stderr)
     built.executable.export_library(args.output)
     print(f"eto: {model.name}: {len(built.applied)} of {len(built.applied) + len(built.missing)} tunable tasks run "
           f"programs from {args.db} ({built.applied_flops_share:.1%} of their FLOPs), "

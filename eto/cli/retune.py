@@ -9,13 +9,17 @@ import argparse
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from ..opsets import OperatorSet, parse_vary, vary
 from ..report import format_table
 from .errors import EXIT_FAILED, EXIT_OK, CLIError, check_target
 from .ops import parse_dims
 from .plan import add_strategy_option, distance_weight_of, max_reduction_ratio_of, top_k_of
-from .tune import DEFAULT_DB, _operators, add_finalists_option, add_operator_options, finalists_of
+from .tune import DEFAULT_DB, _operators, add_finalists_option, add_operator_options, finalists_of, tasks_opset
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tvm.target import Target
 
 
 def _retune(args: argparse.Namespace) -> int:
@@ -24,16 +28,18 @@ def _retune(args: argparse.Namespace) -> int:
         raise CLIError(f"--db {args.db}: no such database directory (tune the known sizes first: eto tune)")
     if args.trials < 1:
         raise CLIError(f"--trials must be positive, got {args.trials}")
+    if args.fast_math and not args.model:
+        raise CLIError("--fast-math applies to --model (it rewrites the model's functions)")
     finalists = finalists_of(args)
-    shapes = _model_shapes(args, dim, values)
-    if shapes is None:
-        base: str | OperatorSet = args.opset if args.opset and not (args.op or args.model) else _operators(args)
-        shapes = vary(base, dim, values)
     from ..database import Database
     from ..retune import retune
     from ..target import parse_target
 
     target = parse_target(args.target)
+    shapes = _model_shapes(args, dim, values, target)
+    if shapes is None:
+        base: str | OperatorSet = args.opset if args.opset and not (args.op or args.model) else _operators(args)
+        shapes = vary(base, dim, values)
     db = Database(args.db)
     for p in db.problems:
         print(f"eto: warning: {os.path.join(args.db, str(p))} (skipped)", file=sys.stderr)
@@ -49,16 +55,21 @@ def _retune(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_json(), indent=1))
     else:
         print(_table(report))
-    missing = [r for r in report.rows if r.latency_s is None and r.instant_latency_s is None]
+    # --instant-only leaves a model's functions outside the catalogue to a run with the backend
+    missing = [r for r in report.rows if r.latency_s is None and r.instant_latency_s is None
+               and not (args.instant_only and r.function)]
     return EXIT_FAILED if missing else EXIT_OK
 
 
-def _model_shapes(args: argparse.Namespace, dim: str, values: list[int]) -> list[tuple[int, OperatorSet]] | None:
-    """``--model`` with ``--vary`` over one of its symbolic dimensions: the model's operators at each
-    size (None when there is no model, or ``dim`` is not symbolic in it: then operator parameters vary)."""
+def _model_shapes(args: argparse.Namespace, dim: str, values: list[int], target: "Target"
+                  ) -> list[tuple[int, OperatorSet]] | None:
+    """``--model`` with ``--vary`` over one of its symbolic dimensions: at each size, the fused tasks
+    Relax compiles for the model (as ``eto tune --model`` tunes them, so ``eto build --model --dim``
+    at that size finds their programs); None when there is no model, or ``dim`` is not symbolic in
+    it: then operator parameters vary."""
     if not args.model or args.opset or args.op:
         return None
-    from ..models import extract_at_sizes, load_relax, symbolic_dims
+    from ..models import bind_dims, load_relax, symbolic_dims
 
     model, fixed = load_relax(args.model), parse_dims(args.dim)
     names = symbolic_dims(model)
@@ -68,12 +79,8 @@ def _model_shapes(args: argparse.Namespace, dim: str, values: list[int]) -> list
             raise CLIError(f"--vary {dim}: {args.model} has no symbolic dimension {dim!r}; its symbolic "
                            f"dimensions: {', '.join(unbound)}")
         return None  # a static model: vary an operator parameter
-    shapes = []
-    for value, result in extract_at_sizes(model, dim, values, dims=fixed):
-        for u in result.unsupported:
-            print(f"eto: {args.model} at {dim}={value}: not tuned: {u.count} x {u.op} ({u.reason})", file=sys.stderr)
-        shapes.append((value, result.opset))
-    return shapes
+    return [(v, tasks_opset(bind_dims(model, {**fixed, dim: v})._replace(name=f"{model.name}@{dim}={v}"), target,
+                            fast_math=args.fast_math, label=f"{args.model} at {dim}={v}")) for v in values]
 
 
 def _table(report) -> str:

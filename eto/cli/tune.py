@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
 
     from ..database import Database
+    from ..models.load import RelaxModel
     from ..tuning import TuneReport
 
 DEFAULT_DB = "eto-db"
@@ -73,18 +74,25 @@ def _open_database(paths: Sequence[str]) -> "Database":
 
 
 def model_opset(path: str, dims: dict[str, int], target: "Target", *, fast_math: bool = False) -> OperatorSet:
-    """The fused tasks Relax compiles for the model (:mod:`eto.models.tasks`); those without a
-    catalogue type (tuned by the backend as TASK operators) and those left alone are named on stderr."""
+    """The fused tasks Relax compiles for the model file (:func:`tasks_opset`)."""
     from ..models import load_relax
+
+    return tasks_opset(load_relax(path, dims=dims), target, fast_math=fast_math, label=path)
+
+
+def tasks_opset(model: "RelaxModel", target: "Target", *, fast_math: bool = False, label: str) -> OperatorSet:
+    """The fused tasks Relax compiles for ``model`` (:mod:`eto.models.tasks`), ``fast_math`` applied
+    first; those without a catalogue type (tuned by the backend as TASK operators) and those left
+    alone are named on stderr, after ``label``."""
     from ..models.fast_math import fast_math as approximate
     from ..models.tasks import model_tasks
 
-    tasks = model_tasks(approximate(load_relax(path, dims=dims), fast_math), target)
+    tasks = model_tasks(approximate(model, fast_math), target)
     for t in tasks.left_alone:
-        print(f"eto: {path}: not tuned: {t.weight} x {t.name} ({t.reason})", file=sys.stderr)
+        print(f"eto: {label}: not tuned: {t.weight} x {t.name} ({t.reason})", file=sys.stderr)
     functions = tasks.backend_only
     if functions:
-        print(f"eto: {path}: {len(functions)} tasks without a catalogue type are tuned by the backend "
+        print(f"eto: {label}: {len(functions)} tasks without a catalogue type are tuned by the backend "
               f"(--function-trials each): {', '.join(t.name for t in functions)}", file=sys.stderr)
     return tasks.opset
 

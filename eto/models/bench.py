@@ -19,7 +19,7 @@ import os
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -86,8 +86,10 @@ def bench_model(model: "RelaxModel", target: "Target", *, database: "Database | 
                 torch_module: Callable[..., Any] | None = None, onnx_session: Any = None,
                 ms_trials: int | None = None,
                 ms_work_dir: str | None = None, rounds: int = 5, min_repeat_ms: int = 50,
+                others: "Mapping[str, Database] | None" = None,
                 log: Callable[[str], None] = lambda m: None) -> BenchReport:
-    """Build and time ``model`` every way that applies; see the module docstring."""
+    """Build and time ``model`` every way that applies; see the module docstring. ``others``: more
+    databases, each built and timed as a method of that name (e.g. a database of instant programs)."""
     from ..target import use_threads
 
     use_threads()  # TVM's builds are timed in this process, beside PyTorch on as many threads
@@ -100,6 +102,8 @@ def bench_model(model: "RelaxModel", target: "Target", *, database: "Database | 
         tuning["eto"] = _eto_seconds(database, tasks, target)
         for t in builds["eto"].missing:
             log(f"warning: {t.name} ({t.op}) has no program in the database: default schedule")
+    for name, db in (others or {}).items():
+        builds[name], tuning[name] = build_model(model, db, target, tasks=tasks), _eto_seconds(db, tasks, target)
     if ms_trials:
         ms_db, tuning["metaschedule"] = tune_metaschedule(tasks, target, ms_trials, ms_work_dir, log=log)
         builds["metaschedule"] = build_with_metaschedule(ms_db, tasks, target)

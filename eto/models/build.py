@@ -1,7 +1,8 @@
 """``eto build``: a model compiled with the database's programs applied to its fused tasks.
 
 The model is prepared as :mod:`eto.models.tasks` prepares it for tuning, each tunable task gets its
-operator's best stored program (the one eto's correctness gate passed), and MetaSchedule's
+operator's best stored program (the one eto's correctness gate passed; an instant program where
+the operator has no tuned one, as after ``eto retune --instant-only``), and MetaSchedule's
 ``compile_relax`` compiles it: ``MetaScheduleApplyDatabase`` replaces every function it finds in the
 database, the rest keep TVM's default schedules. The tasks that got no program are named, with their
 share of the model's tunable FLOPs, so a stale or partial database is never silent.
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from ..database import PREDICTED
 from ..target import warn_target_mismatch
 from .tasks import ModelTask, ModelTasks, model_tasks
 
@@ -33,6 +35,7 @@ class BuiltModel:
     applied: tuple[ModelTask, ...]  # tunable tasks that run a stored program
     missing: tuple[ModelTask, ...]  # tunable tasks with no stored program: default schedule
     target: "Target"
+    instant: tuple[ModelTask, ...] = ()  # of ``applied``: those running an instant program (not tuned yet)
 
     @property
     def applied_flops_share(self) -> float:
@@ -67,20 +70,24 @@ def build_model(model: "RelaxModel", database: "Database | None", target: "Targe
         warn_target_mismatch(database, target)
     tasks = tasks or model_tasks(model, target)
     ms_db = ms.database.MemoryDatabase()
-    applied, missing = [], []
+    applied, missing, instant = [], [], []
     for t in tasks.tasks:
         if t.op is None:
             continue
-        best = database.best(t.op, target, predicted=False) if database is not None else None
+        # a tuned program, else an instant one (eto retune --instant-only: a new size served at once)
+        best = database.best(t.op, target, predicted=False) or database.best(t.op, target) \
+            if database is not None else None
         if best is None:
             missing.append(t)
             continue
+        if best.method == PREDICTED:
+            instant.append(t)
         rec = best.tuning_record
         ms_db.commit_tuning_record(TuningRecord(rec.trace, ms_db.commit_workload(t.mod), rec.run_secs, target,
                                                 ArgInfo.from_prim_func(t.mod["main"])))
         applied.append(t)
     ex = ms.relax_integration.compile_relax(ms_db, tasks.bound, target, params=None)
-    return BuiltModel(ex, tasks, tuple(applied), tuple(missing), target)
+    return BuiltModel(ex, tasks, tuple(applied), tuple(missing), target, tuple(instant))
 
 
 def model_inputs(tasks: ModelTasks, seed: int = 0) -> list[np.ndarray]:

@@ -129,16 +129,26 @@ def example(name: str, seed: int = 0):
     return factory(), torch.randn(*shape)
 
 
-def export(name: str, path: str, *, seed: int = 0, onnx: bool = False) -> str:
-    """Save a built-in model as a ``torch.export`` archive (``.pt2``) or an ONNX file; the path."""
+#: name -> (dimension, input axis) that ``export(..., dynamic=True)`` leaves symbolic
+DYNAMIC_AXES = {"bert_layer": ("seq", 1), "tiny_transformer": ("seq", 1), "resnet50": ("batch", 0),
+                "resnet18": ("batch", 0), "tiny_cnn": ("batch", 0)}
+
+
+def export(name: str, path: str, *, seed: int = 0, onnx: bool = False, dynamic: bool = False) -> str:
+    """Save a built-in model as a ``torch.export`` archive (``.pt2``) or an ONNX file; the path.
+    ``dynamic``: the model's :data:`DYNAMIC_AXES` dimension stays symbolic (ONNX keeps its name;
+    ``torch.export`` renames it ``s0``...), for ``eto retune --model --vary`` and ``--dim``."""
     import warnings
 
     torch, _ = _nn()
     module, x = example(name, seed)
+    dim, axis = DYNAMIC_AXES[name]
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if onnx:  # the TorchScript exporter: needs no onnxscript
-            torch.onnx.export(module, (x,), path, dynamo=False, opset_version=17, input_names=["input"])
+            torch.onnx.export(module, (x,), path, dynamo=False, opset_version=17, input_names=["input"],
+                              dynamic_axes={"input": {axis: dim}} if dynamic else None)
         else:
-            torch.export.save(torch.export.export(module, (x,)), path)
+            shapes = ({axis: torch.export.Dim(dim, min=2, max=4096)},) if dynamic else None
+            torch.export.save(torch.export.export(module, (x,), dynamic_shapes=shapes), path)
     return path

@@ -6,9 +6,11 @@ BERT-Base layer's GELU (128 x 3072) ran 0.49 ms on zeros, 0.64 ms on U(-1, 1), 1
 2.8 ms on N(0, 10) (the measurer's random inputs, U(1, 10): 2.55 ms, a quarter of the layer), with
 MetaSchedule's one program for it. PyTorch's GELU is a vectorised ``erf``. TVM's
 ``FastMathTransform`` swaps ``erf``, ``exp``, ``tanh`` and ``softmax`` for polynomial
-approximations that vectorise (``topi.fast_erf`` and friends); it does not see ``nn.gelu``, which
-Relax legalises to ``erf`` only later, so :func:`fast_math` first writes GELU out as
-``x * (0.5 + 0.5 * erf(x / sqrt(2)))``, the same function.
+approximations that vectorise (``topi.fast_erf`` and friends); it does not see ``nn.gelu`` or
+``nn.gelu_tanh``, which Relax legalises to ``erf`` and ``tanh`` only later, so :func:`fast_math`
+first writes GELU out as ``x * (0.5 + 0.5 * erf(x / sqrt(2)))`` and its tanh form (GPT-2's,
+PyTorch's ``approximate="tanh"``) as ``x * (0.5 + 0.5 * tanh(sqrt(2 / pi) * (x + 0.044715 x^3)))``,
+the same functions.
 
 Outputs change by rounding-level amounts (checked against PyTorch in the tests). The CLI applies it
 right after loading the model, in ``eto tune``, ``build`` and ``bench`` alike: a database tuned with
@@ -43,19 +45,25 @@ def _gelu_as_erf(mod: "tvm.IRModule") -> "tvm.IRModule":
     from tvm.relax import PyExprMutator, expr_functor
 
     @expr_functor.mutator
-    class GeluAsErf(PyExprMutator):
+    class GeluWrittenOut(PyExprMutator):
         def visit_call_(self, call):
             call = super().visit_call_(call)
-            if not isinstance(call.op, tvm.ir.Op) or call.op.name != "relax.nn.gelu":
+            name = call.op.name if isinstance(call.op, tvm.ir.Op) else None
+            if name not in ("relax.nn.gelu", "relax.nn.gelu_tanh"):
                 return call
             x = call.args[0]
             dtype = str(x.ty.dtype)
             const = lambda v: relax.const(v, dtype)  # noqa: E731
-            erf = self.builder_.emit(relax.op.erf(relax.op.multiply(x, const(1 / math.sqrt(2)))))
-            half = self.builder_.emit(relax.op.add(const(0.5), relax.op.multiply(erf, const(0.5))))
-            return relax.op.multiply(x, half)
+            mul, emit = relax.op.multiply, self.builder_.emit
+            if name == "relax.nn.gelu":
+                inner = emit(relax.op.erf(mul(x, const(1 / math.sqrt(2)))))
+            else:
+                cubic = emit(relax.op.add(x, mul(const(0.044715), mul(x, mul(x, x)))))
+                inner = emit(relax.op.tanh(mul(const(math.sqrt(2 / math.pi)), cubic)))
+            half = emit(relax.op.add(const(0.5), mul(inner, const(0.5))))
+            return mul(x, half)
 
-    mutator = GeluAsErf(mod)
+    mutator = GeluWrittenOut(mod)
     for gv, func in mod.functions_items():
         if isinstance(func, relax.Function):
             mutator.builder_.update_func(gv, mutator.visit_expr(func))
