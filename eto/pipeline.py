@@ -11,8 +11,9 @@ An operator whose parent has no program, or whose parent's sketch turns out not 
 design space, falls back to the backend (the reason is kept with the result).
 
 A model's functions outside the catalogue (TASK operators, :mod:`eto.operators.task`: softmax,
-norms, element-wise) stay out of the plan: the backend tunes them after it, ``function_trials``
-each (default :data:`FUNCTION_TRIALS`, at most ``trials``; one for a design space of one program).
+norms, element-wise) stay out of the plan and are tuned after it: by reuse from the same function
+tuned at another size where the database holds it, else by the backend, ``function_trials`` each
+(default :data:`FUNCTION_TRIALS`, at most ``trials``; one for a design space of one program).
 
 Kinds with several sketches (section 6.1) cost the full budget until one of them is tuned: when
 the plan names such operators (``replan_after``), they are tuned first and the set is planned
@@ -50,7 +51,7 @@ from tuner.space import DEFAULT_STRATEGY
 
 from .database import PREDICTED, Database
 from .operators import Operator
-from .operators.task import FUNCTION_TRIALS
+from .operators.task import FUNCTION_TRIALS, same_function_sources
 from .opsets import OperatorEntry, OperatorSet
 from .leads import leads
 from .plan import (DISTANCE_WEIGHT, MAX_REDUCTION_RATIO, BridgeOption, CostModel, OperatorPlan, hot_operators,
@@ -207,13 +208,20 @@ def tune(
 
 
 def _tune_functions(opset: OperatorSet, run: _Run, measurer: "Measurer", trials: int) -> None:
-    """The set's functions outside the catalogue (TASK operators, never planned): the backend, ``trials``
-    each, one where the design space holds one program (:func:`tuner.backend.single_program`)."""
+    """The set's functions outside the catalogue (never planned): by reuse from the same function at
+    another size (:func:`same_function_sources`; the backend if that fails), else by the backend,
+    ``trials`` each, one where the design space holds one (:func:`tuner.backend.single_program`)."""
     from tuner.backend import single_program
 
     todo = opset.filter(lambda op: op.spec.backend_only and not run.database.attempted(op, run.target))
     single = {e.op for e in todo if single_program(e.op.prim_func(), run.target)}
-    for group, n in ((todo.filter(lambda op: op not in single), trials), (todo.filter(lambda op: op in single), 1)):
+    sources = same_function_sources([e.op for e in todo if e.op not in single], run.database.tuned(run.target)) \
+        if run.derive == "reuse" else {}
+    for alpha, beta in sources.items():
+        _reuse_one(alpha, beta, run, measurer, estimate={"estimate": None, "estimated_seconds": None},
+                   fallback_trials=trials)
+    for group, n in ((todo.filter(lambda op: op not in single and op not in sources), trials),
+                     (todo.filter(lambda op: op in single), 1)):
         if len(group):
             run.say(f"backend: {len(group)} function{'s' * (len(group) > 1)} outside the catalogue, "
                     f"{n} trial{'s' * (n > 1)} each")
@@ -334,18 +342,19 @@ def balance_subtrees(plan: Plan, workers: int) -> list[list[str]]:
     return groups
 
 
-def _reuse_one(alpha: Operator, beta: Operator, run: _Run, measurer: "Measurer", *, estimate: dict) -> None:
-    """Tune α from β's best program (unless another process on the database did, see
-    :mod:`eto.claims`); fall back to the backend when there is nothing to reuse."""
+def _reuse_one(alpha: Operator, beta: Operator, run: _Run, measurer: "Measurer", *, estimate: dict, **kw) -> None:
+    """Tune α from β's best program (unless another process on the database did, see :mod:`eto.claims`);
+    fall back to the backend (``fallback_trials``, default ``trials``) when there is nothing to reuse."""
     from .claims import claim
 
     with claim(run.database, alpha, run.target):
         if not run.database.attempted(alpha, run.target):
             derive = _topk_claimed if run.derive == "topk" else _reuse_claimed
-            derive(alpha, beta, run, measurer, estimate=estimate)
+            derive(alpha, beta, run, measurer, estimate=estimate, **kw)
 
 
-def _reuse_claimed(alpha: Operator, beta: Operator, run: _Run, measurer: "Measurer", *, estimate: dict) -> None:
+def _reuse_claimed(alpha: Operator, beta: Operator, run: _Run, measurer: "Measurer", *, estimate: dict,
+                   fallback_trials: int | None = None) -> None:
     """The reuse search, each measured batch checkpointed; an interrupted one's batches are not re-measured."""
     from tuner.reuse import reuse_tune, trace_key
     from tuner.trajectory import median_secs
@@ -386,7 +395,7 @@ def _reuse_claimed(alpha: Operator, beta: Operator, run: _Run, measurer: "Measur
                 return
             reason = f"no candidate derived from {beta.name} built and ran ({res.failed} failed)"
     run.say(f"backend fallback for {alpha.name}: {reason}")
-    tune_with_backend([alpha], run.target, run.database, trials=run.trials, measurer=measurer,
+    tune_with_backend([alpha], run.target, run.database, trials=fallback_trials or run.trials, measurer=measurer,
                       extra={alpha: {**estimate, "fallback": reason}}, **run.backend_kw)
 
 
@@ -444,9 +453,10 @@ def _commit_reuse(alpha: Operator, beta: Operator, res: "ReuseResult", run: _Run
                         extra={**estimate, "rounds": res.rounds, "remeasured": res.remeasured, **extra, **checked,
                                "failed": res.failed, "failures": failures, "trajectory": trajectory})
     failed = f", {res.failed} failed ({'; '.join(failures)})" if failures else ""
-    run.say(f"reuse: {alpha.name} <- {beta.name}: {res.candidates} candidates (estimated "
-            f"{estimate['estimate'] or 0:.0f}), {res.seconds:.1f} s (estimated {estimate['estimated_seconds']:.1f} s), "
-            f"{res.latency_s * 1e6:.1f} us{failed}")
+    est, est_s = estimate.get("estimate"), estimate.get("estimated_seconds")  # none for a function (unplanned)
+    run.say(f"reuse: {alpha.name} <- {beta.name}: {res.candidates} candidates"
+            f"{f' (estimated {est or 0:.0f})' if est_s is not None else ''}, {res.seconds:.1f} s"
+            f"{f' (estimated {est_s:.1f} s)' if est_s is not None else ''}, {res.latency_s * 1e6:.1f} us{failed}")
 
 
 def _side_by_side(reuse: list, evolve: list, target, measurer: "Measurer") -> tuple[list, list, float, float]:

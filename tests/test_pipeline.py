@@ -250,3 +250,42 @@ def test_baselines_topk_and_selective_tuning(capsys, tmp_path):
     code, _, err = run_cli(capsys, "tune", "--method", "st", "--evolve", 4, "--opset", set_file, "--db",
                            tmp_path / "x", *common)
     assert code == 2 and "--method eto only" in err
+
+
+@pytest.mark.slow
+def test_a_function_outside_the_catalogue_is_reused_from_itself_at_another_size(tmp_path):
+    """A model retuned at a new length: its softmax (a TASK operator, never planned) is derived from
+    the softmax tuned at the old length by the reuse tuner, not searched again by the backend, and
+    its program computes the softmax; a function of another fusion has no such source."""
+    import numpy as np
+    import tvm
+    from tvm import te, topi
+
+    from eto.operators.task import model_function, same_function_sources
+    from eto.pipeline import tune
+    from tuner.backend import light_search
+
+    def softmax(n: int) -> Operator:
+        x = te.placeholder((8, n), "float32", name="x")
+        return model_function(te.create_prim_func([x, topi.nn.softmax(x)]), "softmax")
+
+    old, new = softmax(64), softmax(192)
+    target, db = parse_target("cpu"), Database(tmp_path / "db")
+    kw = dict(trials=8, num_trials_per_iter=8, search=light_search(), seed=0)
+    tune(OperatorSet.from_layers("old", [old]), target, db, **kw)
+    assert db.best(old, target).method == "backend"
+    assert same_function_sources([new], db.tuned(target)) == {new: old}
+    x = te.placeholder((8, 192), "float32", name="x")
+    other = model_function(te.create_prim_func([x, topi.exp(x)]), "exp")
+    assert same_function_sources([other], db.tuned(target)) == {}
+    tune(OperatorSet.from_layers("new", [new]), target, db, **kw)
+    best = db.best(new, target)
+    assert best.method == "reuse" and best.source == old.key
+    sch = tvm.s_tir.Schedule(new.prim_func())
+    best.tuning_record.trace.apply_to_schedule(sch, remove_postproc=False)
+    lib = tvm.compile(sch.mod, target=target)
+    a = np.random.default_rng(0).uniform(-3, 3, (8, 192)).astype("float32")
+    out = tvm.runtime.tensor(np.zeros_like(a))
+    lib(tvm.runtime.tensor(a), out)
+    want = np.exp(a - a.max(1, keepdims=True))
+    np.testing.assert_allclose(out.numpy(), want / want.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)

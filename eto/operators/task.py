@@ -2,9 +2,11 @@
 
 Relax compiles such functions beside a model's convolutions and matmuls, and untuned they run TVM's
 default schedules: one thread, scalar loops (a BERT-Base layer's softmax, layer norms and GELU take
-about a fifth of its time that way). eto has no loop-nest model for them, so it cannot reuse one's
-program for another; it tunes each with the backend (:func:`eto.pipeline.tune` keeps them out of
-the plan) and stores the result like any operator's, so ``eto build`` applies it.
+about a fifth of its time that way). eto has no loop-nest model for them, so the plan never pairs
+two (:func:`eto.pipeline.tune` keeps them out of it); the backend tunes each, except where the
+database holds the same function at another size (:func:`same_function_sources`: a model retuned
+at a new sequence length), which the reuse tuner derives it from. The result is stored like any
+operator's, so ``eto build`` applies it.
 
 The operator is its function: ``hash`` is the PrimFunc's structural hash (the kind of hash
 MetaSchedule's database keys workloads by), ``size`` its output's element count (for display), and
@@ -15,7 +17,7 @@ It has no FLOPs: a model's tuned-FLOPs share counts its catalogue tasks, as befo
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from .base import MAX_PARAM, Operator, OperatorType, Param, register
 
@@ -34,7 +36,8 @@ FUNCTION_TRIALS = 32
 @register
 class ModelFunction(OperatorType):
     name = "TASK"
-    description = "a model's function outside the catalogue (softmax, norms, element-wise): backend-tuned, never reused"
+    description = ("a model's function outside the catalogue (softmax, norms, element-wise): backend-tuned, "
+                   "reused only from itself at another size")
     params = (Param("size", "output elements"), Param("hash", "structural hash of the function (31 bits)"))
     space_names = ("i",)
     reduction_names = ()
@@ -79,3 +82,18 @@ def model_function(func: "tirx.PrimFunc", fusion: str) -> Operator:
     size = max(1, math.prod(int(d) for d in func.params[-1].shape))
     op = Operator.create("TASK", size=min(size, MAX_PARAM), hash=structural_hash(func) % MAX_PARAM + 1)
     return op.with_fusion(fusion, func)
+
+
+def same_function_sources(functions: Sequence[Operator], tuned: Iterable[Operator]) -> dict[Operator, Operator]:
+    """For each function outside the catalogue, the tuned one of the same fusion (a model's softmax,
+    layer norm... at another size: ``eto retune --model``) nearest in output elements, where the
+    database holds one. The TASK type has no loop nest, so the plan never pairs them; the reuse
+    tuner still can, when α's design space holds the source's sketch (else it says so and the
+    backend tunes α). O(functions x tuned)."""
+    have = [op for op in tuned if op.spec.backend_only and op.fusion]
+    out = {}
+    for alpha in functions:
+        same = [op for op in have if op.fusion == alpha.fusion and op != alpha]
+        if same:
+            out[alpha] = min(same, key=lambda op: abs(math.log(op["size"] / alpha["size"])))
+    return out
