@@ -60,7 +60,7 @@ def run_size(path: str, dim: str, value: int, base_db: str, work: str, *, trials
     from eto.models.bench import bench_model
     from eto.target import parse_target
 
-    here = os.path.join(work, f"{dim}{value}")
+    here = os.path.join(work, f"{dim}_{value}")
     os.makedirs(here, exist_ok=True)
     inst_db, full_db = os.path.join(here, "instant"), os.path.join(here, "retuned")
     if not os.path.exists(inst_db):

@@ -10,7 +10,6 @@ nothing here knows about the command line (``eto ops from-model`` lives in :mod:
 from .extract import (
     ModelOperators,
     UnsupportedCall,
-    extract_at_sizes,
     extract_from_exported_program,
     extract_from_file,
     extract_from_onnx,
@@ -37,7 +36,6 @@ __all__ = [
     "RelaxModel",
     "UnsupportedCall",
     "bind_dims",
-    "extract_at_sizes",
     "extract_from_exported_program",
     "extract_from_file",
     "extract_from_onnx",

@@ -27,7 +27,6 @@ from ..report import plural
 from .load import (
     ModelImportError,
     RelaxModel,
-    bind_dims,
     exported_program_to_relax,
     load_relax,
     onnx_to_relax,
@@ -261,17 +260,6 @@ def extract_from_file(path: str | os.PathLike, *, name: str | None = None,
     ``dims`` sets symbolic dimensions by name (ONNX ``dim_param``, ``torch.export``'s ``s0``...).
     """
     return _extract(load_relax(path, name=name, shapes=shapes, dims=dims))
-
-
-def extract_at_sizes(model: RelaxModel, dim: str, values: Sequence[int], *,
-                     dims: Mapping[str, int] | None = None) -> list[tuple[int, ModelOperators]]:
-    """A model's operators at each size of its symbolic dimension ``dim`` (others set by ``dims``):
-    one read of the model, one binding per size (:func:`eto.models.load.bind_dims`)."""
-    out = []
-    for v in values:
-        bound = bind_dims(model, {**(dims or {}), dim: v})
-        out.append((v, _extract(bound._replace(name=f"{model.name}@{dim}={v}"))))
-    return out
 
 
 def load_model_opset(path: str | os.PathLike, name: str | None = None) -> OperatorSet:
