@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--opset", help="built-in set name or JSON file")
     source.add_argument("--model", help="an ONNX or torch.export (.pt2) file: its fused tasks")
     ap.add_argument("databases", nargs="+", metavar="NAME=DIR", help="the reference first")
+    ap.add_argument("--dim", action="append", metavar="NAME=SIZE", help="with --model: a symbolic dimension's size")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved re-measurement rounds")
     ap.add_argument("--out", help="results JSON")
     args = ap.parse_args(argv)
@@ -53,7 +54,9 @@ def main(argv: list[str] | None = None) -> int:
         from eto.models import load_relax
         from eto.models.tasks import model_tasks
 
-        opset = model_tasks(load_relax(args.model), parse_target("cpu")).opset
+        from eto.cli.ops import parse_dims
+
+        opset = model_tasks(load_relax(args.model, dims=parse_dims(args.dim)), parse_target("cpu")).opset
     else:
         opset = load_opset(args.opset)
     opened = {k: _MetaSchedule(metaschedule_dir(v)) if metaschedule_dir(v) else Database(v, readonly=True)

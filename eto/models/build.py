@@ -1,8 +1,8 @@
 """``eto build``: a model compiled with the database's programs applied to its fused tasks.
 
 The model is prepared as :mod:`eto.models.tasks` prepares it for tuning, each tunable task gets its
-operator's best stored program (the one eto's correctness gate passed; an instant program where
-the operator has no tuned one, as after ``eto retune --instant-only``), and MetaSchedule's
+operator's fastest stored program (one eto's correctness gate passed; an instant program, as
+``eto retune`` stores first, where no tuned one is faster), and MetaSchedule's
 ``compile_relax`` compiles it: ``MetaScheduleApplyDatabase`` replaces every function it finds in the
 database, the rest keep TVM's default schedules. The tasks that got no program are named, with their
 share of the model's tunable FLOPs, so a stale or partial database is never silent.
@@ -74,9 +74,8 @@ def build_model(model: "RelaxModel", database: "Database | None", target: "Targe
     for t in tasks.tasks:
         if t.op is None:
             continue
-        # a tuned program, else an instant one (eto retune --instant-only: a new size served at once)
-        best = database.best(t.op, target, predicted=False) or database.best(t.op, target) \
-            if database is not None else None
+        # the fastest stored: a tuned program, or an instant one (eto retune: a new size served at once)
+        best = database.best(t.op, target) if database is not None else None
         if best is None:
             missing.append(t)
             continue
