@@ -315,6 +315,9 @@ def test_eto_retune_a_model_over_its_symbolic_dimension(tuned_db, tmp_path, caps
     code = main(["retune", "--op", KNOWN.key, "--vary", "M=8", "--db", str(db_dir), "--fast-math"])
     err = capsys.readouterr().err
     assert code == 2 and "--fast-math applies to --model" in err
+    code = main(["retune", "--model", str(model), "--vary", "seq=8", "--db", str(db_dir), "--function-trials", "0"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--function-trials must be positive" in err
 
 
 @pytest.mark.slow

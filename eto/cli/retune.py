@@ -16,7 +16,8 @@ from ..report import format_table
 from .errors import EXIT_FAILED, EXIT_OK, CLIError, check_target
 from .ops import parse_dims
 from .plan import add_strategy_option, distance_weight_of, max_reduction_ratio_of, top_k_of
-from .tune import DEFAULT_DB, _operators, add_finalists_option, add_operator_options, finalists_of, tasks_opset
+from .tune import (DEFAULT_DB, _operators, add_finalists_option, add_function_trials_option, add_operator_options,
+                   finalists_of, function_trials_of, tasks_opset)
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
@@ -30,7 +31,7 @@ def _retune(args: argparse.Namespace) -> int:
         raise CLIError(f"--trials must be positive, got {args.trials}")
     if args.fast_math and not args.model:
         raise CLIError("--fast-math applies to --model (it rewrites the model's functions)")
-    finalists = finalists_of(args)
+    finalists, function_trials = finalists_of(args), function_trials_of(args)
     from ..database import Database
     from ..retune import retune
     from ..target import parse_target
@@ -50,7 +51,7 @@ def _retune(args: argparse.Namespace) -> int:
     report = retune(shapes, target, db, dim=dim, trials=args.trials, instant_only=args.instant_only, log=log,
                     strategy=args.strategy, top_k=top_k_of(args), seed=args.seed,
                     max_reduction_ratio=max_reduction_ratio_of(args), distance_weight=distance_weight_of(args),
-                    plan_budget=args.plan_budget, finalists=finalists)
+                    plan_budget=args.plan_budget, finalists=finalists, function_trials=function_trials)
     if args.json:
         print(json.dumps(report.to_json(), indent=1))
     else:
@@ -191,6 +192,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--instant-only", action="store_true", help="store the instant programs and stop (seconds)")
     add_strategy_option(p)
     add_finalists_option(p)
+    add_function_trials_option(p)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress lines")

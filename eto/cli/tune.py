@@ -177,6 +177,12 @@ def finalists_of(args: argparse.Namespace) -> int:
     return args.finalists
 
 
+def add_function_trials_option(p: argparse.ArgumentParser, more: str = "") -> None:
+    p.add_argument("--function-trials", type=int, default=None, metavar="N",
+                   help=f"backend trials for each of a model's functions outside the catalogue (softmax, norms, "
+                        f"element-wise) that cannot be reused (default {FUNCTION_TRIALS}, at most --trials){more}")
+
+
 def function_trials_of(args: argparse.Namespace) -> int | None:
     if args.function_trials is not None and args.function_trials < 1:
         raise CLIError(f"--function-trials must be positive, got {args.function_trials}")
@@ -232,9 +238,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "each reuse by TopK: the parent's top 3 programs applied, no search), st (Selective "
                         "Tuning: clusters by tuning-space overlap, one backend root each, the rest by TopK)")
     p.add_argument("--trials", type=int, default=64, help="measured candidates per backend-tuned operator")
-    p.add_argument("--function-trials", type=int, default=None, metavar="N",
-                   help=f"eto: backend trials for each of a model's functions outside the catalogue (softmax, norms, "
-                        f"element-wise; default {FUNCTION_TRIALS}, at most --trials); --method ansor gives them --trials")
+    add_function_trials_option(p, "; --method ansor gives them --trials")
     p.add_argument("--plan-budget", type=int, default=None,
                    help="backend cost per operator when planning (default: --trials) (eto)")
     p.add_argument("--bridges", default="1hop", choices=["none", "1hop", "all"], help="bridge operators (eto)")
