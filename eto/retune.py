@@ -41,7 +41,7 @@ class ShapeRow:
     seconds: float
     latency_s: float | None
     error: str | None = None
-    function: bool = False  # a model's function outside the catalogue: never instant, the backend tunes it
+    function: bool = False  # a model's function outside the catalogue: never instant (tuned after the plan)
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def retune(shapes: Sequence[tuple[int, OperatorSet]], target: "Target", database
             continue
         if e.op.spec.backend_only:  # nothing is derived for a function outside the catalogue
             say(f"no instant program for {e.op.name}: a function outside the catalogue"
-                f"{'' if instant_only else ', tuned by the backend'}")
+                f"{'' if instant_only else ' (reused from itself at another size, else the backend)'}")
             continue
         try:
             r = instant(e.op, database, target)

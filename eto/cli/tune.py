@@ -73,17 +73,10 @@ def _open_database(paths: Sequence[str]) -> "Database":
     return db
 
 
-def model_opset(path: str, dims: dict[str, int], target: "Target", *, fast_math: bool = False) -> OperatorSet:
-    """The fused tasks Relax compiles for the model file (:func:`tasks_opset`)."""
-    from ..models import load_relax
-
-    return tasks_opset(load_relax(path, dims=dims), target, fast_math=fast_math, label=path)
-
-
 def tasks_opset(model: "RelaxModel", target: "Target", *, fast_math: bool = False, label: str) -> OperatorSet:
     """The fused tasks Relax compiles for ``model`` (:mod:`eto.models.tasks`), ``fast_math`` applied
-    first; those without a catalogue type (tuned by the backend as TASK operators) and those left
-    alone are named on stderr, after ``label``."""
+    first; those without a catalogue type (TASK operators, tuned after the plan) and those left alone
+    are named on stderr, after ``label``."""
     from ..models.fast_math import fast_math as approximate
     from ..models.tasks import model_tasks
 
@@ -93,7 +86,8 @@ def tasks_opset(model: "RelaxModel", target: "Target", *, fast_math: bool = Fals
     functions = tasks.backend_only
     if functions:
         print(f"eto: {label}: {len(functions)} tasks without a catalogue type are tuned by the backend "
-              f"(--function-trials each): {', '.join(t.name for t in functions)}", file=sys.stderr)
+              f"(--function-trials each) or reused from the same task at another size: "
+              f"{', '.join(t.name for t in functions)}", file=sys.stderr)
     return tasks.opset
 
 
@@ -104,8 +98,13 @@ def _tune(args: argparse.Namespace) -> int:
     target = parse_target(args.target)
     if args.fast_math and not args.model:
         raise CLIError("--fast-math applies to --model (it rewrites the model's functions)")
-    opset = model_opset(args.model, parse_dims(args.dim), target, fast_math=args.fast_math) \
-        if args.model and not (args.op or args.opset) else _operators(args)
+    if args.model and not (args.op or args.opset):
+        from ..models import load_relax
+
+        opset = tasks_opset(load_relax(args.model, dims=parse_dims(args.dim)), target, fast_math=args.fast_math,
+                            label=args.model)
+    else:
+        opset = _operators(args)
     if args.trials < 1:
         raise CLIError(f"--trials must be positive, got {args.trials}")
     if args.method == "ansor" and (args.hot_share is not None or args.evolve or args.rpc or args.devices != 1):
