@@ -244,17 +244,21 @@ def run_all(args, opset, target, work: str) -> tuple[dict, dict | None]:
 
 
 # -- quality -----------------------------------------------------------------------------------------
-def remeasure(progs: dict[str, list], opset, target, rounds: int) -> dict[str, list[float]]:
+def remeasure(progs: dict[str, list], opset, target, rounds: int,
+              per_round: dict[str, list[list[float]]] | None = None) -> dict[str, list[float]]:
     """Median re-measured seconds of each run's final programs; per operator all runs back to back.
 
-    Each round runs in a fresh worker process: some programs run at one speed in one process and
-    at another in the next (where their buffers land), a BERT-Base attention BMM of eto's at 0.13 or
-    0.22 ms, so one process would settle a comparison by its lottery."""
+    Each round runs in a fresh worker process: a program can run up to 1.75x faster in one process
+    than in the next, and keeps that speed for the process's life (BERT-Base's feed-forward matmuls
+    at 0.64 or 1.12 ms; experiments README, "The process lottery"), so one process would settle a
+    comparison by its lottery. ``per_round``: filled with each round's (process's) median per
+    program, ``per_round[run][op]``, to show it."""
     from tuner.apply import scheduled_module
     from tuner.measure import MeasureConfig, Measurer
 
     mods = {u: [None if p is None else scheduled_module(p.tuning_record) for p in ps] for u, ps in progs.items()}
     samples = {u: [[] for _ in opset] for u in progs}
+    rounds_out = {u: [[] for _ in opset] for u in progs}
     units = list(progs)
     for r in range(rounds):
         with Measurer.local(MeasureConfig(number=3, repeat=5, min_repeat_ms=40)) as measurer:
@@ -262,9 +266,14 @@ def remeasure(progs: dict[str, list], opset, target, rounds: int) -> dict[str, l
             order = units[r % len(units):] + units[: r % len(units)]
             for i in range(len(opset)):
                 todo = [u for u in order if mods[u][i] is not None]
-                for u, res in zip(todo, measurer.measure([mods[u][i] for u in todo], target)):
-                    if res.ok:
+                timed = dict(zip(todo, measurer.measure([mods[u][i] for u in todo], target)))
+                for u in units:
+                    res = timed.get(u)
+                    if res is not None and res.ok:
                         samples[u][i] += list(res.run_secs)
+                    rounds_out[u][i].append(res.median if res is not None else math.inf)
+    if per_round is not None:
+        per_round.update(rounds_out)
     return {u: [statistics.median(s) if s else math.inf for s in samples[u]] for u in progs}
 
 

@@ -331,6 +331,8 @@ def test_bench_compares_builds_with_pytorch(files, tuned, capsys, tmp_path, monk
     rows = json.loads((tmp_path / "tasks.json").read_text())["per_operator"]
     assert len(rows) == sum(1 for t in report["tasks"] if t["operator"])
     assert all(0 < r[k]["latency_us"] < float("inf") for r in rows for k in ("ms", "eto"))
+    # one round, one process: its median is the program's
+    assert all(r[k]["per_process_us"] == [pytest.approx(r[k]["latency_us"])] for r in rows for k in ("ms", "eto"))
     assert {r["ms"]["method"] for r in rows} == {"metaschedule"}
     code, _, err = run(capsys, "bench", "--model", path, "--db", tmp_path / "nowhere")
     assert code == 2 and "no such database directory" in err

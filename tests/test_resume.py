@@ -125,7 +125,7 @@ class _DryMeasurer:
     def __init__(self):
         self.measured = self.remeasured = 0
 
-    def measure(self, mods, target, screen=False, search=False):
+    def measure(self, mods, target, screen=False, search=False, spread=False):
         import zlib
 
         from tuner.measure import MeasureResult

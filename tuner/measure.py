@@ -24,7 +24,7 @@ import shutil
 import statistics
 import tempfile
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Sequence
+from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
@@ -65,6 +65,12 @@ class MeasureConfig:
     #: only need ranking; a search re-times its finalists with the full configuration (tuner.finalists)
     screen_repeat: int = 3
     screen_min_repeat_ms: int = 10
+    #: runner processes that time a search's finalists (``measure(..., spread=True)``; local runs). The
+    #: same program runs up to 1.75x faster in one process than in the next and keeps that speed for the
+    #: process's life, single-threaded too (BERT-Base's FF matmuls here: 0.64 or 1.12 ms; experiments
+    #: README, "Process lottery"), so a search timed in one process can crown a program that is fast only
+    #: there: finalists are timed in this many processes and ranked by all their samples' median
+    settle_processes: int = 2
 
     def evaluator(self, *, screen: bool = False) -> EvaluatorConfig:
         return EvaluatorConfig(
@@ -174,6 +180,10 @@ class Measurer:
     runner: ms.Runner
     config: MeasureConfig
     kind: RunnerKind = "local"
+    #: starts one more runner process, where ``measure(..., spread=True)`` times too (None: no spares);
+    #: the first spread measurement starts ``config.settle_processes - 1`` of them (~2.7 s each here)
+    spare: "Callable[[], ms.Runner] | None" = None
+    spares: list = field(default_factory=list)
     counters: dict = field(default_factory=lambda: {"built": 0, "build_failed": 0, "run_failed": 0, "ok": 0})
 
     @classmethod
@@ -184,12 +194,12 @@ class Measurer:
             max_workers=config.builder_workers, timeout_sec=config.build_timeout_s,
             recycle_after=config.recycle_after,
         )
-        runner = ms.runner.LocalRunner(
-            timeout_sec=config.run_timeout_s,
-            evaluator_config=config.evaluator(),
-            initializer=functools.partial(_set_threads, threads),
-        )
-        return cls(builder, runner, config, "local")
+
+        def runner() -> ms.Runner:  # one worker process, started at its first run
+            return ms.runner.LocalRunner(timeout_sec=config.run_timeout_s, evaluator_config=config.evaluator(),
+                                         initializer=functools.partial(_set_threads, threads))
+
+        return cls(builder, runner(), config, "local", runner)
 
     @classmethod
     def rpc(
@@ -221,12 +231,15 @@ class Measurer:
         return cls(builder, runner, config, "rpc")
 
     def measure(self, mods: Sequence["IRModule"], target: "Target", *, screen: bool = False,
-                search: bool = False) -> list[MeasureResult]:
+                search: bool = False, spread: bool = False) -> list[MeasureResult]:
         """Build all candidates in parallel, then run each; failures are results, not exceptions.
 
         ``screen``: time them with the configuration's screening repeats (a third of the run time
         here), for ranking; the runner's own configuration is restored afterwards. ``search``: a
-        reuse search's candidates, built with ``search_build_timeout_s`` on CPU targets."""
+        reuse search's candidates, built with ``search_build_timeout_s`` on CPU targets. ``spread``:
+        time each in the :attr:`spares` processes too, one process after the other (a search's
+        finalists, :attr:`MeasureConfig.settle_processes`); its samples are all processes' together,
+        and it fails if it failed in any."""
         if not mods:
             return []
         from tvm.s_tir.meta_schedule.arg_info import ArgInfo
@@ -249,26 +262,34 @@ class Measurer:
             device = "cpu" if target.kind.name == "llvm" else target.kind.name
             inputs.append(RunnerInput(b.artifact_path, device, args))
             where.append(i)
-        # MetaSchedule's local and RPC runners read it when a run is submitted; another runner times its way
-        full = getattr(self.runner, "evaluator_config", None)
-        swap = screen and full is not None
-        if swap:
-            self.runner.evaluator_config = self.config.evaluator(screen=True)
-        try:
-            futures = self.runner.run(inputs)
-        finally:
-            if swap:
-                self.runner.evaluator_config = full
-        for i, fut, inp in zip(where, futures, inputs):
-            r = fut.result()
-            if r.error_msg is not None or r.run_secs is None:
+        if spread and self.spare is not None:
+            self.spares += [self.spare() for _ in range(self.config.settle_processes - 1 - len(self.spares))]
+        runs = [self._run(runner, inputs, screen) for runner in (self.runner, *(self.spares if spread else ()))]
+        for k, (i, inp) in enumerate(zip(where, inputs)):
+            outcomes = [run[k] for run in runs]
+            bad = next((r for r in outcomes if r.error_msg is not None or r.run_secs is None), None)
+            if bad is not None:
                 self.counters["run_failed"] += 1
-                results[i] = MeasureResult(None, run_error_message(r.error_msg), "run")
+                results[i] = MeasureResult(None, run_error_message(bad.error_msg), "run")
             else:
                 self.counters["ok"] += 1
-                results[i] = MeasureResult(tuple(float(s) for s in r.run_secs))
+                results[i] = MeasureResult(tuple(float(s) for r in outcomes for s in r.run_secs))
             remove_artifact(str(inp.artifact_path))
         return results  # type: ignore[return-value]
+
+    def _run(self, runner: ms.Runner, inputs: list[RunnerInput], screen: bool) -> list:
+        """Every input run by ``runner``, waited for (so two runners never time at once)."""
+        # MetaSchedule's local and RPC runners read it when a run is submitted; another runner times its way
+        full = getattr(runner, "evaluator_config", None)
+        swap = screen and full is not None
+        if swap:
+            runner.evaluator_config = self.config.evaluator(screen=True)
+        try:
+            futures = runner.run(inputs) if inputs else []
+        finally:
+            if swap:
+                runner.evaluator_config = full
+        return [fut.result() for fut in futures]
 
     def remeasure(self, mods: Sequence["IRModule"], target: "Target", *, rounds: int = 3) -> list[float]:
         """Median seconds of each module over ``rounds`` interleaved measurements (inf if one failed).
@@ -285,6 +306,10 @@ class Measurer:
     def close(self) -> None:
         if isinstance(self.builder, PersistentBuilder):
             self.builder.shutdown()
+        for runner in self.spares:
+            pool = getattr(runner, "pool", None)
+            if pool is not None:
+                pool.shutdown()
 
     def __enter__(self) -> "Measurer":
         return self

@@ -358,7 +358,7 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
 
     def measure(schedules: list, precise: bool = False) -> list[float]:
         if precise:  # the finalists, not checkpointed: a resumed search re-times its own
-            timed = measurer.measure([s.mod for s in schedules], target, search=True)
+            timed = measurer.measure([s.mod for s in schedules], target, search=True, spread=True)
             finalists_failed.extend(r.error for r in timed if r.error)
             return [r.median for r in timed]
         t0 = time.perf_counter()

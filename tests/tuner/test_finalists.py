@@ -74,7 +74,7 @@ class Hashed:
     def secs(text: str) -> float:
         return 1e-6 * (1 + zlib.crc32(text.encode()) % 1_000_000)
 
-    def measure(self, mods, target, screen=False, search=False):
+    def measure(self, mods, target, screen=False, search=False, spread=False):
         from tuner.measure import MeasureResult
 
         texts = [m.script() for m in mods]
@@ -114,7 +114,7 @@ class RoundsDown(Hashed):
     def screened_secs(self, t: str) -> float:
         return self.BEST if t == self.screened[0] else self.BEST * (2 + zlib.crc32(t.encode()) % 1000)
 
-    def measure(self, mods, target, screen=False, search=False):
+    def measure(self, mods, target, screen=False, search=False, spread=False):
         from tuner.measure import MeasureResult
 
         texts = [m.script() for m in mods]
@@ -149,7 +149,7 @@ class FailsInFull(Hashed):
     """Screens like :class:`Hashed`, except that the slowest candidate of the first screened batch
     times out; in full, the screened best crashes."""
 
-    def measure(self, mods, target, screen=False, search=False):
+    def measure(self, mods, target, screen=False, search=False, spread=False):
         from tuner.measure import MeasureResult
 
         texts = [m.script() for m in mods]
@@ -175,3 +175,29 @@ def test_a_reuse_search_records_why_candidates_failed_in_the_screening_and_among
     assert res.failed == 2  # the finalist counts as failed beside the screened one
     ranked = sorted(set(m.screened), key=Hashed.secs)
     assert res.latency_s == Hashed.secs(ranked[1])  # the crashed finalist never wins
+
+
+def _worker_pids(runner) -> set[int]:
+    return {w._proc.pid for w in runner.pool._worker_map.values() if w._proc is not None}
+
+
+def test_a_spread_measurement_times_each_program_in_every_runner_process():
+    """Finalists are timed in ``settle_processes`` processes, one after the other (the process lottery)."""
+    from tuner.measure import MeasureConfig, Measurer
+    from tvm.ir import IRModule
+
+    target = cpu_target()
+    mod = IRModule({"main": Operator.create("BMM", B=1, M=16, N=16, K=16).prim_func()})
+    broken = IRModule({"main": Operator.create("BMM", B=1, M=16, N=16, K=16).prim_func().with_attr("target", 1)})
+    with Measurer.local(MeasureConfig(repeat=3, min_repeat_ms=1, settle_processes=2)) as m:
+        plain = m.measure([mod], target)[0]
+        assert m.spares == []  # a spare starts at the first spread measurement
+        spread, failed = m.measure([mod, broken], target, spread=True)
+        assert len(m.spares) == 1
+        main, spare = _worker_pids(m.runner), _worker_pids(m.spares[0])
+    assert plain.ok and len(plain.run_secs) == 3
+    assert spread.ok and len(spread.run_secs) == 6
+    assert main and spare and not main & spare
+    assert not failed.ok and failed.stage == "build"
+    with Measurer.local(MeasureConfig(repeat=3, min_repeat_ms=1, settle_processes=1)) as m:
+        assert len(m.measure([mod], target, spread=True)[0].run_secs) == 3 and m.spares == []

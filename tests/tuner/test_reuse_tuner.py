@@ -576,7 +576,7 @@ def test_alternate_sources_lead_round_t_with_their_tiles_kept_on_alpha():
     class FirstBatch:  # a measurer that keeps the first batch and times nothing
         first: list = []
 
-        def measure(self, mods, target, screen=False, search=False):
+        def measure(self, mods, target, screen=False, search=False, spread=False):
             if not self.first:
                 self.first.extend(mods)
             return [SimpleNamespace(median=1e-3 + i * 1e-6, error=None) for i in range(len(mods))]
@@ -640,7 +640,7 @@ def test_a_program_with_an_epilogue_is_reused_for_a_bare_batch_matmul_of_another
         tuple(f) for f in beta.tile_decisions()[0])  # β's tiles on α's M and N, the batch outermost
 
     class Fake:  # times nothing: this test is about GetS, not speed
-        def measure(self, mods, target, screen=False, search=False):
+        def measure(self, mods, target, screen=False, search=False, spread=False):
             return [SimpleNamespace(median=1e-3 + i * 1e-6, error=None) for i in range(len(mods))]
 
     res = reuse_tune(alpha.prim_func(), record, target, Fake(), top_k=None)
