@@ -160,7 +160,7 @@ def tune(
     ``strategy`` is the reuse tuner's (``"global"``: rounds after T once; ``"per-b"``: the paper's
     loop per block count); ``top_k``: how many of a reuse round's best-ranked candidates are measured at a
     time (:func:`tuner.ranked.resolve_top_k`; None: every candidate, as in the paper); ``finalists``: see
-    :mod:`tuner.finalists` (0: every reuse candidate timed in full).
+    :mod:`tuner.finalists` (0: every reuse candidate timed in full; with method eto, roots' too).
     ``max_reduction_ratio`` (None: no cap) and ``distance_weight``: see :func:`eto.plan.plan_operator_set`;
     ``hot_share``/``hot_factor``, ``evolve_trials``, ``method``, ``function_trials``: see the module doc.
     Given several measurers (one per RPC device), independent subtrees of the plan are tuned concurrently.
@@ -175,11 +175,11 @@ def tune(
     top_k = resolve_top_k(top_k, target)
     export_threads()
     start = time.perf_counter()
-    hot = hot_operators(opset, hot_share) if hot_share is not None else frozenset()
-    budget = plan_budget or trials
+    hot, budget = hot_operators(opset, hot_share) if hot_share is not None else frozenset(), plan_budget or trials
     run = _Run(target, database, trials, hot, max(trials, round(trials * hot_factor)), strategy, evolve_trials,
                log or (lambda _msg: None),
-               dict(num_trials_per_iter=num_trials_per_iter, seed=seed, on_batch=on_batch, strategy=search),
+               dict(num_trials_per_iter=num_trials_per_iter, seed=seed, on_batch=on_batch, strategy=search,
+                    finalists=finalists if method == "eto" else 0),
                ranker=LearnedRanker(target) if top_k is not None and method == "eto" else None, top_k=top_k,
                finalists=finalists, derive="reuse" if method == "eto" else "topk")
     wall_start = time.time()

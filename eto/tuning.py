@@ -158,13 +158,15 @@ def tune_with_backend(
     work_dir: str | None = None,
     on_batch: Callable[[str, int, int, float], None] | None = None,
     strategy: str | object = "evolutionary",
+    finalists: int = 0,
     verbose: bool = False,
     extra: "Mapping[Operator, dict] | None" = None,
 ) -> TuneReport:
     """Tune every operator not yet in ``database`` with MetaSchedule (task scheduler, ``trials`` each).
 
     Every measured program that passes the correctness gate is stored; ``extra`` adds per operator
-    metadata (e.g. the plan's estimate).
+    metadata (e.g. the plan's estimate). ``finalists``: each operator's best few re-timed in every
+    runner process (:func:`tuner.finalists.settle_records`; 0, the default: MetaSchedule's own choice).
     An operator another process is tuning on the same database (:mod:`eto.claims`) is waited for
     after the rest, and tuned here only if that process stopped without a result.
     """
@@ -183,7 +185,7 @@ def tune_with_backend(
         own = measurer is None
         measurer = measurer or Measurer.local(MeasureConfig())
         kw = dict(measurer=measurer, num_trials_per_iter=num_trials_per_iter, seed=seed, work_dir=work_dir,
-                  on_batch=on_batch, strategy=strategy, verbose=verbose)
+                  on_batch=on_batch, strategy=strategy, finalists=finalists, verbose=verbose)
         try:
             with ExitStack() as held:
                 mine = [e for e in todo if held.enter_context(claim(database, e.op, target, wait=False))

@@ -29,6 +29,7 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture
 
 from .faults import kill_point
+from .finalists import settle_records
 from .intrinsics import register_tensor_intrinsics
 from .measure import Measurer, run_error_message
 from .trajectory import TrajectoryPoint, median_secs, time_to_reach, trials_to_reach
@@ -294,6 +295,7 @@ def tune_backend(
     on_batch: Callable[[str, int, int, float], None] | None = None,
     on_measured: "Callable[[str, list[TuningRecord], int, float], None] | None" = None,
     strategy: "str | ms.search_strategy.SearchStrategy" = "evolutionary",
+    finalists: int = 0,
     verbose: bool = False,
 ) -> list[BackendResult]:
     """Tune ``tasks`` with MetaSchedule, ``trials_per_task`` measured candidates each.
@@ -317,8 +319,7 @@ def tune_backend(
     register_tensor_intrinsics(target)  # what a TuneContext would import, without its 25 s
 
     threads = num_threads or int(os.environ.get("TVM_NUM_THREADS", "0") or 0) or measurer.config.num_threads or 1
-    contexts = _contexts(tasks, target, strategy=strategy, seed=seed, threads=threads, work_dir=work_dir,
-                         verbose=verbose)
+    contexts = _contexts(tasks, target, strategy=strategy, seed=seed, threads=threads, work_dir=work_dir, verbose=verbose)
     work_dir = work_dir or tempfile.mkdtemp(prefix="eto-ms-")
     database = ms.database.MemoryDatabase()
     for rec in prior.get_all_tuning_records() if prior is not None else ():
@@ -331,11 +332,11 @@ def tune_backend(
     results: list[BackendResult | None] = [None] * len(tasks)
 
     def finish(i: int) -> None:
-        p = progress[i]
+        p, t0 = progress[i], time.perf_counter()
         p.reported = True
-        records = _best_first(database, contexts[i].mod, top_k)
-        res = BackendResult(p.name, tuple(records), p.trials, p.failed, p.seconds, tuple(p.trajectory),
-                            tuple(p.errors))
+        records = settle_records(_best_first(database, contexts[i].mod, top_k), measurer, target, finalists)
+        res = BackendResult(p.name, tuple(records), p.trials, p.failed, p.seconds + time.perf_counter() - t0,
+                            tuple(p.trajectory), tuple(p.errors))
         results[i] = res
         if on_result is not None:
             on_result(res)

@@ -9,13 +9,25 @@ only needs its candidates ranked, so the reuse tuner screens every candidate and
 is done, re-times its ``finalists`` best with the full configuration (:func:`settle`): the program
 it returns, and the latency stored for it, are a full measurement, comparable with MetaSchedule's
 records, and the winner is decided by it.
+
+Settling also draws the process lottery twice: a program can run up to 1.75x faster in one process
+than in another and keeps its speed there (:attr:`tuner.measure.MeasureConfig.settle_processes`), so
+the finalists are timed in every runner process of the measurer, and so are the backend's best few
+in an eto run (:func:`settle_records`): a search no longer crowns a program that was fast only in the
+process it ran in.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from typing import Any, Callable, Protocol, Sequence, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, TypeVar
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tvm.target import Target
+
+    from .measure import Measurer
 
 #: candidates re-timed at the end of a screened search (0: every candidate timed in full, as in the paper)
 DEFAULT_FINALISTS = 3
@@ -52,3 +64,32 @@ def settle(cands: Sequence[T], remeasure: Callable[[list[Any]], list[float]], fi
     for c in done[len(top):]:
         c.latency *= scale
     return winner, winner.latency / screened_best
+
+
+@dataclass
+class _Record:
+    sch: Any  # a TuningRecord
+    latency: float
+
+
+def settle_records(records: Sequence[Any], measurer: "Measurer", target: "Target", finalists: int) -> list:
+    """A search's TuningRecords (best first) with their ``finalists`` best re-timed in every runner
+    process of ``measurer`` (:func:`settle`), best first again; each record's run time becomes its
+    settled one. Unchanged without spare processes (an RPC measurer), finalists, or a finalist that ran."""
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+
+    from .apply import scheduled_module
+    from .trajectory import median_secs
+
+    if not records or finalists < 1 or measurer.spare is None:
+        return list(records)
+    timed = [_Record(r, median_secs(r.run_secs)) for r in records]
+
+    def remeasure(recs: list) -> list[float]:
+        return [m.median for m in measurer.measure([scheduled_module(r) for r in recs], target, spread=True)]
+
+    winner, _ = settle(timed, remeasure, finalists)
+    if winner is None:
+        return list(records)
+    ran = sorted((t for t in timed if math.isfinite(t.latency)), key=lambda t: t.latency)
+    return [TuningRecord(t.sch.trace, t.sch.workload, [t.latency], t.sch.target, t.sch.args_info) for t in ran]

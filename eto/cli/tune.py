@@ -166,7 +166,8 @@ def add_finalists_option(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--finalists", type=int, default=DEFAULT_FINALISTS, metavar="F",
                    help=f"reuse tuner: time every candidate briefly (3 runs of >= 10 ms) and the F best again in "
-                        f"full, which pick the winner (default {DEFAULT_FINALISTS}; 0: every candidate in full, "
+                        f"full, in two runner processes, which pick the winner; the backend's F best are timed "
+                        f"so too (default {DEFAULT_FINALISTS}; 0: every candidate in full, in one process, "
                         f"about 0.2 s more each on a CPU; the plan's time model assumes the default)")
 
 

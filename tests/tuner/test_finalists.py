@@ -8,6 +8,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
+
 from eto.operators import Operator
 from eto.target import cpu_target
 from tuner.finalists import settle
@@ -201,3 +203,61 @@ def test_a_spread_measurement_times_each_program_in_every_runner_process():
     assert not failed.ok and failed.stage == "build"
     with Measurer.local(MeasureConfig(repeat=3, min_repeat_ms=1, settle_processes=1)) as m:
         assert len(m.measure([mod], target, spread=True)[0].run_secs) == 3 and m.spares == []
+
+
+class _Queued:
+    """A measurer whose spread measurements return queued times, and that has a spare process."""
+
+    spare = object()
+
+    def __init__(self, times):
+        self.times, self.calls = list(times), []
+
+    def measure(self, mods, target, screen=False, search=False, spread=False):
+        from tuner.measure import MeasureResult
+
+        self.calls.append((len(mods), spread))
+        return [MeasureResult((t,)) if math.isfinite(t) else MeasureResult(None, "crashed", "run")
+                for t in self.times[:len(mods)]]
+
+
+def _records(latencies):
+    """Distinct TuningRecords of one small matmul (each trace annotated with its index)."""
+    from tvm.ir import IRModule
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+
+    func = Operator.create("BMM", B=1, M=8, N=8, K=8).prim_func()
+    mod = IRModule({"main": func})
+    out = []
+    for i, t in enumerate(latencies):
+        sch = Schedule(mod)
+        sch.annotate(sch.get_sblock("bmm"), "which", i)
+        out.append(TuningRecord(sch.trace, Workload(mod), [t], cpu_target(), ArgInfo.from_prim_func(func)))
+    return out
+
+
+def _which(record) -> int:
+    return next(int(inst.inputs[1]) for inst in record.trace.insts if inst.kind.name == "Annotate")
+
+
+def test_the_backends_best_few_are_settled_in_every_process_and_the_rest_keep_their_place():
+    from tuner.finalists import settle_records
+    from tuner.trajectory import median_secs
+
+    ms = 1e-3
+    records = _records([1 * ms, 2 * ms, 3 * ms, 4 * ms, 5 * ms])
+    measurer = _Queued([3.0 * ms, 1.5 * ms, 4.0 * ms])  # the first was fast only where the search ran
+    out = settle_records(records, measurer, cpu_target(), 3)
+    assert measurer.calls == [(3, True)]
+    assert [_which(r) for r in out] == [1, 0, 2, 3, 4]
+    scale = 4.0 / 3.0  # the finalists' median settled/recorded ratio
+    assert [median_secs(r.run_secs) for r in out] == pytest.approx([1.5 * ms, 3.0 * ms, 4.0 * ms, 4 * ms * scale, 5 * ms * scale])
+    # a finalist that fails in full is dropped; no spare process (RPC) or no finalists: unchanged
+    out = settle_records(records, _Queued([math.inf, 2.5 * ms, 3.0 * ms]), cpu_target(), 3)
+    assert [_which(r) for r in out] == [1, 2, 3, 4]
+    rpc = _Queued([1 * ms])
+    rpc.spare = None
+    assert [_which(r) for r in settle_records(records, rpc, cpu_target(), 3)] == [0, 1, 2, 3, 4] and not rpc.calls
+    assert settle_records(records, _Queued([]), cpu_target(), 0) == records
