@@ -7,8 +7,8 @@ builds the model untuned, with eto's database and with MetaSchedule's own tuning
 at the same per-task budget, and times them with PyTorch eager, interleaved in one process; then
 again in ``--processes`` - 1 fresh processes (this script, timing only), whose latencies join the
 first's: a model's latency depends on the process it runs in (the BERT-Base layer's eto build 14.0 ms
-in one, 9.7 ms in the next, beside MetaSchedule's 10.1 and 9.2 ms; experiments README, "The process
-lottery"), so one process would settle the comparison by its draw. ``per_process_ms`` keeps each
+in one, 9.7 ms in the next, beside MetaSchedule's 10.1 and 9.2 ms; experiments README,
+``process_lottery.py``), so one process would settle the comparison by its draw. ``per_process_ms`` keeps each
 process's medians.
 
     python experiments/model_bench.py --models resnet50 bert_layer --trials 64   # ~1 h on 2 cores

@@ -249,8 +249,8 @@ def remeasure(progs: dict[str, list], opset, target, rounds: int,
     """Median re-measured seconds of each run's final programs; per operator all runs back to back.
 
     Each round runs in a fresh worker process: a program can run up to 1.75x faster in one process
-    than in the next, and keeps that speed for the process's life (BERT-Base's feed-forward matmuls
-    at 0.64 or 1.12 ms; experiments README, "The process lottery"), so one process would settle a
+    than in the next, and keeps that speed for the process's life (BERT-Base's 768x768 matmul at
+    0.64 or 1.11 ms; experiments README, ``process_lottery.py``), so one process would settle a
     comparison by its lottery. ``per_round``: filled with each round's (process's) median per
     program, ``per_round[run][op]``, to show it."""
     from tuner.apply import scheduled_module

@@ -65,11 +65,12 @@ class MeasureConfig:
     #: only need ranking; a search re-times its finalists with the full configuration (tuner.finalists)
     screen_repeat: int = 3
     screen_min_repeat_ms: int = 10
-    #: runner processes that time a search's finalists (``measure(..., spread=True)``; local runs). The
-    #: same program runs up to 1.75x faster in one process than in the next and keeps that speed for the
-    #: process's life, single-threaded too (BERT-Base's FF matmuls here: 0.64 or 1.12 ms; experiments
-    #: README, "Process lottery"), so a search timed in one process can crown a program that is fast only
-    #: there: finalists are timed in this many processes and ranked by all their samples' median
+    #: runner processes that time a search's finalists (``measure(..., spread=True)``; local runs). On
+    #: this project's 2-core VM the same program, on 2 threads, runs at one speed in one process and up to
+    #: 1.75x slower in the next, and keeps its speed for the process's life (BERT-Base's 768x768 matmul:
+    #: 0.64-0.71 ms in 2 of 6 processes, 1.11-1.12 ms in 4; experiments/results/process_lottery_*.json),
+    #: so a search timed in one process can crown a program that is fast only there: finalists are
+    #: timed in this many processes and ranked by all their samples' median
     settle_processes: int = 2
 
     def evaluator(self, *, screen: bool = False) -> EvaluatorConfig:
