@@ -75,13 +75,14 @@ class _Record:
 def settle_records(records: Sequence[Any], measurer: "Measurer", target: "Target", finalists: int) -> list:
     """A search's TuningRecords (best first) with their ``finalists`` best re-timed in every runner
     process of ``measurer`` (:func:`settle`), best first again; each record's run time becomes its
-    settled one. Unchanged without spare processes (an RPC measurer), finalists, or a finalist that ran."""
+    settled one. Unchanged with one process to time in (an RPC measurer, ``settle_processes=1``: the search's
+    own choice stands), no finalists, or no finalist that ran."""
     from tvm.s_tir.meta_schedule.database import TuningRecord
 
     from .apply import scheduled_module
     from .trajectory import median_secs
 
-    if not records or finalists < 1 or measurer.spare is None:
+    if not records or finalists < 1 or measurer.spare is None or measurer.config.settle_processes < 2:
         return list(records)
     timed = [_Record(r, median_secs(r.run_secs)) for r in records]
 

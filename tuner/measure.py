@@ -70,8 +70,9 @@ class MeasureConfig:
     #: 1.75x slower in the next, and keeps its speed for the process's life (BERT-Base's 768x768 matmul:
     #: 0.64-0.71 ms in 2 of 6 processes, 1.11-1.12 ms in 4; experiments/results/process_lottery_*.json),
     #: so a search timed in one process can crown a program that is fast only there: finalists are
-    #: timed in this many processes and ranked by all their samples' median
-    settle_processes: int = 2
+    #: timed in this many processes and ranked by all their samples' median. Default: ``ETO_SETTLE_PROCESSES``
+    #: if set (1 on a machine without the lottery, and in the test suite, which checks 2 explicitly), else 2
+    settle_processes: int = field(default_factory=lambda: default_settle_processes())
 
     def evaluator(self, *, screen: bool = False) -> EvaluatorConfig:
         return EvaluatorConfig(
@@ -98,6 +99,20 @@ class MeasureResult:
     def median(self) -> float:
         """Median seconds, or +inf for a failed candidate (so it never wins a comparison)."""
         return median_secs(self.run_secs) if self.ok else float("inf")
+
+
+def default_settle_processes() -> int:
+    """``ETO_SETTLE_PROCESSES`` (a positive integer) or 2."""
+    env = os.environ.get("ETO_SETTLE_PROCESSES")
+    if not env:
+        return 2
+    try:
+        n = int(env)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"ETO_SETTLE_PROCESSES must be a positive integer, got {env!r}")
+    return n
 
 
 # -- builder ------------------------------------------------------------------------------------

@@ -205,12 +205,27 @@ def test_a_spread_measurement_times_each_program_in_every_runner_process():
         assert len(m.measure([mod], target, spread=True)[0].run_secs) == 3 and m.spares == []
 
 
+def test_the_settling_processes_default_to_two_or_the_environment(monkeypatch):
+    from tuner.measure import MeasureConfig
+
+    monkeypatch.delenv("ETO_SETTLE_PROCESSES", raising=False)
+    assert MeasureConfig().settle_processes == 2
+    monkeypatch.setenv("ETO_SETTLE_PROCESSES", "3")
+    assert MeasureConfig().settle_processes == 3
+    monkeypatch.setenv("ETO_SETTLE_PROCESSES", "none")
+    with pytest.raises(ValueError, match="ETO_SETTLE_PROCESSES must be a positive integer, got 'none'"):
+        MeasureConfig()
+
+
 class _Queued:
     """A measurer whose spread measurements return queued times, and that has a spare process."""
 
     spare = object()
 
-    def __init__(self, times):
+    def __init__(self, times, processes: int = 2):
+        from tuner.measure import MeasureConfig
+
+        self.config = MeasureConfig(settle_processes=processes)
         self.times, self.calls = list(times), []
 
     def measure(self, mods, target, screen=False, search=False, spread=False):
@@ -260,4 +275,6 @@ def test_the_backends_best_few_are_settled_in_every_process_and_the_rest_keep_th
     rpc = _Queued([1 * ms])
     rpc.spare = None
     assert [_which(r) for r in settle_records(records, rpc, cpu_target(), 3)] == [0, 1, 2, 3, 4] and not rpc.calls
+    one = _Queued([1 * ms], processes=1)
+    assert [_which(r) for r in settle_records(records, one, cpu_target(), 3)] == [0, 1, 2, 3, 4] and not one.calls
     assert settle_records(records, _Queued([]), cpu_target(), 0) == records
