@@ -201,12 +201,16 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, HERE)
     from _bench import warm_up
 
+    from eto.models.bench import MS_TIME_FILE
     from eto.target import parse_target
 
-    warm_up(parse_target("cpu"))  # one-time imports and worker start-up, before either clock
     cfg = SCALES[args.scale]
-    for name in args.models or cfg["models"]:
-        run_model(name, args.trials or cfg["trials"], args.work, args.out_dir, rounds=args.rounds, search=args.search,
+    names, trials = args.models or cfg["models"], args.trials or cfg["trials"]
+    if not all(os.path.exists(os.path.join(args.work, f"{n}-eto-N{trials}.time.json"))
+               and os.path.exists(os.path.join(args.work, f"{n}-ms-N{trials}", MS_TIME_FILE)) for n in names):
+        warm_up(parse_target("cpu"))  # one-time imports and worker start-up, before either tuning clock
+    for name in names:
+        run_model(name, trials, args.work, args.out_dir, rounds=args.rounds, search=args.search,
                   fast_math=args.fast_math, processes=max(args.processes, 1))
     return 0
 
