@@ -120,7 +120,7 @@ def in_fresh_processes(report, name: str, trials: int, work: str, more: int, **o
     import subprocess
     import tempfile
 
-    from eto.models.bench import BenchReport
+    from eto.models.bench import BenchReport, join_processes
 
     reports = [report]
     for _ in range(more):
@@ -131,10 +131,8 @@ def in_fresh_processes(report, name: str, trials: int, work: str, more: int, **o
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
             with open(os.path.join(out, f"model_bench_{name}_N{trials}.json")) as f:
                 reports.append(BenchReport.from_json(json.load(f)))
-    per_process = {r.method: [round(rep.result(r.method).median_s * 1e3, 3) for rep in reports] for r in report.results}
-    joined = tuple(replace(r, latencies_s=tuple(x for rep in reports for x in rep.result(r.method).latencies_s))
-                   for r in report.results)
-    return replace(report, results=joined), per_process
+    joined = join_processes(reports)
+    return joined, {r.method: [round(m * 1e3, 3) for m in r.process_medians_s] for r in joined.results}
 
 
 def plan_summary(report: dict) -> dict:

@@ -46,12 +46,14 @@ with both (``variants`` per seed and in the aggregate): options beyond the paper
 ``evolve``), the paper's baselines (``st`` Selective Tuning, ``topk`` eto's plan with TopK reuses) and
 its bridge ablation (``nobridges``, ``allbridges``; plain eto uses 1-hop bridges); ``nocap`` plans without
 the cap on a reuse's reduction growth, ``nodistance`` by cost alone (no preference for near sources);
-``paperbshape`` ranks BShapes by the paper's count (CPU).
+``paperbshape`` ranks BShapes by the paper's count (CPU); ``settle2`` times finalists and backend roots in
+two runner processes (``ETO_SETTLE_PROCESSES=2``; default one).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -74,7 +76,9 @@ VARIANTS = {"plain": {}, "hot": {"hot_share": 0.3, "hot_factor": 1.5}, "evolve":
             # the plan by cost alone, without its preference for near sources (eto.plan.DISTANCE_WEIGHT)
             "nodistance": {"distance_weight": 0.0},
             # the paper's BShape cost (all blocks' cache-line requests) instead of the per-core one
-            "paperbshape": {"env": {"ETO_CPU_CACHE_BYTES": "0"}}}
+            "paperbshape": {"env": {"ETO_CPU_CACHE_BYTES": "0"}},
+            # finalists and backend roots timed in two runner processes (default: the measurer's alone)
+            "settle2": {"env": {"ETO_SETTLE_PROCESSES": "2"}}}
 #: defaults per scale; every one can be overridden on the command line
 SCALES = {
     # ci: quickstart's two BMMs, one planned as a reuse of the other at plan budget 64
@@ -170,29 +174,35 @@ def run_method(kind: str, opset, target, db_dir: str, trials: int, seed: int, pl
     from tuner.measure import MeasureConfig, Measurer
 
     db = Database(db_dir)
-    with Measurer.local(MeasureConfig()) as measurer:
+    options = {} if kind == MS else dict(VARIANTS[kind.partition("_")[2] or "plain"])
+    with _environment(options.pop("env", {})), Measurer.local(MeasureConfig()) as measurer:
         warm_measurer(measurer, target)  # worker pools up before the clock
         started = time.time()
         t0 = time.perf_counter()
         if kind == MS:
             report = tune_with_backend(opset, target, db, trials=trials, measurer=measurer, seed=seed)
         else:
-            options = dict(VARIANTS[kind.partition("_")[2] or "plain"])
-            saved = {k: os.environ.get(k) for k in options.get("env", {})}
-            os.environ.update(options.pop("env", {}))
-            try:
-                report = tune(opset, target, db, trials=trials, plan_budget=plan_budget, measurer=measurer,
-                              seed=seed, log=lambda m: print(f"    {m}", flush=True), **options)
-            finally:
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
+            report = tune(opset, target, db, trials=trials, plan_budget=plan_budget, measurer=measurer,
+                          seed=seed, log=lambda m: print(f"    {m}", flush=True), **options)
         seconds = time.perf_counter() - t0
     rep = report.to_json()
     print(f"  {os.path.basename(db_dir)}: {seconds:.1f} s, {rep['candidates']} candidates", flush=True)
     return {"kind": kind, "seconds": seconds, "started_unix": started, "report": rep}
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, str]):
+    """``env`` set for the block (a variant's, read when the measurer and the tuner are made), then restored."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def run_group(folder: str, runs: list[tuple[str, str]], opset, target, trials: int, seed: int,

@@ -3,10 +3,10 @@ import os
 import numpy as np
 import pytest
 
-# Reuse finalists and backend roots are settled in one runner process here, not two (tuner.measure:
-# the process lottery): a second process costs each tuning run seconds, and tests/tuner/test_finalists.py
-# checks the two-process settling with settle_processes given explicitly. Subprocesses inherit it.
-os.environ.setdefault("ETO_SETTLE_PROCESSES", "1")
+# Reuse finalists and backend roots are settled in one runner process (tuner.measure's default; a
+# developer's ETO_SETTLE_PROCESSES does not reach the suite): tests/tuner/test_finalists.py checks the
+# two-process settling with settle_processes given explicitly. Subprocesses inherit it.
+os.environ["ETO_SETTLE_PROCESSES"] = "1"
 
 
 @pytest.fixture(scope="session")

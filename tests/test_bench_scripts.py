@@ -122,6 +122,16 @@ def test_scale_defaults_and_explicit_options():
     assert set_bench.parse_args([]).control_trials == 32  # min(N=64, 32)
 
 
+def test_a_variants_environment_holds_while_its_measurer_is_made_and_is_restored(monkeypatch):
+    from tuner.measure import MeasureConfig
+
+    monkeypatch.setenv("ETO_SETTLE_PROCESSES", "1")
+    monkeypatch.delenv("ETO_CPU_CACHE_BYTES", raising=False)
+    with set_bench._environment({**set_bench.VARIANTS["settle2"]["env"], "ETO_CPU_CACHE_BYTES": "0"}):
+        assert MeasureConfig().settle_processes == 2 and os.environ["ETO_CPU_CACHE_BYTES"] == "0"
+    assert MeasureConfig().settle_processes == 1 and "ETO_CPU_CACHE_BYTES" not in os.environ
+
+
 def test_estimator_rows_take_the_reuse_tuners_share(monkeypatch):
     class FakeDb:
         def results(self):

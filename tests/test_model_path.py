@@ -303,18 +303,40 @@ def test_a_task_without_a_program_builds_with_a_warning_and_correct_outputs(file
     np.testing.assert_allclose(built.run(inputs)[0], pytorch_outputs("tiny_cnn", inputs)[0], rtol=1e-4, atol=1e-4)
 
 
+def test_timing_processes_are_joined_per_method():
+    from eto.models.bench import BenchReport, MethodResult, join_processes
+
+    def report(eto: list[float], untuned: list[float], err: float) -> BenchReport:
+        return BenchReport("m", "llvm", "pytorch", (MethodResult("untuned", tuple(untuned), max_abs_error=1e-6,
+                                                                 process_medians_s=(untuned[1],)),
+                                                    MethodResult("eto", tuple(eto), 3.0, err, 1.0)))
+
+    joined = join_processes([report([1.0, 2.0, 9.0], [5.0, 6.0, 7.0], 1e-6), report([4.0, 4.0, 4.0], [6.0, 6.0, 6.0], 3e-6)])
+    eto = joined.result("eto")
+    assert eto.latencies_s == (1.0, 2.0, 9.0, 4.0, 4.0, 4.0) and eto.median_s == 4.0
+    assert eto.process_medians_s == (2.0, 4.0)  # a process without its own medians: its latencies' median
+    assert eto.max_abs_error == 3e-6 and eto.tuning_s == 3.0 and eto.applied_flops_share == 1.0
+    assert joined.result("untuned").process_medians_s == (6.0, 6.0)
+    assert BenchReport.from_json(joined.to_json()) == joined
+    with pytest.raises(ValueError, match="method 'untuned' is missing"):
+        join_processes([joined, BenchReport("m", "llvm", "pytorch", (joined.result("eto"),))])
+
+
 @pytest.mark.slow
 def test_bench_compares_builds_with_pytorch(files, tuned, capsys, tmp_path, monkeypatch):
     path, (db_dir, _) = files["tiny_cnn"], tuned("tiny_cnn")
     pytest.importorskip("onnxruntime")
     code, out, err = run(capsys, "bench", "--model", path, "--db", db_dir, "--rounds", "2", "--json",
                          "--plot", tmp_path / "bench.png", "--ms-trials", "2", "--ms-work", tmp_path / "ms",
-                         "--onnx", files["tiny_cnn_onnx"])
+                         "--onnx", files["tiny_cnn_onnx"], "--processes", "2")
     assert code == 0, err
     report = json.loads(out)  # MetaSchedule's own logging stays off stdout
     by = {r["method"]: r for r in report["results"]}
     assert set(by) == {"untuned", "eto", "metaschedule", "pytorch", "onnxruntime"} and report["reference"] == "pytorch"
     assert all(r["max_abs_error"] < 1e-4 for r in by.values())
+    # every method timed in this process and a fresh one (MetaSchedule's run reused there, not redone)
+    assert "timing process 2 of 2" in err
+    assert all(len(r["process_medians_s"]) == 2 and len(r["latencies_s"]) == 2 * 2 * 3 for r in by.values())
     assert by["eto"]["applied_flops_share"] == 1.0 and by["eto"]["tuning_s"] > 0
     assert by["metaschedule"]["applied_flops_share"] == 1.0 and by["metaschedule"]["tuning_s"] > 0
     assert by["eto"]["median_s"] < by["untuned"]["median_s"]  # tuned programs beat unscheduled loops
@@ -336,5 +358,7 @@ def test_bench_compares_builds_with_pytorch(files, tuned, capsys, tmp_path, monk
     assert {r["ms"]["method"] for r in rows} == {"metaschedule"}
     code, _, err = run(capsys, "bench", "--model", path, "--db", tmp_path / "nowhere")
     assert code == 2 and "no such database directory" in err
+    code, _, err = run(capsys, "bench", "--model", path, "--db", db_dir, "--processes", "0")
+    assert code == 2 and "--processes must be at least 1, got 0" in err
     code, _, err = run(capsys, "bench", "--model", path, "--db", db_dir, "--onnx", tmp_path / "missing.onnx")
     assert code == 2 and "missing.onnx: no such file" in err

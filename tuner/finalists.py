@@ -10,11 +10,11 @@ is done, re-times its ``finalists`` best with the full configuration (:func:`set
 it returns, and the latency stored for it, are a full measurement, comparable with MetaSchedule's
 records, and the winner is decided by it.
 
-Settling also draws the process lottery twice: a program can run up to 1.75x faster in one process
-than in another and keeps its speed there (:attr:`tuner.measure.MeasureConfig.settle_processes`), so
-the finalists are timed in every runner process of the measurer, and so are the backend's best few
-in an eto run (:func:`settle_records`): a search no longer crowns a program that was fast only in the
-process it ran in.
+Settling can also draw the process lottery more than once: a program can run up to 1.75x faster in
+one process than in another and keeps its speed there. With
+:attr:`tuner.measure.MeasureConfig.settle_processes` >= 2 (``ETO_SETTLE_PROCESSES``; default 1, which
+measured better) the finalists are timed in every runner process of the measurer, and so are the
+backend's best few in an eto run (:func:`settle_records`).
 """
 
 from __future__ import annotations

@@ -69,9 +69,12 @@ class MeasureConfig:
     #: this project's 2-core VM the same program, on 2 threads, runs at one speed in one process and up to
     #: 1.75x slower in the next, and keeps its speed for the process's life (BERT-Base's 768x768 matmul:
     #: 0.64-0.71 ms in 2 of 6 processes, 1.11-1.12 ms in 4; experiments/results/process_lottery_*.json),
-    #: so a search timed in one process can crown a program that is fast only there: finalists are
-    #: timed in this many processes and ranked by all their samples' median. Default: ``ETO_SETTLE_PROCESSES``
-    #: if set (1 on a machine without the lottery, and in the test suite, which checks 2 explicitly), else 2
+    #: so a search timed in one process can crown a program that is fast only there: with 2 or more,
+    #: finalists are timed in this many processes and ranked by all their samples' median. Default:
+    #: ``ETO_SETTLE_PROCESSES`` if set, else 1: measured on quickstart (3 seeds, N = 64, programs
+    #: re-measured in 4 fresh processes; experiments/results/set_bench_quickstart_N64_settle_ab.json),
+    #: settling in 2 processes cost 1.17x the tuning time and gave 0.83x the weighted throughput of
+    #: 1 (in all 3 seeds, 12 of 15 operators slower): the spare process's draw misled more than it corrected
     settle_processes: int = field(default_factory=lambda: default_settle_processes())
 
     def evaluator(self, *, screen: bool = False) -> EvaluatorConfig:
@@ -102,10 +105,10 @@ class MeasureResult:
 
 
 def default_settle_processes() -> int:
-    """``ETO_SETTLE_PROCESSES`` (a positive integer) or 2."""
+    """``ETO_SETTLE_PROCESSES`` (a positive integer) or 1."""
     env = os.environ.get("ETO_SETTLE_PROCESSES")
     if not env:
-        return 2
+        return 1
     try:
         n = int(env)
     except ValueError:

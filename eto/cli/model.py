@@ -7,14 +7,21 @@ tuned (:mod:`eto.models.tasks`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import zipfile
+from typing import TYPE_CHECKING
 
 from ..report import format_table
 from .errors import EXIT_OK, CLIError, check_target
 from .ops import add_dim_option, add_fast_math_option, parse_dims
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..models.bench import BenchReport
 
 
 def _load(args: argparse.Namespace):
@@ -54,11 +61,13 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from ..models.bench import bench_model, onnxruntime_session
+    from ..models.bench import bench_model, join_processes, onnxruntime_session
     from ..target import num_threads
 
     if args.onnx and not os.path.isfile(args.onnx):
         raise CLIError(f"--onnx {args.onnx}: no such file")
+    if args.processes < 1:
+        raise CLIError(f"--processes must be at least 1, got {args.processes}")
     model, db, target = _load(args)
     torch_module = _torch_module(args.model)
     onnx_file = args.onnx or (None if zipfile.is_zipfile(args.model) else args.model)  # .pt2 files are zips
@@ -71,25 +80,51 @@ def _bench(args: argparse.Namespace) -> int:
         session = None
     if args.onnx and session is None:
         raise CLIError("--onnx needs ONNX Runtime: pip install onnxruntime")
-    report = bench_model(model, target, database=db, torch_module=torch_module, onnx_session=session,
-                         ms_trials=args.ms_trials,
-                         ms_work_dir=args.ms_work, rounds=args.rounds,
-                         log=lambda m: print(f"eto: {m}", file=sys.stderr, flush=True))
+    with contextlib.ExitStack() as stack:
+        ms_work = args.ms_work
+        if args.ms_trials and ms_work is None and args.processes > 1:  # the other processes reuse the run
+            ms_work = stack.enter_context(tempfile.TemporaryDirectory(prefix="eto-bench-ms-"))
+        report = bench_model(model, target, database=db, torch_module=torch_module, onnx_session=session,
+                             ms_trials=args.ms_trials, ms_work_dir=ms_work, rounds=args.rounds,
+                             log=lambda m: print(f"eto: {m}", file=sys.stderr, flush=True))
+        if args.processes > 1:
+            report = join_processes([report, *(_bench_elsewhere(args, ms_work, k) for k in range(2, args.processes + 1))])
     if args.plot:
         from ..plots import model_bench_figure
 
         model_bench_figure(report).savefig(args.plot, dpi=120)
     if args.json:
         print(json.dumps(report.to_json(), indent=1))
-        return EXIT_OK
+    else:
+        print(_bench_table(report))
+    return EXIT_OK
+
+
+def _bench_elsewhere(args: argparse.Namespace, ms_work: str | None, k: int) -> "BenchReport":
+    """The same builds timed in a fresh process (``eto bench --processes 1``; MetaSchedule's run reused)."""
+    from ..models.bench import BenchReport
+
+    cmd = [sys.executable, "-m", "eto", "bench", "--model", str(args.model), "--db", str(args.db), "--target",
+           args.target, "--rounds", str(args.rounds), "--processes", "1", "--json",
+           *(f"--dim={d}" for d in args.dim or ()), *(["--fast-math"] if args.fast_math else []),
+           *(["--onnx", str(args.onnx)] if args.onnx else []),
+           *(["--ms-trials", str(args.ms_trials), "--ms-work", str(ms_work)] if args.ms_trials else [])]
+    print(f"eto: timing process {k} of {args.processes}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        raise CLIError(f"timing process {k} of {args.processes} exited {done.returncode} (its errors above)")
+    return BenchReport.from_json(json.loads(done.stdout))
+
+
+def _bench_table(report: "BenchReport") -> str:
     base = report.result("untuned").median_s
     rows = [[r.method, f"{r.median_s * 1e3:.3f}", f"{r.spread[0] * 1e3:.3f}-{r.spread[1] * 1e3:.3f}",
+             " / ".join(f"{m * 1e3:.3f}" for m in r.process_medians_s),
              f"{base / r.median_s:.2f}x", "-" if r.tuning_s is None else f"{r.tuning_s:.0f}",
              f"{r.max_abs_error:.2g}", "-" if r.applied_flops_share is None else f"{r.applied_flops_share:.0%}"]
             for r in report.results]
-    print(format_table(["method", "median ms", "p10-p90 ms", "vs untuned", "tuning s", f"max err vs {report.reference}",
-                        "tuned FLOPs"], rows))
-    return EXIT_OK
+    return format_table(["method", "median ms", "p10-p90 ms", "per process ms", "vs untuned", "tuning s",
+                         f"max err vs {report.reference}", "tuned FLOPs"], rows)
 
 
 def _torch_module(path: str):
@@ -124,7 +159,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("bench", help="end-to-end latency of a model: eto's database against the baselines",
                               description="Time the model built without tuning, with the database, with "
                                           "MetaSchedule's own tuning (--ms-trials) and PyTorch eager (.pt2 files), "
-                                          "interleaved in one process; outputs compared with PyTorch's.")
+                                          "interleaved, in this process and --processes - 1 fresh ones; outputs "
+                                          "compared with PyTorch's.")
     _common(p)
     p.add_argument("--ms-trials", type=int, default=None,
                    help="also tune the same tasks with MetaSchedule, this many trials each (slow)")
@@ -132,6 +168,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--onnx", help="the same model as an ONNX file: ONNX Runtime joins the baselines (an .onnx "
                    "--model is its own; needs onnxruntime)")
     p.add_argument("--rounds", type=int, default=5, help="timing rounds, methods interleaved (default 5)")
+    p.add_argument("--processes", type=int, default=3,
+                   help="time every build in this process and N - 1 fresh ones, each with --rounds rounds: a "
+                        "program's speed is drawn per process and kept for its life (default 3; 1: this one)")
     p.add_argument("--plot", help="write a figure of latency and tuning time per method (PNG)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=_bench)

@@ -166,9 +166,10 @@ def add_finalists_option(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--finalists", type=int, default=DEFAULT_FINALISTS, metavar="F",
                    help=f"reuse tuner: time every candidate briefly (3 runs of >= 10 ms) and the F best again in "
-                        f"full, in two runner processes, which pick the winner; the backend's F best are timed "
-                        f"so too (default {DEFAULT_FINALISTS}; 0: every candidate in full, in one process, "
-                        f"about 0.2 s more each on a CPU; the plan's time model assumes the default)")
+                        f"full, which picks the winner (in ETO_SETTLE_PROCESSES runner processes, default 1; with "
+                        f"2 or more the backend's F best are timed so too) (default {DEFAULT_FINALISTS}; 0: every "
+                        f"candidate in full, about 0.2 s more each on a CPU; the plan's time model assumes the "
+                        f"default)")
 
 
 def finalists_of(args: argparse.Namespace) -> int:

@@ -1,7 +1,8 @@
 """``eto bench``: what a tuning run bought, end to end, against the baselines a user would try.
 
 One process builds the model several ways and times them interleaved, round by round, on the same
-inputs (so drift lands on every method alike): TVM without tuning (default schedules), with eto's
+inputs (so drift lands on every method alike; ``eto bench --processes`` repeats that in fresh
+processes and pools them, :func:`join_processes`): TVM without tuning (default schedules), with eto's
 database (:mod:`eto.models.build`), with MetaSchedule's own tuning of the same tasks
 (``tune_tasks`` on the tasks eto tunes, ``max_trials_per_task`` trials each, the gradient task
 scheduler; optional, it takes as long as MetaSchedule takes), and PyTorch eager on the same weights
@@ -18,7 +19,7 @@ import logging
 import os
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -46,6 +47,8 @@ class MethodResult:
     max_abs_error: float | None = None  # against the reference outputs
     applied_flops_share: float | None = None  # TVM builds: tunable FLOPs running a tuned program
     note: str = ""
+    #: the median of each timing process (:func:`join_processes`): a build's speed is a draw per process
+    process_medians_s: tuple[float, ...] = ()
 
     @property
     def median_s(self) -> float:
@@ -73,7 +76,9 @@ class BenchReport:
     def from_json(cls, d: dict) -> "BenchReport":
         fields = {f for f in MethodResult.__dataclass_fields__}
         results = tuple(MethodResult(**{**{k: v for k, v in r.items() if k in fields},
-                                        "latencies_s": tuple(r["latencies_s"])}) for r in d["results"])
+                                        "latencies_s": tuple(r["latencies_s"]),
+                                        "process_medians_s": tuple(r.get("process_medians_s", ()))})
+                        for r in d["results"])
         return cls(d["model"], d["target"], d["reference"], results, d.get("tasks", []))
 
     def to_json(self) -> dict:
@@ -124,12 +129,33 @@ def bench_model(model: "RelaxModel", target: "Target", *, database: "Database | 
             times[m] += timers[m]()
         log(f"round {r + 1}/{rounds}: " + ", ".join(f"{m} {statistics.median(t) * 1e3:.3f} ms" for m, t in times.items()))
     results = tuple(MethodResult(m, tuple(times[m]), tuning.get(m), errors[m],
-                                 builds[m].applied_flops_share if m in builds and m != "untuned" else None)
+                                 builds[m].applied_flops_share if m in builds and m != "untuned" else None,
+                                 process_medians_s=(statistics.median(times[m]),))
                     for m in timers)
     return BenchReport(model.name, str(target), reference, results, [
         {"task": t.name, "weight": t.weight, "operator": t.op.name if t.op else None, "gflop": t.flops / 1e9,
          "reason": t.reason, "eto_program": t in builds["eto"].applied if "eto" in builds else None}
         for t in tasks.tasks])
+
+
+def join_processes(reports: Sequence[BenchReport]) -> BenchReport:
+    """One report of the same builds timed in several processes: each method's latencies pooled, each
+    process's medians kept, the worst output error.
+
+    A program's speed is drawn per process and kept for its life (up to 1.75x apart on a 2-core
+    Xeon, experiments README, ``process_lottery.py``), so one process's timing compares draws, not
+    builds; pooling fresh processes compares the builds."""
+    first = reports[0]
+    joined = []
+    for r in first.results:
+        each = [rep.result(r.method) for rep in reports]
+        if any(e is None for e in each):
+            raise ValueError(f"method {r.method!r} is missing from a timing process's report")
+        errors = [e.max_abs_error for e in each if e.max_abs_error is not None]
+        joined.append(replace(r, latencies_s=tuple(x for e in each for x in e.latencies_s),
+                              max_abs_error=max(errors) if errors else None,
+                              process_medians_s=tuple(m for e in each for m in (e.process_medians_s or (e.median_s,)))))
+    return replace(first, results=tuple(joined))
 
 
 def tune_metaschedule(tasks: ModelTasks, target: "Target", trials: int, work_dir: str | None, *,

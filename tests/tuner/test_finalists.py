@@ -205,11 +205,11 @@ def test_a_spread_measurement_times_each_program_in_every_runner_process():
         assert len(m.measure([mod], target, spread=True)[0].run_secs) == 3 and m.spares == []
 
 
-def test_the_settling_processes_default_to_two_or_the_environment(monkeypatch):
+def test_the_settling_processes_default_to_one_or_the_environment(monkeypatch):
     from tuner.measure import MeasureConfig
 
     monkeypatch.delenv("ETO_SETTLE_PROCESSES", raising=False)
-    assert MeasureConfig().settle_processes == 2
+    assert MeasureConfig().settle_processes == 1
     monkeypatch.setenv("ETO_SETTLE_PROCESSES", "3")
     assert MeasureConfig().settle_processes == 3
     monkeypatch.setenv("ETO_SETTLE_PROCESSES", "none")
