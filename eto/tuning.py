@@ -241,6 +241,7 @@ def _resumable_backend(todo: list[OperatorEntry], target: "Target", database: Da
         database.commit(e.op, target, records, method="backend", candidates=prior.trials + res.candidates,
                         seconds=prior.seconds + res.seconds, error=wrong or "; ".join(res.errors) or None,
                         extra={**extra.get(e.op, {}), "trajectory": [*prior.trajectory, *shifted], **checked,
+                               "phases": {k: round(v, 3) for k, v in res.phase_seconds.items()},
                                **({"resumed_after": prior.trials} if prior.trials else {})})
 
     groups: dict[int, list[OperatorEntry]] = {}

@@ -126,6 +126,10 @@ def test_backend_programs_from_the_database_match_numpy(tmp_path, target, measur
         trials = [p[1] for p in meta["trajectory"]]
         assert trials == sorted(set(trials)) and trials[-1] == 8
         assert meta["trajectory"][-1][2] == pytest.approx(db.best(op, target).latency_s)
+        # the result's seconds split into search, build and run, each batch at its build's start and end
+        phases = meta["phases"]
+        assert set(phases) == {"search_s", "build_s", "run_s"} and phases["build_s"] > 0 and phases["run_s"] > 0
+        assert phases["search_s"] >= 0 and sum(phases.values()) == pytest.approx(meta["seconds"], rel=0.05, abs=0.05)
     # rerunning tunes nothing
     again = tune_with_backend(ops, target, db, trials=8, measurer=measurer, num_trials_per_iter=8)
     assert [r.status for r in again.rows] == ["cached"] * 3 and len(db.results()) == 3

@@ -61,6 +61,13 @@ class BackendResult:
     seconds: float
     trajectory: tuple[TrajectoryPoint, ...]
     errors: tuple[str, ...] = ()
+    #: where ``seconds`` went: the search (candidate generation, cost-model updates), the builds and
+    #: the timed runs, summed over the batches; a run's time varies by process, and this says which part
+    phases: "tuple[float, float, float]" = (0.0, 0.0, 0.0)
+
+    @property
+    def phase_seconds(self) -> dict[str, float]:
+        return dict(zip(("search_s", "build_s", "run_s"), self.phases))
 
     @property
     def best_latency(self) -> float:
@@ -89,6 +96,7 @@ class _TaskProgress:
     trajectory: list[TrajectoryPoint] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     reported: bool = False
+    phases: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # search, build, run
 
 
 class _BatchClock:
@@ -97,27 +105,36 @@ class _BatchClock:
     The task scheduler generates a task's candidates, builds and runs them, and calls the measure
     callbacks only when it comes back to that task; so the gap before a build (search and cost-model
     update) plus the build and the runs is that batch's cost, and the batch's measurements end when
-    its runs do. Batches are matched to tasks by the identity of their first module.
+    its runs do. Batches are matched to tasks by the identity of their first module. Each batch's
+    seconds are split at the build's start and end into search, build and run.
     """
 
     def __init__(self) -> None:
         self.last_end = time.perf_counter()
-        self.pending: list[list] = []  # [first module, gap start, end]
+        self.pending: list[list] = []  # [first module, gap start, build start, run start, end]
 
     def built(self, first_mod) -> None:
-        self.pending.append([first_mod, self.last_end, None])
+        """A batch's build starts (its search ended)."""
+        self.pending.append([first_mod, self.last_end, time.perf_counter(), None, None])
+
+    def running(self) -> None:
+        """The batch's builds are done; its runs start."""
+        if self.pending and self.pending[-1][3] is None:
+            self.pending[-1][3] = time.perf_counter()
 
     def ran(self) -> None:
         self.last_end = time.perf_counter()
-        if self.pending and self.pending[-1][2] is None:
-            self.pending[-1][2] = self.last_end
+        if self.pending and self.pending[-1][4] is None:
+            self.pending[-1][4] = self.last_end
 
-    def take(self, first_mod) -> tuple[float, float] | None:
-        for i, (mod, start, end) in enumerate(self.pending):
+    def take(self, first_mod) -> tuple[float, float, tuple[float, float, float]] | None:
+        """The batch's seconds, its end, and its (search, build, run) seconds."""
+        for i, (mod, start, build, run, end) in enumerate(self.pending):
             if mod.same_as(first_mod):
                 del self.pending[i]
                 end = end if end is not None else time.perf_counter()
-                return end - start, end
+                run = run if run is not None else end
+                return end - start, end, (build - start, run - build, end - run)
         return None
 
 
@@ -131,6 +148,7 @@ class _TimedBuilder(PyBuilder):
         if build_inputs:
             self.clock.built(build_inputs[0].mod)
         results = self.inner.build(build_inputs)
+        self.clock.running()
         kill_point("backend.built")
         return results
 
@@ -181,8 +199,9 @@ class _ProgressCallback(PyMeasureCallback):
         p = self.progress[task_id]
         timing = self.clock.take(measure_candidates[0].sch.mod) if measure_candidates else None
         if timing is None:
-            timing = (0.0, time.perf_counter())
+            timing = (0.0, time.perf_counter(), (0.0, 0.0, 0.0))
         p.seconds += timing[0]
+        p.phases = [a + b for a, b in zip(p.phases, timing[2])]
         at = timing[1] - self.start
         measured = []
         for c, b, r in zip(measure_candidates, builder_results, runner_results):
@@ -336,7 +355,7 @@ def tune_backend(
         p.reported = True
         records = settle_records(_best_first(database, contexts[i].mod, top_k), measurer, target, finalists)
         res = BackendResult(p.name, tuple(records), p.trials, p.failed, p.seconds + time.perf_counter() - t0,
-                            tuple(p.trajectory), tuple(p.errors))
+                            tuple(p.trajectory), tuple(p.errors), tuple(p.phases))
         results[i] = res
         if on_result is not None:
             on_result(res)
