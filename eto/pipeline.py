@@ -179,7 +179,7 @@ def tune(
     run = _Run(target, database, trials, hot, max(trials, round(trials * hot_factor)), strategy, evolve_trials,
                log or (lambda _msg: None),
                dict(num_trials_per_iter=num_trials_per_iter, seed=seed, on_batch=on_batch, strategy=search,
-                    finalists=finalists if method == "eto" else 0),
+                    finalists=finalists if method == "eto" else 0, short_builds=method == "eto"),
                ranker=LearnedRanker(target) if top_k is not None and method == "eto" else None, top_k=top_k,
                finalists=finalists, derive="reuse" if method == "eto" else "topk")
     wall_start = time.time()

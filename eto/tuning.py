@@ -159,6 +159,7 @@ def tune_with_backend(
     on_batch: Callable[[str, int, int, float], None] | None = None,
     strategy: str | object = "evolutionary",
     finalists: int = 0,
+    short_builds: bool = False,
     verbose: bool = False,
     extra: "Mapping[Operator, dict] | None" = None,
 ) -> TuneReport:
@@ -167,6 +168,8 @@ def tune_with_backend(
     Every measured program that passes the correctness gate is stored; ``extra`` adds per operator
     metadata (e.g. the plan's estimate). ``finalists``: each operator's best few re-timed in every
     runner process (:func:`tuner.finalists.settle_records`; 0, the default: MetaSchedule's own choice).
+    ``short_builds``: LLVM builds cut at the reuse searches' timeout (eto's roots; see
+    :func:`tuner.backend.tune_backend`; False, the default: MetaSchedule's).
     An operator another process is tuning on the same database (:mod:`eto.claims`) is waited for
     after the rest, and tuned here only if that process stopped without a result.
     """
@@ -185,7 +188,8 @@ def tune_with_backend(
         own = measurer is None
         measurer = measurer or Measurer.local(MeasureConfig())
         kw = dict(measurer=measurer, num_trials_per_iter=num_trials_per_iter, seed=seed, work_dir=work_dir,
-                  on_batch=on_batch, strategy=strategy, finalists=finalists, verbose=verbose)
+                  on_batch=on_batch, strategy=strategy, finalists=finalists, short_builds=short_builds,
+                  verbose=verbose)
         try:
             with ExitStack() as held:
                 mine = [e for e in todo if held.enter_context(claim(database, e.op, target, wait=False))

@@ -31,7 +31,7 @@ from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture
 from .faults import kill_point
 from .finalists import settle_records
 from .intrinsics import register_tensor_intrinsics
-from .measure import Measurer, run_error_message
+from .measure import Measurer, PersistentBuilder, run_error_message
 from .trajectory import TrajectoryPoint, median_secs, time_to_reach, trials_to_reach
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -140,14 +140,17 @@ class _BatchClock:
 
 @derived_object
 class _TimedBuilder(PyBuilder):
-    def __init__(self, inner, clock: _BatchClock):
+    """The measurer's builder, timed; ``timeout``: its own build timeout (a PersistentBuilder's)."""
+
+    def __init__(self, inner, clock: _BatchClock, timeout: float | None = None):
         super().__init__()
-        self.inner, self.clock = inner, clock
+        self.inner, self.clock, self.timeout = inner, clock, timeout
 
     def build(self, build_inputs):
         if build_inputs:
             self.clock.built(build_inputs[0].mod)
-        results = self.inner.build(build_inputs)
+        results = (self.inner.build(build_inputs) if self.timeout is None
+                   else self.inner.build_within(build_inputs, self.timeout))
         self.clock.running()
         kill_point("backend.built")
         return results
@@ -315,6 +318,7 @@ def tune_backend(
     on_measured: "Callable[[str, list[TuningRecord], int, float], None] | None" = None,
     strategy: "str | ms.search_strategy.SearchStrategy" = "evolutionary",
     finalists: int = 0,
+    short_builds: bool = False,
     verbose: bool = False,
 ) -> list[BackendResult]:
     """Tune ``tasks`` with MetaSchedule, ``trials_per_task`` measured candidates each.
@@ -331,7 +335,11 @@ def tune_backend(
     a caller can make progress durable before the task ends. ``warm_start`` entries may also be
     TuningRecords (a resumed run's own earlier batches): they are stored as they are, run times
     kept. ``strategy``: MetaSchedule's evolutionary search by default (what benchmarks compare
-    against); see :func:`light_search`.
+    against); see :func:`light_search`. ``short_builds``: LLVM builds get the measurer's
+    ``search_build_timeout_s``, as eto's reuse searches do (eto's roots; False, the default, keeps
+    the build timeout of MetaSchedule, the baseline): a few candidates make LLVM compile for 30 s or
+    more, and they decided the time of a 100-trial root (BERT-Base's BMM[1,128,768,768]: 63-68 s, and
+    118 s when three of them waited out the 30 s; ``phases``' build seconds 24-29 against 79).
     """
     if not tasks or trials_per_task < 1:
         raise ValueError("no tasks to tune" if not tasks else f"trials_per_task must be positive, got {trials_per_task}")
@@ -367,7 +375,8 @@ def tune_backend(
         tasks=contexts, task_weights=[t.weight for t in tasks], work_dir=work_dir,
         max_trials_global=trials_per_task * len(tasks), max_trials_per_task=trials_per_task,
         num_trials_per_iter=batch,
-        builder=_TimedBuilder(measurer.builder, clock), runner=_TimedRunner(measurer.runner, clock),
+        builder=_TimedBuilder(measurer.builder, clock, _short_build_timeout(measurer, target) if short_builds else None),
+        runner=_TimedRunner(measurer.runner, clock),
         database=database, cost_model=cost_model,
         measure_callbacks=ms.MeasureCallback.create("default") + [callback], task_scheduler=scheduler,
     )
@@ -375,6 +384,13 @@ def tune_backend(
         if r is None:  # the search space was exhausted before the budget
             finish(i)
     return results  # type: ignore[return-value]
+
+
+def _short_build_timeout(measurer: Measurer, target: "Target") -> float | None:
+    """A search's build timeout for LLVM builds on a persistent builder (None: the builder's own)."""
+    short = measurer.config.search_build_timeout_s
+    ok = short is not None and target.kind.name == "llvm" and isinstance(measurer.builder, PersistentBuilder)
+    return short if ok else None
 
 
 def _best_first(database, mod, top_k: int | None) -> list:

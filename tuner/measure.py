@@ -52,7 +52,8 @@ class MeasureConfig:
     enable_cpu_cache_flush: bool = False
     build_timeout_s: float = 30.0
     run_timeout_s: float = 30.0
-    #: a reuse search's build timeout on CPU targets (None: ``build_timeout_s``). The search measures a
+    #: eto's searches' build timeout on CPU targets (reuse searches; backend roots tuned by eto,
+    #: ``tune_backend(short_builds=True)``; None: ``build_timeout_s``). The search measures a
     #: ranked few and loses nothing by dropping a candidate LLVM cannot compile in 10 s; CUDA builds
     #: (nvcc) keep ``build_timeout_s``. Measured here: BERT-Base's BMM[12,128,128,64] lost 30 s a
     #: candidate (twice in one search of 16) on programs LLVM compiles in 50 s; sampled recorded
