@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Pack what a lent GPU machine lacks for eto's benchmarks into .dev/ (git-ignored through
 # .git/info/exclude): TVM 0.27 for that machine's Python 3.12, without its CUTLASS headers and
-# sources, as an xz tarball (about 60 MB: it travels alone, in a first call), and the FFI and
-# xgboost-cpu wheels (about 9 MB, a second call). The machine has PyTorch, numpy, scipy, networkx,
-# psutil, cloudpickle, matplotlib and nvcc. Usage, then the two calls (one after the other, while
-# the machine is warm):
+# sources, as an xz tarball (about 60 MB) split in two parts (a call carries at most 64 MiB with the
+# repository's own 11.5 MB), and the FFI and xgboost-cpu wheels (about 9 MB, with the second part).
+# The machine has PyTorch, numpy, scipy, networkx, psutil, cloudpickle, matplotlib and nvcc. Usage,
+# then the two calls (one after the other, while the machine is warm; stop 57's, in experiments/README):
 #
 #   bash experiments/device_bundle.sh
-#   run(carry=[".dev/tvm.tar.xz"]):  mkdir -p /tmp/site && tar xJf .dev/tvm.tar.xz -C /tmp/site
-#   run(carry=[".dev/<ffi wheel>", ".dev/<xgboost wheel>"]):
+#   run(carry=[".dev/tvm.part00"]):  mkdir -p /tmp/parts /tmp/site && cp .dev/tvm.part00 /tmp/parts/
+#   run(carry=[".dev/tvm.part01", ".dev/<ffi wheel>", ".dev/<xgboost wheel>"]):
+#       cat /tmp/parts/tvm.part00 .dev/tvm.part01 | tar xJf - -C /tmp/site &&
 #       python3 -m pip install -q --no-index --no-deps --target /tmp/site .dev/*.whl &&
 #       PYTHONPATH=/tmp/site:$PWD TVM_NUM_THREADS=16 python3 experiments/set_bench.py --target nvidia/nvidia-h100 ...
 set -euo pipefail
@@ -24,4 +25,5 @@ mv "$tmp"/apache_tvm_ffi-*.whl "$tmp"/xgboost_cpu-*.whl .dev/
 (cd "$tmp" && unzip -q apache_tvm-*.whl && rm apache_tvm-*.whl &&
  tar cf - --exclude=tvm/3rdparty --exclude=tvm/src tvm apache_tvm-*.dist-info |
      xz -T1 --x86 --lzma2=preset=9e,dict=256MiB > "$OLDPWD/.dev/tvm.tar.xz")
+(cd .dev && rm -f tvm.part* && split -b 31000000 -d tvm.tar.xz tvm.part)
 ls -la .dev

@@ -2,8 +2,9 @@
 # The set benchmark on a lent GPU machine, in calls that each fit its 10-minute limit
 # (experiments/README.md, "On a GPU"). First bash experiments/device_bundle.sh here, then:
 #
-#   call 1, carry .dev/tvm.tar.xz:   mkdir -p /tmp/site && tar xJf .dev/tvm.tar.xz -C /tmp/site
-#   call 2, carry the two wheels in .dev/ (at once, while the machine is warm):
+#   call 1, carry .dev/tvm.part00:   mkdir -p /tmp/parts /tmp/site && cp .dev/tvm.part00 /tmp/parts/
+#   call 2, carry .dev/tvm.part01 and the two wheels in .dev/ (at once, while the machine is warm):
+#       cat /tmp/parts/tvm.part00 .dev/tvm.part01 | tar xJf - -C /tmp/site &&
 #       bash experiments/device_set_bench.sh start NAME [set_bench.py options...]
 #   call 3, if call 2 said RUNNING:  bash experiments/device_set_bench.sh wait NAME
 #
