@@ -329,18 +329,12 @@ def tune_backend(
     population, and train the cost model before the first batch, so the search continues from them
     instead of starting cold. ``cost_model``: the search's (default: :func:`default_cost_model`).
     Results keep every program that ran, best first (``top_k``: the best few), as MetaSchedule's
-    JSON database does: a later reuse's ranker learns from all. ``on_result`` gets each result as
-    soon as it exists; ``on_measured(name, records, trials, seconds)`` gets each batch as soon as it
-    is measured (the programs that ran, and the batch's trials and seconds, failures included), so
-    a caller can make progress durable before the task ends. ``warm_start`` entries may also be
-    TuningRecords (a resumed run's own earlier batches): they are stored as they are, run times
-    kept. ``strategy``: MetaSchedule's evolutionary search by default (what benchmarks compare
-    against); see :func:`light_search`. ``short_builds``: LLVM builds get the measurer's
-    ``search_build_timeout_s``, as eto's reuse searches do (eto's roots; False, the default, keeps
-    the build timeout of MetaSchedule, the baseline): a few candidates make LLVM compile for 30 s or
-    more, and they decided the time of a 100-trial root (BERT-Base's BMM[1,128,768,768]: 63-68 s, and
-    118 s when three of them waited out the 30 s; ``phases``' build seconds 24-29 against 79).
-    """
+    JSON database does: a later reuse's ranker learns from all. ``on_result``: each result at once;
+    ``on_measured(name, records, trials, seconds)``: each batch as soon as it is measured (the
+    programs that ran, and the batch's trials and seconds, failures included), so a caller can make
+    progress durable before the task ends. ``warm_start`` entries may also be TuningRecords (a
+    resumed run's own batches), stored with their run times. ``strategy``: MetaSchedule's
+    evolutionary search by default (:func:`light_search`). ``short_builds``: :func:`_short_build_timeout`."""
     if not tasks or trials_per_task < 1:
         raise ValueError("no tasks to tune" if not tasks else f"trials_per_task must be positive, got {trials_per_task}")
     register_tensor_intrinsics(target)  # what a TuneContext would import, without its 25 s
@@ -387,7 +381,13 @@ def tune_backend(
 
 
 def _short_build_timeout(measurer: Measurer, target: "Target") -> float | None:
-    """A search's build timeout for LLVM builds on a persistent builder (None: the builder's own)."""
+    """A search's build timeout for LLVM builds on a persistent builder (None: the builder's own).
+
+    ``tune_backend(short_builds=True)`` (eto's roots; the baseline keeps MetaSchedule's timeout)
+    cuts builds at the measurer's ``search_build_timeout_s``, as eto's reuse searches do: a few
+    candidates make LLVM compile for 30 s or more, and they decided the time of a 100-trial root
+    (BERT-Base's BMM[1,128,768,768]: 63-68 s, and 118 s when three waited out the 30 s; builds 24-29
+    against 79 s)."""
     short = measurer.config.search_build_timeout_s
     ok = short is not None and target.kind.name == "llvm" and isinstance(measurer.builder, PersistentBuilder)
     return short if ok else None
