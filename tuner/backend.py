@@ -31,7 +31,7 @@ from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture
 from .faults import kill_point
 from .finalists import settle_records
 from .intrinsics import register_tensor_intrinsics
-from .measure import Measurer, PersistentBuilder, run_error_message
+from .measure import Measurer, run_error_message
 from .trajectory import TrajectoryPoint, median_secs, time_to_reach, trials_to_reach
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -388,9 +388,7 @@ def _short_build_timeout(measurer: Measurer, target: "Target") -> float | None:
     candidates make LLVM compile for 30 s or more, and they decided the time of a 100-trial root
     (BERT-Base's BMM[1,128,768,768]: 63-68 s, and 118 s when three waited out the 30 s; builds 24-29
     against 79 s)."""
-    short = measurer.config.search_build_timeout_s
-    ok = short is not None and target.kind.name == "llvm" and isinstance(measurer.builder, PersistentBuilder)
-    return short if ok else None
+    return measurer.search_build_timeout(target)
 
 
 def _best_first(database, mod, top_k: int | None) -> list:

@@ -250,6 +250,13 @@ class Measurer:
         )
         return cls(builder, runner, config, "rpc")
 
+    def search_build_timeout(self, target: "Target") -> float | None:
+        """eto's searches' build timeout for ``target`` (``config.search_build_timeout_s``: LLVM builds
+        on a persistent builder), or None: the builder's own."""
+        short = self.config.search_build_timeout_s
+        ok = short is not None and target.kind.name == "llvm" and isinstance(self.builder, PersistentBuilder)
+        return short if ok else None
+
     def measure(self, mods: Sequence["IRModule"], target: "Target", *, screen: bool = False,
                 search: bool = False, spread: bool = False) -> list[MeasureResult]:
         """Build all candidates in parallel, then run each; failures are results, not exceptions.
@@ -265,8 +272,8 @@ class Measurer:
         from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
         to_build = [BuilderInput(m, target) for m in mods]
-        short = self.config.search_build_timeout_s
-        if search and short is not None and target.kind.name == "llvm" and isinstance(self.builder, PersistentBuilder):
+        short = self.search_build_timeout(target) if search else None
+        if short is not None:
             built = self.builder.build_within(to_build, short)
         else:
             built = self.builder.build(to_build)
