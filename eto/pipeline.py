@@ -451,7 +451,8 @@ def _commit_reuse(alpha: Operator, beta: Operator, res: "ReuseResult", run: _Run
     run.database.commit(alpha, run.target, kept, method="reuse+evolve" if run.evolve_trials else "reuse",
                         source=beta, candidates=candidates, seconds=seconds, features=feats, error=wrong,
                         extra={**estimate, "rounds": res.rounds, "remeasured": res.remeasured, **extra, **checked,
-                               "failed": res.failed, "failures": failures, "trajectory": trajectory})
+                               "failed": res.failed, "failures": failures, "trajectory": trajectory,
+                               "phases": {k: round(v, 3) for k, v in res.phases.items()}})
     failed = f", {res.failed} failed ({'; '.join(failures)})" if failures else ""
     est, est_s = estimate.get("estimate"), estimate.get("estimated_seconds")  # none for a function (unplanned)
     run.say(f"reuse: {alpha.name} <- {beta.name}: {res.candidates} candidates"

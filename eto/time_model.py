@@ -70,6 +70,18 @@ DEFAULTS: Mapping[str, tuple[Line, Line]] = {
     "cpu": (Line(0.0, 0.52, 0.84), Line(2.89, 0.088, 0.23)),
     "cuda": (Line(0.0, 0.9), Line(4.3, 0.65)),
 }
+#: Before a target has results, on a CPU whose ``mcpu`` was measured: the same fit on that machine's
+#: own runs; other CPUs get ``DEFAULTS["cpu"]``. The CPU default above under-costed the 2-core Xeon
+#: TVM targets as ``emeraldrapids`` 1.48x per reuse (BERT-Base at N = 100); its own lines are the fit
+#: on that Xeon's 9 BERT-Base databases of N = 100 (3 seeds, eto and MetaSchedule, and eto again with
+#: its roots' builds cut; ``experiments/results/estimate_accuracy_time_fit_emeraldrapids.json``: 21
+#: backend runs, 36 reuses): a backend trial costs about what it does on znver4, a reuse 3.6 s more
+#: to set up (its builds: the reuses' candidates that LLVM needed 10 s for, before
+#: :func:`tuner.measure.search_build_cap`).
+CPU_DEFAULTS: Mapping[str, tuple[Line, Line]] = {
+    "znver4": DEFAULTS["cpu"],
+    "emeraldrapids": (Line(0.0, 0.62, 0.74), Line(6.53, 0.089, 0.233)),
+}
 #: Results needed before a fitted line replaces the default (fewer: the default's shape is kept
 #: and only the ratio of the recorded seconds to it is learned).
 MIN_FIT = 5
@@ -163,20 +175,35 @@ def _line(pts: list[tuple[float, float]], fixed0: float, per0: float, with_inter
     return fixed, per
 
 
+def default_lines(target: "str | Target | None", kind: str) -> tuple[Line, Line]:
+    """(backend, reuse) lines before ``target`` has results: its CPU's (``CPU_DEFAULTS``) or its kind's."""
+    if kind == "cpu":  # no target: this machine
+        from .target import parse_target
+
+        t = parse_target(target if target is not None else "cpu")
+        mcpu = str(t.attrs["mcpu"]) if "mcpu" in t.attrs else ""
+        if mcpu in CPU_DEFAULTS:
+            return CPU_DEFAULTS[mcpu]
+    return DEFAULTS.get(kind, DEFAULTS["cpu"])
+
+
 def learn_time_model(database: "Database | None", target: "str | Target", kind: str) -> TimeModel:
     """The target's model from the database's results (backend and reuse, evolve excluded)."""
     from .target import target_key
 
+    defaults = default_lines(target, kind)
     if database is None:
-        return TimeModel(*DEFAULTS.get(kind, DEFAULTS["cpu"]))
+        return TimeModel(*defaults)
     tk = target_key(target)
-    return fit_time_model([r for r in database.results() if r.get("target") == tk and r.get("records")], kind)
+    return fit_time_model([r for r in database.results() if r.get("target") == tk and r.get("records")], kind,
+                          defaults=defaults)
 
 
-def fit_time_model(results: Iterable[dict], kind: str) -> TimeModel:
-    """The model fitted on tuning results of one target (stored result dicts), ``DEFAULTS[kind]`` as
-    the fallback; ``experiments/estimate_accuracy.py --fit`` pools several databases' results."""
-    d_backend, d_reuse = DEFAULTS.get(kind, DEFAULTS["cpu"])
+def fit_time_model(results: Iterable[dict], kind: str, *, defaults: tuple[Line, Line] | None = None) -> TimeModel:
+    """The model fitted on tuning results of one target (stored result dicts), ``defaults`` (else
+    ``DEFAULTS[kind]``) as the fallback; ``experiments/estimate_accuracy.py --fit`` pools several
+    databases' results."""
+    d_backend, d_reuse = defaults or DEFAULTS.get(kind, DEFAULTS["cpu"])
     rows = list(results)
     backend = [p for r in rows if r.get("method") == "backend" and (p := _point(r))]
     reuse = [p for r in rows if r.get("method") == "reuse" and (p := _point(r))]

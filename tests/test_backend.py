@@ -94,8 +94,11 @@ def test_a_reuse_search_drops_a_candidate_llvm_cannot_compile_in_its_short_build
         took = time.perf_counter() - t0
         assert m.builder.pool._timeout == config.build_timeout_s  # the backend's timeout is back
         again = m.measure([fast], target)
+        capped = m.measure([slow], target, search=True, build_cap=1)  # a search's own, lower cap
     assert (res[0].stage, res[0].error) == ("build", "build timed out after 2 s")
     assert res[1].ok and again[0].ok
+    assert res[0].build_s == 2 and res[1].build_s > 0 and again[0].build_s > 0  # each build's seconds
+    assert capped[0].error == "build timed out after 1 s"
     assert took < 20, took  # cut at 2 s, not after the 30 s build timeout or LLVM's ~50 s
 
 

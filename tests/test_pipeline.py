@@ -122,6 +122,12 @@ def test_prior_database_operators_are_free_reuse_sources(tmp_path):
     (row,) = report.rows
     assert row.method == "reuse" and row.source == first.entries[0].op.key and row.status == "tuned"
     assert check_record(new, db.best(new, target).tuning_record, target).ok
+    # where the reuse's seconds went, as a backend result's: its builds and runs, and the rest
+    (meta,) = [r for r in db.results() if r.get("method") == "reuse"]
+    phases = meta["phases"]
+    assert set(phases) == {"setup_s", "search_s", "build_s", "run_s"} and phases["build_s"] > 0
+    assert phases["run_s"] > 0 and phases["setup_s"] > 0 and phases["search_s"] > 0
+    assert sum(phases.values()) == pytest.approx(meta["seconds"], abs=0.01)
     # screened, then its 3 best timed again in full (the default); with finalists=0 none is re-timed
     full = Operator.create("BMM", B=2, M=32, N=16, K=32)
     tune(OperatorSet.from_layers("third", [full]), target, db, trials=8, num_trials_per_iter=8,

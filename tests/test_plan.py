@@ -102,7 +102,7 @@ def test_plan_with_the_tuners_trial_estimator(capsys, strategy):
     from eto.leads import LeadCount
     from eto.opsets import builtin_opset
     from eto.target import parse_target
-    from eto.time_model import DEFAULTS
+    from eto.time_model import default_lines
     from tuner.estimate import estimate_trials
     from tuner.features import loop_nest_of, major_block
     from tuner.ranked import DEFAULT_TOP_K
@@ -116,7 +116,7 @@ def test_plan_with_the_tuners_trial_estimator(capsys, strategy):
         mod = IRModule({"main": op.prim_func()})
         return loop_nest_of(mod, major_block(mod))
 
-    backend, reuse_line = DEFAULTS["cpu"]  # an empty database: the default time model
+    backend, reuse_line = default_lines(parse_target("cpu"), "cpu")  # an empty database: this CPU's default
     candidates = {(p, c): n for p, c, n in d["edge_candidates"]}
     reuse = [(p, c, cost) for p, c, cost in d["edge_costs"] if p != "root"]
     assert reuse, "BERT-Base has reuse pairs: the plan should use one"

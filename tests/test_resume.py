@@ -16,6 +16,7 @@ from eto.database import PROGRESS, Database
 from eto.operators import Operator
 from eto.opsets import OperatorSet
 from eto.target import parse_target
+from tests.stand_ins import StandInMeasurer
 
 pytestmark = pytest.mark.slow
 
@@ -119,13 +120,14 @@ def test_a_claim_dies_with_its_process(tmp_path):
             assert again is True
 
 
-class _DryMeasurer:
+class _DryMeasurer(StandInMeasurer):
     """Times a module by a hash of its text (the same in every run), counting what it measures."""
 
     def __init__(self):
+        super().__init__()
         self.measured = self.remeasured = 0
 
-    def measure(self, mods, target, screen=False, search=False, spread=False):
+    def measure(self, mods, target, screen=False, search=False, spread=False, build_cap=None):
         import zlib
 
         from tuner.measure import MeasureResult

@@ -2,7 +2,7 @@
 
 import pytest
 
-from eto.time_model import DEFAULTS, MIN_FIT, Line, fit_line, fit_time_model, learn_time_model
+from eto.time_model import CPU_DEFAULTS, DEFAULTS, MIN_FIT, Line, default_lines, fit_line, fit_time_model, learn_time_model
 
 
 def test_fit_line_recovers_a_line_and_falls_back_on_little_data():
@@ -46,7 +46,7 @@ def test_time_model_learns_from_the_targets_results_only(tmp_path):
     cpu = parse_target("cpu")
     db = Database(tmp_path / "db")
     assert learn_time_model(db, cpu, "cpu") == learn_time_model(None, cpu, "cpu")
-    assert learn_time_model(None, cpu, "cpu").backend == DEFAULTS["cpu"][0]
+    assert learn_time_model(None, cpu, "cpu").backend == default_lines(cpu, "cpu")[0]
     ops = [Operator.create("BMM", B=1, M=16 * i, N=16, K=16) for i in range(1, 8)]
     db.commit(ops[0], cpu, make_records(ops[0], [[1e-3]], cpu), method="backend", candidates=100, seconds=50.0)
     db.commit(ops[1], cpu, make_records(ops[1], [[1e-3]], cpu), method="backend", candidates=300, seconds=250.0)
@@ -57,13 +57,36 @@ def test_time_model_learns_from_the_targets_results_only(tmp_path):
     tm = learn_time_model(db, cpu, "cpu")
     assert tm.count_scale == pytest.approx(1.5) and tm.reuse_candidates(10) == pytest.approx(15)
     gf = [op.flops / 1e9 for op in ops]
-    k = DEFAULTS["cpu"][0].per_gflop / DEFAULTS["cpu"][0].per  # two backend results: the default's shape kept
+    here = default_lines(cpu, "cpu")[0]
+    k = here.per_gflop / here.per  # two backend results: the default's shape kept
     per = 300 / (100 * (1 + k * gf[0]) + 300 * (1 + k * gf[1]))
     assert tm.backend_seconds(100, gf[0]) == pytest.approx(100 * per * (1 + k * gf[0]))
     assert (tm.reuse.fixed, tm.reuse.per) == (pytest.approx(3.0), pytest.approx(0.5))
     other = parse_target('{"kind": "llvm", "mcpu": "skylake", "num-cores": 2}')
     assert learn_time_model(db, other, "cpu").reuse == DEFAULTS["cpu"][1]
     assert learn_time_model(db, other, "cpu").count_scale == 1.0
+
+
+def test_defaults_are_the_cpus_own_where_measured_else_the_kinds():
+    """Before a target has results its CPU's measured lines stand in (``CPU_DEFAULTS`` by ``mcpu``);
+    an unmeasured CPU gets ``DEFAULTS["cpu"]``, a GPU ``DEFAULTS["cuda"]``."""
+    from eto.target import parse_target
+
+    def cpu(mcpu):
+        return parse_target('{"kind": "llvm", "mcpu": "%s", "num-cores": 2}' % mcpu)
+
+    for mcpu, lines in CPU_DEFAULTS.items():
+        assert default_lines(cpu(mcpu), "cpu") == lines
+        assert learn_time_model(None, cpu(mcpu), "cpu").reuse == lines[1]
+    assert "emeraldrapids" in CPU_DEFAULTS and CPU_DEFAULTS["emeraldrapids"] != DEFAULTS["cpu"]
+    assert default_lines(cpu("skylake"), "cpu") == DEFAULTS["cpu"]
+    assert default_lines(parse_target("nvidia/nvidia-h100"), "cuda") == DEFAULTS["cuda"]
+    # few results on a measured CPU: its own default's shape is what the rate is learned on
+    k = CPU_DEFAULTS["emeraldrapids"][0].per_gflop / CPU_DEFAULTS["emeraldrapids"][0].per
+    result = {"method": "backend", "op": {"type": "BMM", "params": {"B": 1, "M": 64, "N": 64, "K": 64}},
+              "candidates": 100, "seconds": 80.0, "records": [{}]}
+    fitted = fit_time_model([result], "cpu", defaults=CPU_DEFAULTS["emeraldrapids"])
+    assert fitted.backend.per_gflop / fitted.backend.per == pytest.approx(k)
 
 
 def test_a_model_functions_results_do_not_teach_the_backend_rate():

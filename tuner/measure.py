@@ -23,6 +23,7 @@ import os
 import shutil
 import statistics
 import tempfile
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
@@ -94,6 +95,7 @@ class MeasureResult:
     run_secs: tuple[float, ...] | None
     error: str | None = None
     stage: Literal["build", "run", ""] = ""
+    build_s: float | None = None  # its build's seconds (a persistent builder's; else None)
 
     @property
     def ok(self) -> bool:
@@ -103,6 +105,25 @@ class MeasureResult:
     def median(self) -> float:
         """Median seconds, or +inf for a failed candidate (so it never wins a comparison)."""
         return median_secs(self.run_secs) if self.ok else float("inf")
+
+
+#: A reuse search cuts a candidate's build at this many times the median build of the search's
+#: candidates so far (never below ``SEARCH_BUILD_FLOOR_S``, never above ``search_build_timeout_s``):
+#: one α's candidates build in about the same time unless the code explodes, and the ones that
+#: explode are slow programs. Measured on BERT-Base's reuses from one root (every candidate's build
+#: logged): the best programs built in 0.1-2.4 s, every build over 3 s ran 5-50x slower than the
+#: search's best, and 9 builds hit the 10 s timeout (45 s of a 52 s search); a cap of 4x the median
+#: (2 s floor), replayed on that log, cut 12 candidates, none within 1.1x of its search's best.
+SEARCH_BUILD_FACTOR = 4.0
+SEARCH_BUILD_FLOOR_S = 2.0
+
+
+def search_build_cap(built: Sequence[float]) -> float | None:
+    """The build timeout for a reuse search's next candidates, given its builds so far (seconds of
+    those that built and ran); None before any: the search then builds one candidate alone first."""
+    if not built:
+        return None
+    return max(SEARCH_BUILD_FLOOR_S, SEARCH_BUILD_FACTOR * statistics.median(built))
 
 
 def default_settle_processes() -> int:
@@ -125,17 +146,18 @@ def _set_threads(n: int) -> None:
     os.environ["TVM_NUM_THREADS"] = str(n)
 
 
-def _build_and_export(mod: "IRModule", target: "Target", out_dir: str) -> str:
-    """Build in a worker without the tensor_intrin import; export a linked ``.so``."""
+def _build_and_export(mod: "IRModule", target: "Target", out_dir: str) -> tuple[str, float]:
+    """Build in a worker without the tensor_intrin import; export a linked ``.so``: (path, seconds)."""
     import tvm
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
+    start = time.perf_counter()
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     rt_mod = tvm.compile(mod, target=target)
     # One directory per artifact: MetaSchedule's RemoveBuildArtifact deletes the whole directory.
     path = os.path.join(tempfile.mkdtemp(prefix="candidate-", dir=out_dir), "candidate.so")
     rt_mod.export_library(path)
-    return path
+    return path, time.perf_counter() - start
 
 
 @derived_object
@@ -152,24 +174,30 @@ class PersistentBuilder(PyBuilder):
             timeout=timeout_sec,
             maximum_process_uses=recycle_after,
         )
+        #: each input of the last batch: its build's seconds (the timeout for one that timed out,
+        #: None for one that failed)
+        self.seconds: list[float | None] = []
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
         return self.build_within(build_inputs, self.timeout_sec)
 
     def build_within(self, build_inputs: list[BuilderInput], timeout_sec: float) -> list[BuilderResult]:
         """:meth:`build` with a timeout of its own (a reuse search's shorter one), same workers."""
-        results = []
+        results, self.seconds = [], []
         self.pool._timeout = timeout_sec  # read at each submission; TVM's pool has no per-call timeout
         try:
             for res in self.pool.map_with_error_catching(
                 lambda x: _build_and_export(*x), [(b.mod, b.target, self.out_dir) for b in build_inputs]
             ):
                 if res.status == StatusKind.COMPLETE:
-                    results.append(BuilderResult(res.value, None))
+                    results.append(BuilderResult(res.value[0], None))
+                    self.seconds.append(res.value[1])
                 elif res.status == StatusKind.TIMEOUT:
                     results.append(BuilderResult(None, f"build timed out after {timeout_sec:g} s"))
+                    self.seconds.append(timeout_sec)
                 else:
                     results.append(BuilderResult(None, f"build failed: {_one_line(res.value)}"))
+                    self.seconds.append(None)
         finally:
             self.pool._timeout = self.timeout_sec
         return results
@@ -205,6 +233,8 @@ class Measurer:
     spare: "Callable[[], ms.Runner] | None" = None
     spares: list = field(default_factory=list)
     counters: dict = field(default_factory=lambda: {"built": 0, "build_failed": 0, "run_failed": 0, "ok": 0})
+    #: wall seconds spent building and running (all calls): a search's phases are differences of it
+    clock: dict = field(default_factory=lambda: {"build_s": 0.0, "run_s": 0.0})
 
     @classmethod
     def local(cls, config: MeasureConfig | None = None) -> "Measurer":
@@ -258,12 +288,13 @@ class Measurer:
         return short if ok else None
 
     def measure(self, mods: Sequence["IRModule"], target: "Target", *, screen: bool = False,
-                search: bool = False, spread: bool = False) -> list[MeasureResult]:
+                search: bool = False, spread: bool = False, build_cap: float | None = None) -> list[MeasureResult]:
         """Build all candidates in parallel, then run each; failures are results, not exceptions.
 
         ``screen``: time them with the configuration's screening repeats (a third of the run time
         here), for ranking; the runner's own configuration is restored afterwards. ``search``: a
-        reuse search's candidates, built with ``search_build_timeout_s`` on CPU targets. ``spread``:
+        reuse search's candidates, built with ``search_build_timeout_s`` on CPU targets, or ``build_cap``
+        where that is lower (:func:`search_build_cap`). ``spread``:
         time each in the :attr:`spares` processes too, one process after the other (a search's
         finalists, :attr:`MeasureConfig.settle_processes`); its samples are all processes' together,
         and it fails if it failed in any."""
@@ -272,18 +303,25 @@ class Measurer:
         from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
         to_build = [BuilderInput(m, target) for m in mods]
+        t0 = time.perf_counter()
         short = self.search_build_timeout(target) if search else None
+        if short is not None and build_cap is not None:
+            short = min(short, build_cap)
         if short is not None:
             built = self.builder.build_within(to_build, short)
         else:
             built = self.builder.build(to_build)
+        t1 = time.perf_counter()
+        self.clock["build_s"] += t1 - t0
+        seconds = getattr(self.builder, "seconds", None)
+        seconds = seconds if isinstance(seconds, list) and len(seconds) == len(mods) else [None] * len(mods)
         results: list[MeasureResult | None] = [None] * len(mods)
         inputs, where = [], []
         for i, (mod, b) in enumerate(zip(mods, built)):
             self.counters["built"] += 1
             if b.error_msg is not None:
                 self.counters["build_failed"] += 1
-                results[i] = MeasureResult(None, str(b.error_msg), "build")
+                results[i] = MeasureResult(None, str(b.error_msg), "build", seconds[i])
                 continue
             args = ArgInfo.from_entry_func(mod, remove_preproc=True)
             device = "cpu" if target.kind.name == "llvm" else target.kind.name
@@ -292,15 +330,16 @@ class Measurer:
         if spread and self.spare is not None:
             self.spares += [self.spare() for _ in range(self.config.settle_processes - 1 - len(self.spares))]
         runs = [self._run(runner, inputs, screen) for runner in (self.runner, *(self.spares if spread else ()))]
+        self.clock["run_s"] += time.perf_counter() - t1
         for k, (i, inp) in enumerate(zip(where, inputs)):
             outcomes = [run[k] for run in runs]
             bad = next((r for r in outcomes if r.error_msg is not None or r.run_secs is None), None)
             if bad is not None:
                 self.counters["run_failed"] += 1
-                results[i] = MeasureResult(None, run_error_message(bad.error_msg), "run")
+                results[i] = MeasureResult(None, run_error_message(bad.error_msg), "run", seconds[i])
             else:
                 self.counters["ok"] += 1
-                results[i] = MeasureResult(tuple(float(s) for r in outcomes for s in r.run_secs))
+                results[i] = MeasureResult(tuple(float(s) for r in outcomes for s in r.run_secs), build_s=seconds[i])
             remove_artifact(str(inp.artifact_path))
         return results  # type: ignore[return-value]
 

@@ -347,7 +347,9 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
     (:meth:`ReuseSpace.kept_tiles`) join round T's lead too, so a reuse does not hang on one
     source's luck (beyond the paper).
     """
-    start = time.perf_counter()
+    from .measure import search_build_cap
+
+    start, clock = time.perf_counter(), dict(measurer.clock)
     tuner = ReuseTuner(func, source_record, target, vector_lanes=vector_lanes, ranges=ranges)
     seed_cfgs = [cfg for cfg in (config_of(r, tuner) for r in seeds) if cfg is not None]
     seed_cfgs += [cfg for cfg in (_kept_from(r, tuner) for r in alternates) if cfg is not None]
@@ -355,6 +357,18 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
         ranker.observe_records(history)
     setup = time.perf_counter() - start  # design space, β's sketch, ranker training: on the clock
     known, failures, finalists_failed = known or {}, [], []
+    built: list[float] = []  # seconds of this search's builds that ran: the next builds' cap
+    probe = [measurer.search_build_timeout(target) is not None]  # builds are cut: probe once
+
+    def capped(mods: list) -> list:
+        """Measured with builds cut at :func:`search_build_cap`; the first batch's first candidate
+        alone (round T's lead, β's own tiles), so that a lead LLVM cannot compile costs the cap, not 10 s."""
+        if probe[0] and len(mods) > 1:
+            probe[0] = False
+            return capped(mods[:1]) + capped(mods[1:])
+        res = measurer.measure(mods, target, screen=finalists > 0, search=True, build_cap=search_build_cap(built))
+        built.extend(r.build_s for r in res if r.ok and r.build_s is not None)
+        return res
 
     def measure(schedules: list, precise: bool = False) -> list[float]:
         if precise:  # the finalists, not checkpointed: a resumed search re-times its own
@@ -365,8 +379,7 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
         keys = [trace_key(s.trace) for s in schedules] if known else [None] * len(schedules)
         todo = [i for i, k in enumerate(keys) if k not in known]
         out = [known.get(k, math.inf) for k in keys]  # type: ignore[arg-type]
-        for i, r in zip(todo, measurer.measure([schedules[i].mod for i in todo], target, screen=finalists > 0,
-                                               search=True) if todo else ()):
+        for i, r in zip(todo, capped([schedules[i].mod for i in todo]) if todo else ()):
             out[i] = r.median
             if r.error:
                 failures.append(r.error)
@@ -378,9 +391,12 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
 
     res = tuner.tune(measure, strategy=strategy, ranker=ranker, top_k=resolve_top_k(top_k, target), seeds=seed_cfgs,
                      finalists=finalists)
+    build, run = (measurer.clock[k] - clock[k] for k in ("build_s", "run_s"))
+    phases = {"setup_s": setup, "search_s": max(res.seconds - build - run, 0.0), "build_s": build, "run_s": run}
     # a finalist that passed its screening and failed in full counts as failed too
     return replace(res, seconds=setup + res.seconds, trajectory=tuple(p.after(setup, 0) for p in res.trajectory),
-                   failed=res.failed + len(finalists_failed), failures=tuple(failures + finalists_failed))
+                   failed=res.failed + len(finalists_failed), failures=tuple(failures + finalists_failed),
+                   phases=phases)
 
 
 def write_stage_siblings(sketch: "Sketch", space: Sequence["Sketch"],

@@ -42,6 +42,10 @@ class ReuseResult:
     records: tuple = ()
     remeasured: int = 0  # finalists re-timed in full after a screened search (tuner.finalists)
     failures: tuple[str, ...] = ()  # why each failed candidate failed (build timeout, crash, ...)
+    #: where ``seconds`` went: ``setup_s`` (α's design space, β's sketch, training the ranker),
+    #: ``search_s`` (GetS, the postprocessors, ranking), ``build_s`` and ``run_s`` (wall seconds of the
+    #: measurer's builds and runs, the finalists' too); a backend result's have the last three
+    phases: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -83,8 +87,9 @@ class _Session:
     def run(self, cands: list[_Cand], name: str, incumbent: float = math.inf, first: int = 0) -> list[_Cand]:
         """Build ``cands`` (GetS; rejected ones are counted, not measured), then measure them: all of
         them, or with a ranker ``top_k`` at a time (:func:`ranked_batches`), best-ranked first or at
-        random (:meth:`ReuseTuner.tune`). The ``first`` candidates lead the order whatever their rank."""
-        lead = {id(c) for c in cands[:first]}
+        random (:meth:`ReuseTuner.tune`). The ``first`` candidates lead the order whatever their rank,
+        in their own order (β's kept tiles first: the build :func:`tuner.reuse.reuse_tune` times alone)."""
+        lead = {id(c): i for i, c in enumerate(cands[:first])}
         for c in cands:
             c.sch = self.tuner.schedule(c)
         ok = [c for c in cands if c.sch is not None]
@@ -97,7 +102,7 @@ class _Session:
         order = self.rng.sample(range(len(ok)), len(ok))
         if self.ranked:
             order = self.ranker.rank(self.tuner.alpha_mod, [c.sch for c in ok]) or order  # type: ignore[union-attr]
-        order = sorted(order, key=lambda i: id(ok[i]) not in lead)  # stable: the lead first, then by rank
+        order = sorted(order, key=lambda i: lead.get(id(ok[i]), first))  # stable: the lead first, then by rank
         done: list[_Cand] = []
         batches = ranked_batches([ok[i] for i in order], self.top_k, incumbent, self.min_gain)  # type: ignore[arg-type]
         for batch in batches:

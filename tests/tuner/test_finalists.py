@@ -12,6 +12,7 @@ import pytest
 
 from eto.operators import Operator
 from eto.target import cpu_target
+from tests.stand_ins import StandInMeasurer
 from tuner.finalists import settle
 
 
@@ -65,18 +66,19 @@ def test_a_screened_measurement_runs_the_short_configuration_and_restores_the_fu
     assert full.ok and len(full.run_secs) == 4
 
 
-class Hashed:
+class Hashed(StandInMeasurer):
     """Times a module by a hash of its text; in full, the screened best takes 1000 times as long
     (so that the finalists' full timings, not the screening, must decide)."""
 
     def __init__(self):
+        super().__init__()
         self.screened, self.full = [], []
 
     @staticmethod
     def secs(text: str) -> float:
         return 1e-6 * (1 + zlib.crc32(text.encode()) % 1_000_000)
 
-    def measure(self, mods, target, screen=False, search=False, spread=False):
+    def measure(self, mods, target, screen=False, search=False, spread=False, build_cap=None):
         from tuner.measure import MeasureResult
 
         texts = [m.script() for m in mods]
@@ -105,6 +107,65 @@ def test_a_reuse_search_screens_every_candidate_and_returns_the_finalist_that_wo
     assert all(a.best_s >= b.best_s for a, b in zip(res.trajectory, res.trajectory[1:]))
 
 
+class CutBuilds(Hashed):
+    """Cuts builds (like a local LLVM measurer): each candidate "built" in 0.1-1.6 s by its hash,
+    every seventh timed out at the cap it was given; keeps each call's candidates, cap and builds."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def search_build_timeout(self, target):
+        return 10.0
+
+    def measure(self, mods, target, screen=False, search=False, spread=False, build_cap=None):
+        from dataclasses import replace
+
+        from tuner.measure import MeasureResult
+
+        out = []
+        for r, m in zip(super().measure(mods, target, screen, search, spread), mods):
+            h = zlib.crc32(m.script().encode())
+            cut = build_cap or 10.0
+            out.append(MeasureResult(None, f"build timed out after {cut:g} s", "build", cut) if h % 7 == 0
+                       else replace(r, build_s=0.1 * (1 + h % 16)))
+        self.calls.append((len(mods), build_cap, spread, [r.build_s for r in out if r.ok]))
+        return out
+
+
+def test_search_build_cap_is_a_multiple_of_the_median_build_with_a_floor():
+    from tuner.measure import SEARCH_BUILD_FACTOR, SEARCH_BUILD_FLOOR_S, search_build_cap
+
+    assert search_build_cap([]) is None
+    assert search_build_cap([0.1, 0.2]) == SEARCH_BUILD_FLOOR_S == 2.0
+    assert search_build_cap([1.0, 3.0, 9.0]) == SEARCH_BUILD_FACTOR * 3.0 == 12.0
+
+
+def test_a_reuse_search_builds_one_candidate_first_then_cuts_builds_at_4x_the_median():
+    """A lead LLVM cannot compile costs the cap, not the 10 s timeout: the first candidate is built
+    alone, then every batch's builds are cut at 4x the median of the builds that ran before it (2 s
+    at least); the finalists, all built before, are not cut; a timed-out build is not a sample."""
+    import statistics
+
+    from tests.tuner.test_reuse_tuner import sampled_record
+    from tuner.reuse import reuse_tune
+
+    target = cpu_target()
+    alpha, beta = Operator.create("BMM", B=2, M=64, N=32, K=64), Operator.create("BMM", B=4, M=64, N=64, K=64)
+    m = CutBuilds()
+    res = reuse_tune(alpha.prim_func(), sampled_record(beta, target), target, m, strategy="global", finalists=3)
+    searched = [c for c in m.calls if not c[2]]
+    assert searched[0][:2] == (1, None) and len(searched) > 3
+    built: list[float] = []
+    for n, cap, _, builds in searched:
+        if built:
+            assert cap == max(2.0, 4 * statistics.median(built))
+        built += builds
+    assert [c[1] for c in m.calls if c[2]] == [None]  # the finalists
+    assert any("timed out" in f for f in res.failures) and res.record is not None
+    assert res.candidates == sum(c[0] for c in searched)
+
+
 
 class RoundsDown(Hashed):
     """Screens the first candidate at 2 us and every other one slower (by its hash); in full the
@@ -116,7 +177,7 @@ class RoundsDown(Hashed):
     def screened_secs(self, t: str) -> float:
         return self.BEST if t == self.screened[0] else self.BEST * (2 + zlib.crc32(t.encode()) % 1000)
 
-    def measure(self, mods, target, screen=False, search=False, spread=False):
+    def measure(self, mods, target, screen=False, search=False, spread=False, build_cap=None):
         from tuner.measure import MeasureResult
 
         texts = [m.script() for m in mods]
@@ -151,7 +212,7 @@ class FailsInFull(Hashed):
     """Screens like :class:`Hashed`, except that the slowest candidate of the first screened batch
     times out; in full, the screened best crashes."""
 
-    def measure(self, mods, target, screen=False, search=False, spread=False):
+    def measure(self, mods, target, screen=False, search=False, spread=False, build_cap=None):
         from tuner.measure import MeasureResult
 
         texts = [m.script() for m in mods]
@@ -228,7 +289,7 @@ class _Queued:
         self.config = MeasureConfig(settle_processes=processes)
         self.times, self.calls = list(times), []
 
-    def measure(self, mods, target, screen=False, search=False, spread=False):
+    def measure(self, mods, target, screen=False, search=False, spread=False, build_cap=None):
         from tuner.measure import MeasureResult
 
         self.calls.append((len(mods), spread))

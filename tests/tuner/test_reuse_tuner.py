@@ -3,7 +3,6 @@
 import dataclasses
 import math
 import re
-from types import SimpleNamespace
 import shutil
 import subprocess
 import zlib
@@ -19,6 +18,9 @@ from tuner.estimate import estimate_trials, trials_for_config  # noqa: E402
 from tuner.features import LoopNest, TileConfig, loop_nest_of, lowered_btm  # noqa: E402
 from tuner.reuse import ReuseTuner, reuse_tune  # noqa: E402
 from tuner.space import ReuseSpace, target_limits  # noqa: E402
+from tuner.measure import MeasureResult  # noqa: E402
+
+from tests.stand_ins import StandInMeasurer  # noqa: E402
 
 
 def nest(op: Operator) -> LoopNest:
@@ -573,13 +575,13 @@ def test_alternate_sources_lead_round_t_with_their_tiles_kept_on_alpha():
     dense = Operator.create("DENSE", M=16, N=32, K=16)
     assert _kept_from(sampled_record(dense, target), tuner) is None
 
-    class FirstBatch:  # a measurer that keeps the first batch and times nothing
+    class FirstBatch(StandInMeasurer):  # a measurer that keeps the first batch and times nothing
         first: list = []
 
-        def measure(self, mods, target, screen=False, search=False, spread=False):
+        def measure(self, mods, target, screen=False, search=False, spread=False, build_cap=None):
             if not self.first:
                 self.first.extend(mods)
-            return [SimpleNamespace(median=1e-3 + i * 1e-6, error=None) for i in range(len(mods))]
+            return [MeasureResult((1e-3 + i * 1e-6,)) for i in range(len(mods))]
 
     m = FirstBatch()
     res = reuse_tune(alpha.prim_func(), sampled_record(beta, target), target, m, alternates=[rec], top_k=None)
@@ -614,8 +616,6 @@ def test_a_program_with_an_epilogue_is_reused_for_a_bare_batch_matmul_of_another
     """β: a 3-loop ``matmul+add+relu`` program (its epilogue is the write stage); α: a 4-loop batch
     matmul (a cache write). Their sketch signatures differ; their families match, GetS replays α's
     own sketch with β's tiles (a unit batch loop added) and the program matches numpy."""
-    from types import SimpleNamespace
-
     from tvm.ir import IRModule
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
@@ -639,9 +639,9 @@ def test_a_program_with_an_epilogue_is_reused_for_a_bare_batch_matmul_of_another
     assert kept.space[0][0] == 3 and kept.space[1:] == tuple(
         tuple(f) for f in beta.tile_decisions()[0])  # β's tiles on α's M and N, the batch outermost
 
-    class Fake:  # times nothing: this test is about GetS, not speed
-        def measure(self, mods, target, screen=False, search=False, spread=False):
-            return [SimpleNamespace(median=1e-3 + i * 1e-6, error=None) for i in range(len(mods))]
+    class Fake(StandInMeasurer):  # times nothing: this test is about GetS, not speed
+        def measure(self, mods, target, screen=False, search=False, spread=False, build_cap=None):
+            return [MeasureResult((1e-3 + i * 1e-6,)) for i in range(len(mods))]
 
     res = reuse_tune(alpha.prim_func(), record, target, Fake(), top_k=None)
     assert res.record is not None and res.candidates > 0

@@ -36,7 +36,7 @@ class Scripted:
     def __init__(self, medians):
         self.medians, self.mods = list(medians), []
 
-    def measure(self, mods, target, screen=False, search=False, spread=False):
+    def measure(self, mods, target, screen=False, search=False, spread=False, build_cap=None):
         self.mods += mods
         return [SimpleNamespace(ok=m is not None, median=m if m is not None else float("inf"))
                 for m in (self.medians.pop(0) for _ in mods)]
