@@ -12,7 +12,10 @@ A candidate that fails to build, crashes its worker or exceeds its timeout yield
 :class:`MeasureResult` with ``error`` set; measuring continues with the next one. A reuse search
 builds with a shorter timeout (``MeasureConfig.search_build_timeout_s``): a few candidates make LLVM
 take 30-50 s (a fully unrolled reduction over strided vector loads), and each of them cost a
-search of 16 candidates MetaSchedule's whole 30 s while it waited.
+search of 16 candidates MetaSchedule's whole 30 s while it waited; once some of its candidates have
+built, a reuse search cuts lower, at a multiple of their median build (:func:`search_build_cap`).
+Each result carries its build's seconds, and :attr:`Measurer.clock` the wall seconds of all
+builds and runs, from which a search's ``phases`` are taken.
 """
 
 from __future__ import annotations
