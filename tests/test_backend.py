@@ -109,23 +109,23 @@ def test_etos_backend_roots_cut_llvm_builds_at_the_search_timeout_and_the_baseli
     from tvm.script import from_source
     from tvm.target import Target
 
-    from tuner.backend import _BatchClock, _short_build_timeout, _TimedBuilder
+    from tuner.backend import _BatchClock, _TimedBuilder
     from tuner.measure import MeasureConfig, Measurer
 
     slow = from_source(SLOW_TO_COMPILE)
     fast = from_source(SLOW_TO_COMPILE.replace('"pragma_auto_unroll_max_step": 512', '"pragma_auto_unroll_max_step": 0'))
     with Measurer.local(MeasureConfig(number=1, repeat=2, min_repeat_ms=1, search_build_timeout_s=2)) as m:
-        assert _short_build_timeout(m, target) == 2
-        assert _short_build_timeout(m, Target("nvidia/nvidia-a100")) is None  # nvcc keeps the full timeout
+        assert m.search_build_timeout(target) == 2
+        assert m.search_build_timeout(Target("nvidia/nvidia-a100")) is None  # nvcc keeps the full timeout
         clock = _BatchClock()
-        built = _TimedBuilder(m.builder, clock, _short_build_timeout(m, target)).build(
+        built = _TimedBuilder(m.builder, clock, m.search_build_timeout(target)).build(
             [BuilderInput(slow, target), BuilderInput(fast, target)])
         assert built[0].error_msg == "build timed out after 2 s" and built[1].error_msg is None
         search, build, _ = clock.take(slow)[2]
         assert search >= 0 and 2 <= build < 20  # cut at 2 s, not after the 30 s build timeout or LLVM's ~50 s
         assert m.builder.pool._timeout == m.config.build_timeout_s  # the builder's own timeout is back
         m.config = replace(m.config, search_build_timeout_s=None)
-        assert _short_build_timeout(m, target) is None
+        assert m.search_build_timeout(target) is None
 
 
 def test_backend_programs_from_the_database_match_numpy(tmp_path, target, measurer):

@@ -333,8 +333,8 @@ def tune_backend(
     ``on_measured(name, records, trials, seconds)``: each batch as soon as it is measured (the
     programs that ran, and the batch's trials and seconds, failures included), so a caller can make
     progress durable before the task ends. ``warm_start`` entries may also be TuningRecords (a
-    resumed run's own batches), stored with their run times. ``strategy``: MetaSchedule's
-    evolutionary search by default (:func:`light_search`). ``short_builds``: :func:`_short_build_timeout`."""
+    resumed run's own batches), stored with their run times. ``strategy``: evolutionary by default
+    (:func:`light_search`). ``short_builds``: :meth:`Measurer.search_build_timeout` (eto's roots)."""
     if not tasks or trials_per_task < 1:
         raise ValueError("no tasks to tune" if not tasks else f"trials_per_task must be positive, got {trials_per_task}")
     register_tensor_intrinsics(target)  # what a TuneContext would import, without its 25 s
@@ -369,7 +369,7 @@ def tune_backend(
         tasks=contexts, task_weights=[t.weight for t in tasks], work_dir=work_dir,
         max_trials_global=trials_per_task * len(tasks), max_trials_per_task=trials_per_task,
         num_trials_per_iter=batch,
-        builder=_TimedBuilder(measurer.builder, clock, _short_build_timeout(measurer, target) if short_builds else None),
+        builder=_TimedBuilder(measurer.builder, clock, measurer.search_build_timeout(target) if short_builds else None),
         runner=_TimedRunner(measurer.runner, clock),
         database=database, cost_model=cost_model,
         measure_callbacks=ms.MeasureCallback.create("default") + [callback], task_scheduler=scheduler,
@@ -378,17 +378,6 @@ def tune_backend(
         if r is None:  # the search space was exhausted before the budget
             finish(i)
     return results  # type: ignore[return-value]
-
-
-def _short_build_timeout(measurer: Measurer, target: "Target") -> float | None:
-    """A search's build timeout for LLVM builds on a persistent builder (None: the builder's own).
-
-    ``tune_backend(short_builds=True)`` (eto's roots; the baseline keeps MetaSchedule's timeout)
-    cuts builds at the measurer's ``search_build_timeout_s``, as eto's reuse searches do: a few
-    candidates make LLVM compile for 30 s or more, and they decided the time of a 100-trial root
-    (BERT-Base's BMM[1,128,768,768]: 63-68 s, and 118 s when three waited out the 30 s; builds 24-29
-    against 79 s)."""
-    return measurer.search_build_timeout(target)
 
 
 def _best_first(database, mod, top_k: int | None) -> list:

@@ -61,7 +61,9 @@ class MeasureConfig:
     #: ranked few and loses nothing by dropping a candidate LLVM cannot compile in 10 s; CUDA builds
     #: (nvcc) keep ``build_timeout_s``. Measured here: BERT-Base's BMM[12,128,128,64] lost 30 s a
     #: candidate (twice in one search of 16) on programs LLVM compiles in 50 s; sampled recorded
-    #: candidates compile in 0.06-8 s, a few of the largest in 21-22 s
+    #: candidates compile in 0.06-8 s, a few of the largest in 21-22 s. Such candidates also decided
+    #: the time of a 100-trial root (BERT-Base's BMM[1,128,768,768]: 63-68 s, and 118 s when three
+    #: waited out the 30 s; builds 24-29 against 79 s)
     search_build_timeout_s: float | None = 10.0
     num_threads: int | None = None  # TVM_NUM_THREADS for timed runs; default: physical cores
     builder_workers: int | None = None  # default: physical cores

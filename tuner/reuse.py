@@ -358,13 +358,14 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
     setup = time.perf_counter() - start  # design space, β's sketch, ranker training: on the clock
     known, failures, finalists_failed = known or {}, [], []
     built: list[float] = []  # seconds of this search's builds that ran: the next builds' cap
-    probe = [measurer.search_build_timeout(target) is not None]  # builds are cut: probe once
+    probe = measurer.search_build_timeout(target) is not None  # builds are cut: probe once
 
     def capped(mods: list) -> list:
         """Measured with builds cut at :func:`search_build_cap`; the first batch's first candidate
         alone (round T's lead, β's own tiles), so that a lead LLVM cannot compile costs the cap, not 10 s."""
-        if probe[0] and len(mods) > 1:
-            probe[0] = False
+        nonlocal probe
+        if probe and len(mods) > 1:
+            probe = False
             return capped(mods[:1]) + capped(mods[1:])
         res = measurer.measure(mods, target, screen=finalists > 0, search=True, build_cap=search_build_cap(built))
         built.extend(r.build_s for r in res if r.ok and r.build_s is not None)
