@@ -92,14 +92,49 @@ def test_a_reuse_search_drops_a_candidate_llvm_cannot_compile_in_its_short_build
         t0 = time.perf_counter()
         res = m.measure([slow, fast], target, search=True)
         took = time.perf_counter() - t0
-        assert m.builder.pool._timeout == config.build_timeout_s  # the backend's timeout is back
+        workers = {w._proc.pid for w in m.builder.pool._worker_map.values()}
         again = m.measure([fast], target)
         capped = m.measure([slow], target, search=True, build_cap=1)  # a search's own, lower cap
+        # a cut kills the build's fork, not its worker: no worker restarted (TVM's import, ~2.4 s)
+        assert {w._proc.pid for w in m.builder.pool._worker_map.values()} == workers
     assert (res[0].stage, res[0].error) == ("build", "build timed out after 2 s")
     assert res[1].ok and again[0].ok
     assert res[0].build_s == 2 and res[1].build_s > 0 and again[0].build_s > 0  # each build's seconds
     assert capped[0].error == "build timed out after 1 s"
     assert took < 20, took  # cut at 2 s, not after the 30 s build timeout or LLVM's ~50 s
+
+
+def test_a_cut_build_runs_in_a_fork_that_reports_its_failure_crash_or_timeout(target, monkeypatch, tmp_path):
+    import os
+    import signal
+    import time
+
+    import tvm
+    from tvm import te
+
+    import tuner.measure as measure
+
+    a = te.placeholder((8,), name="a")
+    mod = tvm.IRModule({"main": te.create_prim_func([a, te.compute((8,), lambda i: a[i] + 1.0)])})
+    path, seconds = measure._build_in_fork(mod, target, str(tmp_path), 30)
+    assert os.path.exists(path) and seconds > 0
+
+    def fails(*_):
+        raise ValueError("no rule for this loop")
+
+    monkeypatch.setattr(measure, "_build_and_export", fails)
+    with pytest.raises(RuntimeError) as info:
+        measure._build_in_fork(mod, target, str(tmp_path), 30)
+    assert measure._one_line(info.value) == "ValueError: no rule for this loop"
+
+    monkeypatch.setattr(measure, "_build_and_export", lambda *_: os.kill(os.getpid(), signal.SIGSEGV))
+    with pytest.raises(RuntimeError, match=r"the build's process died \(signal SIGSEGV\)"):
+        measure._build_in_fork(mod, target, str(tmp_path), 30)
+
+    monkeypatch.setattr(measure, "_build_and_export", lambda *_: time.sleep(60))
+    t0 = time.perf_counter()
+    assert measure._build_in_fork(mod, target, str(tmp_path), 0.5) is None  # timed out, fork killed
+    assert time.perf_counter() - t0 < 30
 
 
 def test_etos_backend_roots_cut_llvm_builds_at_the_search_timeout_and_the_baseline_does_not(target):
@@ -123,7 +158,6 @@ def test_etos_backend_roots_cut_llvm_builds_at_the_search_timeout_and_the_baseli
         assert built[0].error_msg == "build timed out after 2 s" and built[1].error_msg is None
         search, build, _ = clock.take(slow)[2]
         assert search >= 0 and 2 <= build < 20  # cut at 2 s, not after the 30 s build timeout or LLVM's ~50 s
-        assert m.builder.pool._timeout == m.config.build_timeout_s  # the builder's own timeout is back
         m.config = replace(m.config, search_build_timeout_s=None)
         assert m.search_build_timeout(target) is None
 
