@@ -162,7 +162,50 @@ def test_etos_backend_roots_cut_llvm_builds_at_the_search_timeout_and_the_baseli
         assert m.search_build_timeout(target) is None
 
 
-def test_backend_programs_from_the_database_match_numpy(tmp_path, target, measurer):
+def test_etos_roots_cut_each_tasks_builds_at_4x_its_median_after_one_build_per_worker_first():
+    """The reuse searches' build cap, per task of a root's tuning: the first batch of a task builds
+    one candidate per worker at the short timeout, the rest at 4x the median of those that built
+    (2 s at least); a timed-out build is no sample; another task starts afresh."""
+    import tvm
+    from tvm import te
+    from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult
+    from tvm_ffi import structural_hash
+
+    from tuner.backend import _BatchClock, _TimedBuilder
+
+    def task(n, c):  # candidates of one task: same parameters, different code
+        a = te.placeholder((n,), name="a")
+        return tvm.IRModule({"main": te.create_prim_func([a, te.compute((n,), lambda i: a[i] + float(c))])})
+
+    class Inner:  # a PersistentBuilder's interface; each input's build seconds set by the test
+        max_workers = 2
+
+        def __init__(self):
+            self.calls, self.seconds, self.take = [], [], {}
+
+        def build_within(self, inputs, timeout):
+            self.calls.append((len(inputs), timeout))
+            takes = [self.take[structural_hash(i.mod)] for i in inputs]
+            self.seconds = [min(t, timeout) for t in takes]
+            return [BuilderResult(None, "build timed out") if t > timeout else BuilderResult("x", None) for t in takes]
+
+    inner, mods = Inner(), [task(16, c) for c in range(6)] + [task(32, c) for c in range(3)]
+    for mod, secs in zip(mods, [0.5, 1.0, 50, 0.3, 12, 0.6, 0.2, 0.2, 5]):
+        inner.take[structural_hash(mod)] = secs
+    builder = _TimedBuilder(inner, _BatchClock(), 20.0)
+    first = builder.build([BuilderInput(m, None) for m in mods[:4]])
+    assert inner.calls == [(2, 20.0), (2, 3.0)]  # one per worker at 20 s, the rest at 4 x median(0.5, 1)
+    assert [r.error_msg is None for r in first] == [True, True, False, True]
+    builder.build([BuilderInput(m, None) for m in mods[4:6]])
+    assert inner.calls[-1] == (2, 2.0) and builder.built[next(iter(builder.built))] == [0.5, 1.0, 0.3, 0.6]
+    builder.build([BuilderInput(m, None) for m in mods[6:]])  # another task: its own probe and cap
+    assert inner.calls[-2:] == [(2, 20.0), (1, 2.0)]
+    assert len(builder.built) == 2
+
+
+def test_backend_programs_from_the_database_match_numpy(tmp_path, target, measurer, monkeypatch):
+    import tempfile
+
     from eto.tuning import tune_with_backend
     from eto.verify import check_record
 
@@ -174,9 +217,13 @@ def test_backend_programs_from_the_database_match_numpy(tmp_path, target, measur
     db = Database(tmp_path / "db")
     from tuner.backend import light_search
 
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     report = tune_with_backend(ops, target, db, trials=8, measurer=measurer, num_trials_per_iter=8, seed=1,
                                strategy=light_search())
     assert not report.failed
+    assert not list(scratch.iterdir())  # MetaSchedule's work folder was a temporary one, and is gone
     for op, row in zip(ops, report.rows):
         assert row.status == "tuned" and row.candidates == 8 and row.latency_s > 0
         best = db.best(op, target)
