@@ -400,9 +400,8 @@ def tune_backend(
             database=database, cost_model=cost_model,
             measure_callbacks=ms.MeasureCallback.create("default") + [callback], task_scheduler=scheduler,
         )
-    for i, r in enumerate(results):
-        if r is None:  # the search space was exhausted before the budget
-            finish(i)
+    for i in [i for i, r in enumerate(results) if r is None]:  # the search space ran out before the budget
+        finish(i)
     return results  # type: ignore[return-value]
 
 
