@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 import _bench  # noqa: E402
 import candidate_costs  # noqa: E402
+import code_ab  # noqa: E402
 import reuse_ab  # noqa: E402
 import reuse_pairs  # noqa: E402
 import retune_bench  # noqa: E402
@@ -395,3 +396,15 @@ def test_e3_e4_set_bench_and_the_bridge_ablation_at_scale_ci(tmp_path):
         assert v["throughput"] == pytest.approx(seed["weighted_latency_s"]["metaschedule"]
                                                 / seed["weighted_latency_s"][f"eto_{name}"])
     assert (tmp_path / "e3.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_code_ab_sums_where_a_runs_seconds_went(tmp_path):
+    rows = [
+        {"method": "backend", "seconds": 60.0, "candidates": 100, "phases": {"search_s": 10, "build_s": 20.0, "run_s": 30}},
+        {"method": "reuse", "seconds": 8.0, "candidates": 20, "failed": 2, "phases": {"build_s": 5.0, "run_s": 2.0}},
+        {"method": "reuse", "seconds": 4.0, "candidates": 16, "failed": None},  # an older result: no phases
+    ]
+    (tmp_path / "eto_meta.json").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert code_ab.summarize(str(tmp_path)) == {
+        "seconds": 72.0, "roots_s": 60.0, "roots_build_s": 20.0, "reuses_s": 12.0, "reuses_build_s": 5.0,
+        "reuses_failed": 2, "candidates": 136, "operators": 3}
