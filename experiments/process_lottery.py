@@ -35,7 +35,8 @@ def time_in_fresh_processes(mods: list, target, *, processes: int, again: int, e
     """``[program][process]`` -> the process's medians (its first and ``again`` more), each process new."""
     from tvm.s_tir import meta_schedule as ms
 
-    from tuner.measure import MeasureConfig, Measurer, PersistentBuilder
+    from tuner.builder import PersistentBuilder
+    from tuner.measure import MeasureConfig, Measurer
 
     config = MeasureConfig(settle_processes=1)
     builder = PersistentBuilder(timeout_sec=config.build_timeout_s)

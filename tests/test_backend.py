@@ -104,7 +104,8 @@ def test_a_reuse_search_drops_a_candidate_llvm_cannot_compile_in_its_short_build
     assert took < 20, took  # cut at 2 s, not after the 30 s build timeout or LLVM's ~50 s
 
 
-def test_a_cut_build_runs_in_a_fork_that_reports_its_failure_crash_or_timeout(target, monkeypatch, tmp_path):
+def test_cut_builds_run_in_a_forked_build_server_that_reports_failures_crashes_and_timeouts(target, monkeypatch,
+                                                                                            tmp_path):
     import os
     import signal
     import time
@@ -112,29 +113,46 @@ def test_a_cut_build_runs_in_a_fork_that_reports_its_failure_crash_or_timeout(ta
     import tvm
     from tvm import te
 
-    import tuner.measure as measure
+    import tuner.builder as measure
+
+    def new_server():  # the next build forks a server that sees what was patched until then
+        if measure._SERVER is not None:
+            measure._SERVER.stop()
+        monkeypatch.setattr(measure, "_SERVER", None)
 
     a = te.placeholder((8,), name="a")
     mod = tvm.IRModule({"main": te.create_prim_func([a, te.compute((8,), lambda i: a[i] + 1.0)])})
-    path, seconds = measure._build_in_fork(mod, target, str(tmp_path), 30)
-    assert os.path.exists(path) and seconds > 0
+    new_server()
+    try:
+        path, seconds = measure._build_in_fork(mod, target, str(tmp_path), 30)
+        server = measure._SERVER.pid
+        assert os.path.exists(path) and seconds > 0 and server != os.getpid()
+        assert measure._build_in_fork(mod, target, str(tmp_path), 30)[1] > 0
+        assert measure._SERVER.pid == server  # one server builds one build after another
 
-    def fails(*_):
-        raise ValueError("no rule for this loop")
+        def fails(*_):
+            raise ValueError("no rule for this loop")
 
-    monkeypatch.setattr(measure, "_build_and_export", fails)
-    with pytest.raises(RuntimeError) as info:
-        measure._build_in_fork(mod, target, str(tmp_path), 30)
-    assert measure._one_line(info.value) == "ValueError: no rule for this loop"
+        new_server()
+        monkeypatch.setattr(measure, "_build_and_export", fails)
+        with pytest.raises(RuntimeError) as info:
+            measure._build_in_fork(mod, target, str(tmp_path), 30)
+        assert measure.one_line(info.value) == "ValueError: no rule for this loop"
+        assert measure._SERVER is not None  # a failed build leaves the server serving
 
-    monkeypatch.setattr(measure, "_build_and_export", lambda *_: os.kill(os.getpid(), signal.SIGSEGV))
-    with pytest.raises(RuntimeError, match=r"the build's process died \(signal SIGSEGV\)"):
-        measure._build_in_fork(mod, target, str(tmp_path), 30)
+        new_server()
+        monkeypatch.setattr(measure, "_build_and_export", lambda *_: os.kill(os.getpid(), signal.SIGSEGV))
+        with pytest.raises(RuntimeError, match=r"the build's process died \(signal SIGSEGV\)"):
+            measure._build_in_fork(mod, target, str(tmp_path), 30)
+        assert measure._SERVER is None
 
-    monkeypatch.setattr(measure, "_build_and_export", lambda *_: time.sleep(60))
-    t0 = time.perf_counter()
-    assert measure._build_in_fork(mod, target, str(tmp_path), 0.5) is None  # timed out, fork killed
-    assert time.perf_counter() - t0 < 30
+        new_server()
+        monkeypatch.setattr(measure, "_build_and_export", lambda *_: time.sleep(60))
+        t0 = time.perf_counter()
+        assert measure._build_in_fork(mod, target, str(tmp_path), 0.5) is None  # timed out: server killed
+        assert time.perf_counter() - t0 < 30 and measure._SERVER is None
+    finally:
+        new_server()
 
 
 def test_etos_backend_roots_cut_llvm_builds_at_the_search_timeout_and_the_baseline_does_not(target):

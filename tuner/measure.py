@@ -1,12 +1,9 @@
 """Measurement: build candidate programs in parallel and run them one at a time, for real.
 
-MetaSchedule's default ``LocalBuilder`` starts a fresh process pool for every batch and each worker
-imports ``tvm.s_tir.tensor_intrin`` (~25 s here), which eats the 30 s build timeout on 2 cores.
-:class:`PersistentBuilder` keeps its workers alive (recycled every ``recycle_after`` builds against
-TVM's known worker memory leak), builds without that import (safe for float32 programs that use no
-tensor intrinsics) and links a shared library in the parallel workers, so the sequential runner
-only loads it. :class:`Measurer` bundles a builder and a runner: runs are sequential and happen
-after the batch's builds have finished, so a build never competes with a timed run.
+:class:`Measurer` bundles a builder (:class:`tuner.builder.PersistentBuilder`, which links a shared
+library in parallel workers, so the sequential runner only loads it) and a runner: runs are
+sequential and happen after the batch's builds have finished, so a build never competes with a
+timed run.
 
 A candidate that fails to build, crashes its worker or exceeds its timeout yields a
 :class:`MeasureResult` with ``error`` set; measuring continues with the next one. A reuse search
@@ -14,10 +11,9 @@ builds with a shorter timeout (``MeasureConfig.search_build_timeout_s``): a few 
 take 30-50 s (a fully unrolled reduction over strided vector loads), and each of them cost a
 search of 16 candidates MetaSchedule's whole 30 s while it waited; once some of its candidates have
 built, a reuse search cuts lower, at a multiple of their median build (:func:`search_build_cap`).
-Those cut builds run each in a fork of a warm worker (:func:`_build_in_fork`): a cut kills the
-fork, not the worker, whose restart (TVM's import) cost 2.4 s after each cut here; a fork costs
-~15 ms. Each result carries its build's seconds, and :attr:`Measurer.clock` the wall seconds of all
-builds and runs, from which a search's ``phases`` are taken.
+Those cut builds run in a fork of a warm worker (:mod:`tuner.builder`), so a cut costs no worker
+restart. Each result carries its build's seconds, and :attr:`Measurer.clock` the wall seconds of
+all builds and runs, from which a search's ``phases`` are taken.
 """
 
 from __future__ import annotations
@@ -25,23 +21,17 @@ from __future__ import annotations
 import functools
 import math
 import os
-import pickle
-import select
 import shutil
-import signal
 import statistics
-import tempfile
 import time
-import traceback
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
-from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
-from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
+from tvm.s_tir.meta_schedule.builder import BuilderInput
 from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig, RunnerInput
-from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
+from .builder import PersistentBuilder, one_line
 from .host import physical_cores
 from .trajectory import median_secs
 
@@ -156,136 +146,6 @@ def default_settle_processes() -> int:
 def _set_threads(n: int) -> None:
     """Worker initializer: TVM reads TVM_NUM_THREADS when its thread pool starts."""
     os.environ["TVM_NUM_THREADS"] = str(n)
-
-
-def _build_and_export(mod: "IRModule", target: "Target", out_dir: str) -> tuple[str, float]:
-    """Build in a worker without the tensor_intrin import; export a linked ``.so``: (path, seconds)."""
-    import tvm
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-
-    start = time.perf_counter()
-    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    rt_mod = tvm.compile(mod, target=target)
-    # One directory per artifact: MetaSchedule's RemoveBuildArtifact deletes the whole directory.
-    path = os.path.join(tempfile.mkdtemp(prefix="candidate-", dir=out_dir), "candidate.so")
-    rt_mod.export_library(path)
-    return path, time.perf_counter() - start
-
-
-#: targets this worker process has built for (:func:`_warm_up`)
-_WARM_TARGETS: set[str] = set()
-
-
-def _warm_up(target: "Target", out_dir: str) -> None:
-    """Build and export a tiny kernel once per worker and target: TVM's lazy imports and LLVM's
-    first-use set-up then happen here, once, and not again in every fork (measured: a cold fork
-    built a 64x64 matmul in 0.09-0.16 s, a warm one in 0.076 s, as the worker itself)."""
-    key = str(target)
-    if key in _WARM_TARGETS:
-        return
-    import tvm
-    from tvm import te
-
-    a = te.placeholder((16,), name="a")
-    b = te.compute((16,), lambda i: a[i] * 2.0, name="b")
-    path, _ = _build_and_export(tvm.IRModule({"main": te.create_prim_func([a, b])}), target, out_dir)
-    shutil.rmtree(os.path.dirname(path), ignore_errors=True)
-    _WARM_TARGETS.add(key)
-
-
-def _build_in_fork(mod: "IRModule", target: "Target", out_dir: str, timeout_s: float) -> tuple[str, float] | None:
-    """Worker job: :func:`_build_and_export` in a fork of this worker; None if it ran past ``timeout_s``.
-
-    The fork is killed, the worker lives on (no restart); a fork that dies (a crash in LLVM) is an
-    error naming its signal, not a lost worker."""
-    _warm_up(target, out_dir)
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the fork: build, send (ok, value), exit without running the worker's clean-up
-        os.close(read_fd)
-        try:
-            reply = (True, _build_and_export(mod, target, out_dir))
-        except BaseException:  # noqa: BLE001 - every failure goes back to the worker as text
-            reply = (False, traceback.format_exc())
-        with os.fdopen(write_fd, "wb") as pipe:
-            pickle.dump(reply, pipe)
-        os._exit(0)
-    os.close(write_fd)
-    with os.fdopen(read_fd, "rb") as pipe:
-        if not select.select([pipe], [], [], timeout_s)[0]:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return None
-        data = pipe.read()
-    _, status = os.waitpid(pid, 0)
-    if not data:
-        how = f"signal {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status) else f"exit {status}"
-        raise RuntimeError(f"the build's process died ({how})")
-    ok, value = pickle.loads(data)
-    if not ok:
-        raise RuntimeError(value)
-    return value
-
-
-@derived_object
-class PersistentBuilder(PyBuilder):
-    """A MetaSchedule builder whose worker processes live across batches."""
-
-    def __init__(self, *, max_workers: int | None = None, timeout_sec: float = 30.0, recycle_after: int = 256):
-        super().__init__()
-        self.max_workers = max_workers or physical_cores()
-        self.timeout_sec = timeout_sec
-        self.out_dir = tempfile.mkdtemp(prefix="eto-build-")
-        self.pool = PopenPoolExecutor(
-            max_workers=self.max_workers,
-            timeout=timeout_sec,
-            maximum_process_uses=recycle_after,
-        )
-        #: each input of the last batch: its build's seconds (the timeout for one that timed out,
-        #: None for one that failed)
-        self.seconds: list[float | None] = []
-
-    def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
-        """MetaSchedule's builds: in the workers themselves, a worker killed and restarted past
-        ``timeout_sec`` (rare at 30 s; a fork per build would cost ~15 ms each)."""
-        return self._build(build_inputs, None)
-
-    def build_within(self, build_inputs: list[BuilderInput], timeout_sec: float) -> list[BuilderResult]:
-        """Builds cut at ``timeout_sec`` (at most the builder's own), each in a fork of a warm worker
-        (:func:`_build_in_fork`): eto's searches cut often, and a cut then costs no restart."""
-        return self._build(build_inputs, min(timeout_sec, self.timeout_sec))
-
-    def _build(self, build_inputs: list[BuilderInput], cut: float | None) -> list[BuilderResult]:
-        results, self.seconds = [], []
-        limit = self.timeout_sec if cut is None else cut
-        if cut is None:
-            jobs, job = [(b.mod, b.target, self.out_dir) for b in build_inputs], lambda x: _build_and_export(*x)
-        else:
-            jobs, job = [(b.mod, b.target, self.out_dir, cut) for b in build_inputs], lambda x: _build_in_fork(*x)
-        for res in self.pool.map_with_error_catching(job, jobs):
-            if res.status == StatusKind.COMPLETE and res.value is not None:
-                results.append(BuilderResult(res.value[0], None))
-                self.seconds.append(res.value[1])
-            elif res.status in (StatusKind.TIMEOUT, StatusKind.COMPLETE):
-                results.append(BuilderResult(None, f"build timed out after {limit:g} s"))
-                self.seconds.append(limit)
-            else:
-                results.append(BuilderResult(None, f"build failed: {_one_line(res.value)}"))
-                self.seconds.append(None)
-        return results
-
-    def shutdown(self) -> None:
-        self.pool.shutdown()
-        shutil.rmtree(self.out_dir, ignore_errors=True)
-
-
-def _one_line(exc: object) -> str:
-    text = str(exc).strip()
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    if not lines:
-        return type(exc).__name__
-    # TVM errors put the message last, after a C++ backtrace.
-    return (lines[-1] if len(lines) > 1 else lines[0])[:500]
 
 
 # -- measurer -----------------------------------------------------------------------------------
@@ -458,7 +318,7 @@ class Measurer:
 
 def run_error_message(msg: object) -> str:
     """A runner's error in one line that says what happened (crash, timeout, or its last line)."""
-    text = _one_line(msg or "no timing returned")
+    text = one_line(msg or "no timing returned")
     if "Subprocess terminated" in str(msg):
         return "the candidate crashed the runner process (aborted or killed by a signal)"
     if "Timeout" in str(msg):
