@@ -51,8 +51,9 @@ _WARM_TARGETS: set[str] = set()
 
 def _warm_up(target: "Target", out_dir: str) -> None:
     """Build and export a tiny kernel once per worker and target: TVM's lazy imports and LLVM's
-    first-use set-up then happen here, once, and not again in each build server (measured: a cold fork
-    built a 64x64 matmul in 0.09-0.16 s, a warm one in 0.076 s, as the worker itself)."""
+    first-use set-up then happen here, once, and not again in each build server (measured: a fork
+    of a cold worker built a 64x64 matmul in 0.09-0.16 s, of a warm one in 0.076 s, as the worker
+    itself)."""
     key = str(target)
     if key in _WARM_TARGETS:
         return
@@ -69,9 +70,10 @@ def _warm_up(target: "Target", out_dir: str) -> None:
 class _BuildServer:
     """A fork of a warm worker that builds the worker's cut builds one after another.
 
-    Forked once, not per build: a fork's first touches of its parent's memory made each build
-    25 ms and 2-20% slower when forked per build, and a server that builds many runs as fast as
-    the worker itself (40 BERT-Base root programs: 7.5-8.0 s against 7.6-8.1 s in the worker)."""
+    Forked once, not per build: forked per build, the same builds took 11-31% longer (a fork's
+    first touches of its parent's memory, about 25 ms a build and slower builds), while a server
+    builds as fast as the worker itself (40 BERT-Base root programs one after another: 7.55-8.04 s
+    against 7.64-8.10 s in the worker)."""
 
     def __init__(self) -> None:
         import multiprocessing
