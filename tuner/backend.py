@@ -144,9 +144,10 @@ class _TimedBuilder(PyBuilder):
     """The measurer's builder, timed. ``timeout``: eto's roots' short build timeout (a
     PersistentBuilder's ``build_within``), lowered per task to :func:`search_build_cap` of the
     task's builds so far, as a reuse search's; a task's first batch builds one candidate per worker
-    first to have that median. Measured on BERT-Base's root (all 200 programs of a run rebuilt):
-    the best 10 built in 0.2-1.1 s, every build over 2 s ran 2.5-21x slower than the best, and cuts
-    at 10 s cost one root 114 s of builds against 27 s for MetaSchedule's own run of it."""
+    first to have that median. Measured on BERT-Base's root (the stored programs of an eto run and
+    of MetaSchedule's, 190 and 200, rebuilt one by one): the best 10 built in 0.2-1.1 s, every
+    build over 2 s ran 2.5-21x slower than the best; cuts at 10 s had cost that eto root 114 s of
+    builds against 27 s in MetaSchedule's own run of it."""
 
     def __init__(self, inner, clock: _BatchClock, timeout: float | None = None):
         super().__init__()

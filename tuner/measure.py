@@ -111,8 +111,9 @@ class MeasureResult:
 #: eto's searches (reuses; since stop 59 its backend roots too, per task) cut a candidate's build
 #: at this many times the median build of the search's candidates so far (never below
 #: ``SEARCH_BUILD_FLOOR_S``, never above ``search_build_timeout_s``): one α's candidates build in
-#: about the same time unless the code explodes, and the ones that explode are slow programs. Measured on BERT-Base's reuses from one root (every candidate's build
-#: logged): the best programs built in 0.1-2.4 s, every build over 3 s ran 5-50x slower than the
+#: about the same time unless the code explodes, and the ones that explode are slow programs.
+#: Measured on BERT-Base's reuses from one root (every candidate's build logged): the best programs
+#: built in 0.1-2.4 s, every build over 3 s ran 5-50x slower than the
 #: search's best, and 9 builds hit the 10 s timeout (45 s of a 52 s search); a cap of 4x the median
 #: (2 s floor), replayed on that log, cut 12 candidates, none within 1.1x of its search's best.
 SEARCH_BUILD_FACTOR = 4.0
