@@ -215,10 +215,10 @@ def test_etos_roots_cut_each_tasks_builds_at_4x_its_median_after_one_build_per_w
     assert inner.calls == [(2, 20.0), (2, 3.0)]  # one per worker at 20 s, the rest at 4 x median(0.5, 1)
     assert [r.error_msg is None for r in first] == [True, True, False, True]
     builder.build([BuilderInput(m, None) for m in mods[4:6]])
-    assert inner.calls[-1] == (2, 2.0) and builder.built[next(iter(builder.built))] == [0.5, 1.0, 0.3, 0.6]
+    assert inner.calls[-1] == (2, 2.0) and next(iter(builder.cuts.values())).built == [0.5, 1.0, 0.3, 0.6]
     builder.build([BuilderInput(m, None) for m in mods[6:]])  # another task: its own probe and cap
     assert inner.calls[-2:] == [(2, 20.0), (1, 2.0)]
-    assert len(builder.built) == 2
+    assert len(builder.cuts) == 2
 
 
 def test_backend_programs_from_the_database_match_numpy(tmp_path, target, measurer, monkeypatch):

@@ -32,7 +32,7 @@ from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture
 from .faults import kill_point
 from .finalists import settle_records
 from .intrinsics import register_tensor_intrinsics
-from .measure import Measurer, run_error_message, search_build_cap
+from .measure import BuildCut, Measurer, run_error_message
 from .trajectory import TrajectoryPoint, median_secs, time_to_reach, trials_to_reach
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -142,17 +142,16 @@ class _BatchClock:
 @derived_object
 class _TimedBuilder(PyBuilder):
     """The measurer's builder, timed. ``timeout``: eto's roots' short build timeout (a
-    PersistentBuilder's ``build_within``), lowered per task to :func:`search_build_cap` of the
-    task's builds so far, as a reuse search's; a task's first batch builds one candidate per worker
-    first to have that median. Measured on BERT-Base's root (the stored programs of an eto run and
-    of MetaSchedule's, 190 and 200, rebuilt one by one): the best 10 built in 0.2-1.1 s, every
+    PersistentBuilder's ``build_within``), lowered per task by a :class:`tuner.measure.BuildCut` as
+    a reuse search's, probing one candidate per worker. Measured on BERT-Base's root (the stored
+    programs of an eto run and of MetaSchedule's, 190 and 200, rebuilt one by one): the best 10 built in 0.2-1.1 s, every
     build over 2 s ran 2.5-21x slower than the best; cuts at 10 s had cost that eto root 114 s of
     builds against 27 s in MetaSchedule's own run of it."""
 
     def __init__(self, inner, clock: _BatchClock, timeout: float | None = None):
         super().__init__()
         self.inner, self.clock, self.timeout = inner, clock, timeout
-        self.built: dict[str, list[float]] = {}  # per task: seconds of its builds that succeeded
+        self.cuts: dict[str, BuildCut] = {}  # per task
 
     def build(self, build_inputs):
         if build_inputs:
@@ -160,16 +159,14 @@ class _TimedBuilder(PyBuilder):
         if self.timeout is None or not build_inputs:
             results = self.inner.build(build_inputs)
         else:
-            built = self.built.setdefault(_task_key(build_inputs[0].mod), [])
-            probe = 0 if built else min(len(build_inputs) - 1, getattr(self.inner, "max_workers", 1))
+            key = _task_key(build_inputs[0].mod)
+            cut = self.cuts.setdefault(key, BuildCut(probe=getattr(self.inner, "max_workers", 1)))
             results = []
-            for part in (build_inputs[:probe], build_inputs[probe:]):
-                if part:
-                    cap = search_build_cap(built)
-                    res = self.inner.build_within(part, self.timeout if cap is None else min(cap, self.timeout))
-                    seconds = getattr(self.inner, "seconds", [])
-                    built.extend(sec for sec, r in zip(seconds, res) if r.error_msg is None and sec is not None)
-                    results += res
+            for part in cut.parts(build_inputs):
+                cap = cut.cap
+                res = self.inner.build_within(part, self.timeout if cap is None else min(cap, self.timeout))
+                results += res
+                cut.record(sec if r.error_msg is None else None for sec, r in zip(self.inner.seconds, res))
         self.clock.running()
         kill_point("backend.built")
         return results

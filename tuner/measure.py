@@ -25,7 +25,7 @@ import shutil
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Literal, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Literal, Sequence, TypeVar
 
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.builder import BuilderInput
@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
 
 RunnerKind = Literal["local", "rpc"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,11 +123,37 @@ SEARCH_BUILD_FLOOR_S = 2.0
 
 def search_build_cap(built: Sequence[float]) -> float | None:
     """The build timeout for a search's next candidates (a reuse's, or an eto root's task), given
-    its builds so far (seconds of those that built); None before any: the search then builds a
-    first candidate (a reuse) or one per worker (a root's first batch) first."""
+    its builds so far (seconds of those that built); None before any (:class:`BuildCut` then
+    builds a probe first)."""
     if not built:
         return None
     return max(SEARCH_BUILD_FLOOR_S, SEARCH_BUILD_FACTOR * statistics.median(built))
+
+
+class BuildCut:
+    """One search's build history and the cut it sets for its next builds: until one of its builds
+    has succeeded, a batch builds its first ``probe`` candidates alone at the uncut timeout, so a
+    candidate LLVM cannot compile costs at most the cap, never the timeout, once there is a median.
+    A reuse probes one candidate (round T's lead, β's own tiles; a register lead after it may take
+    14 s), an eto root one per build worker (the batch's builds run side by side)."""
+
+    def __init__(self, *, probe: int = 1) -> None:
+        self.probe = probe
+        #: seconds of the builds that succeeded (a cut or failed build is no sample)
+        self.built: list[float] = []
+
+    def parts(self, items: Sequence[T]) -> list[Sequence[T]]:
+        """``items`` in the parts to build one after another, each at :attr:`cap` as it is then."""
+        k = 0 if self.built else max(0, min(self.probe, len(items) - 1))
+        return [part for part in (items[:k], items[k:]) if part]
+
+    @property
+    def cap(self) -> float | None:
+        return search_build_cap(self.built)
+
+    def record(self, seconds: Iterable[float | None]) -> None:
+        """The seconds of a part's builds that succeeded."""
+        self.built.extend(s for s in seconds if s is not None)
 
 
 def default_settle_processes() -> int:

@@ -347,7 +347,7 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
     (:meth:`ReuseSpace.kept_tiles`) join round T's lead too, so a reuse does not hang on one
     source's luck (beyond the paper).
     """
-    from .measure import search_build_cap
+    from .measure import BuildCut
 
     start, clock = time.perf_counter(), dict(measurer.clock)
     tuner = ReuseTuner(func, source_record, target, vector_lanes=vector_lanes, ranges=ranges)
@@ -357,18 +357,14 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
         ranker.observe_records(history)
     setup = time.perf_counter() - start  # design space, β's sketch, ranker training: on the clock
     known, failures, finalists_failed = known or {}, [], []
-    built: list[float] = []  # seconds of this search's builds that ran: the next builds' cap
-    probe = measurer.search_build_timeout(target) is not None  # builds are cut: probe once
+    # builds cut (a CPU's persistent builder): one candidate first, then at the cap of those that built
+    cut = BuildCut(probe=1 if measurer.search_build_timeout(target) is not None else 0)
 
     def capped(mods: list) -> list:
-        """Measured with builds cut at :func:`search_build_cap`; the first batch's first candidate
-        alone (round T's lead, β's own tiles), so that a lead LLVM cannot compile costs the cap, not 10 s."""
-        nonlocal probe
-        if probe and len(mods) > 1:
-            probe = False
-            return capped(mods[:1]) + capped(mods[1:])
-        res = measurer.measure(mods, target, screen=finalists > 0, search=True, build_cap=search_build_cap(built))
-        built.extend(r.build_s for r in res if r.ok and r.build_s is not None)
+        res = []
+        for part in cut.parts(mods):
+            res += (done := measurer.measure(part, target, screen=finalists > 0, search=True, build_cap=cut.cap))
+            cut.record(r.build_s for r in done if r.ok)
         return res
 
     def measure(schedules: list, precise: bool = False) -> list[float]:

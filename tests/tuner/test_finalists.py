@@ -141,6 +141,19 @@ def test_search_build_cap_is_a_multiple_of_the_median_build_with_a_floor():
     assert search_build_cap([1.0, 3.0, 9.0]) == SEARCH_BUILD_FACTOR * 3.0 == 12.0
 
 
+def test_a_build_cut_probes_until_a_build_succeeded_then_cuts_at_the_cap_of_those_that_did():
+    from tuner.measure import BuildCut
+
+    cut = BuildCut(probe=2)
+    assert cut.parts([]) == [] and cut.parts([1]) == [[1]]  # a lone candidate is its own probe
+    assert cut.parts([1, 2, 3, 4, 5]) == [[1, 2], [3, 4, 5]] and cut.cap is None
+    cut.record([None, None])  # both probes cut or failed: no sample, the next batch probes again
+    assert cut.parts([6, 7, 8]) == [[6, 7], [8]] and cut.cap is None
+    cut.record([0.5, None, 1.0])
+    assert cut.parts([9, 10, 11]) == [[9, 10, 11]] and cut.cap == 3.0  # 4 x median(0.5, 1.0)
+    assert BuildCut(probe=0).parts([1, 2]) == [[1, 2]]  # builds not cut: nothing to probe
+
+
 def test_a_reuse_search_builds_one_candidate_first_then_cuts_builds_at_4x_the_median():
     """A lead LLVM cannot compile costs the cap, not the 10 s timeout: the first candidate is built
     alone, then every batch's builds are cut at 4x the median of the builds that ran before it (2 s
