@@ -72,15 +72,16 @@ DEFAULTS: Mapping[str, tuple[Line, Line]] = {
 }
 #: Before a target has results, on a CPU whose ``mcpu`` was measured: the same fit on that machine's
 #: own runs; other CPUs get ``DEFAULTS["cpu"]``. The CPU default above under-costed the 2-core Xeon
-#: TVM targets as ``emeraldrapids`` 1.48x per reuse (BERT-Base at N = 100); its own lines are the fit
-#: on that Xeon's 9 BERT-Base databases of N = 100 (3 seeds, eto and MetaSchedule, and eto again with
-#: its roots' builds cut; ``experiments/results/estimate_accuracy_time_fit_emeraldrapids.json``: 21
-#: backend runs, 36 reuses): a backend trial costs about what it does on znver4, a reuse 3.6 s more
-#: to set up (its builds: the reuses' candidates that LLVM needed 10 s for, before
-#: :func:`tuner.measure.search_build_cap`).
+#: TVM targets as ``emeraldrapids`` 1.48x per reuse (BERT-Base at N = 100). Its lines were refitted
+#: when eto's searches began to cut their builds at a multiple of their median
+#: (:class:`tuner.measure.BuildCut`) in a build server that survives a cut (stop 59): the fit before
+#: (stop 57's runs: backend 0.62 s + 0.74 s/GFLOP a trial, reuse 6.53 s + 0.089 s + 0.233 s/GFLOP a
+#: candidate) over-costed that code's reuses 1.25x at N = 200. Now the fit on its 9 BERT-Base
+#: databases (N = 200, 3 seeds, eto and MetaSchedule; N = 100, 3 eto runs;
+#: ``experiments/results/estimate_accuracy_time_fit_emeraldrapids59.json``: 21 backend runs, 36 reuses).
 CPU_DEFAULTS: Mapping[str, tuple[Line, Line]] = {
     "znver4": DEFAULTS["cpu"],
-    "emeraldrapids": (Line(0.0, 0.62, 0.74), Line(6.53, 0.089, 0.233)),
+    "emeraldrapids": (Line(0.0, 0.566, 0.339), Line(5.95, 0.029, 0.148)),
 }
 #: Results needed before a fitted line replaces the default (fewer: the default's shape is kept
 #: and only the ratio of the recorded seconds to it is learned).
