@@ -144,9 +144,9 @@ class _TimedBuilder(PyBuilder):
     """The measurer's builder, timed. ``timeout``: eto's roots' short build timeout (a
     PersistentBuilder's ``build_within``), lowered per task by a :class:`tuner.measure.BuildCut` as
     a reuse search's, probing one candidate per worker. Measured on BERT-Base's root (the stored
-    programs of an eto run and of MetaSchedule's, 190 and 200, rebuilt one by one): the best 10 built in 0.2-1.1 s, every
-    build over 2 s ran 2.5-21x slower than the best; cuts at 10 s had cost that eto root 114 s of
-    builds against 27 s in MetaSchedule's own run of it."""
+    programs of an eto run and of MetaSchedule's, 190 and 200, rebuilt one by one): the best 10
+    built in 0.2-1.1 s, every build over 2 s ran 2.5-21x slower than the best; cuts at 10 s had
+    cost that eto root 114 s of builds against 27 s in MetaSchedule's own run of it."""
 
     def __init__(self, inner, clock: _BatchClock, timeout: float | None = None):
         super().__init__()
