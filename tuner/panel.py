@@ -12,6 +12,14 @@ chunk, and an unroll that covers them -- and each part alone is slower than β's
 Algorithm 1's rounds, which change one decision at a time from β's program, do not reach it.
 Round "panel" tries the combinations, ranked and measured like any other round.
 
+The panel's second family, a *blocked* panel, is MetaSchedule's own best on the BERT-Base layer's
+fused feed-forward tasks (matmul + bias, seq 128): the rows whole inside the outer reduction loop
+too, but in blocks of 4-8 register rows of 2-4 vectors, with a reduction chunk of 32. A reuse
+from the layer's 768 x 768 root kept the root's tiles (a fourth of the rows per thread tile,
+outside the reduction loop; all 16 best programs of that root alike) and its search ended at
+2.8-3.1 ms against MetaSchedule's 2.2-2.4 ms; blocked panels re-measured beside MetaSchedule's
+best ran 2.16-2.26 ms (4 rows x 4 vectors and 8 rows x 2 vectors, chunk 32; README, "Stop 60").
+
 It applies where a panel can pay: some input (the weights) is larger than a core's private cache,
 is read along the vectorised loop and not along another space loop (the rows), and the rows'
 accumulators of the widest panel fit that cache.
@@ -30,6 +38,12 @@ from .features import Kind, LoopNest, TileConfig
 PANEL_VECTORS = (1, 2)
 PANEL_TILES = (1, 2)
 PANEL_CHUNKS = (4, 8)
+#: Blocked panels: register rows x vectors per row (at most ``BLOCKED_ACCUMULATORS``, half of an
+#: AVX-512 or Neon register file: the rest hold a step's operands), one reduction chunk.
+BLOCKED_ROWS = (4, 8)
+BLOCKED_VECTORS = (2, 4)
+BLOCKED_ACCUMULATORS = 16
+BLOCKED_CHUNK = 32
 
 
 def panel_rows(alpha: LoopNest, lanes: int, cache_bytes: int) -> int | None:
@@ -52,12 +66,14 @@ def panel_rows(alpha: LoopNest, lanes: int, cache_bytes: int) -> int | None:
     return rows if rows is not None and alpha.space[rows] * widest <= cache_bytes else None
 
 
-def panel_configs(kind: Kind, alpha: LoopNest, kept: TileConfig, lanes: int, cache_bytes: int
-                  ) -> tuple[TileConfig, ...]:
-    """Round "panel"'s tile configurations of α: the rows whole at level 2, the vectorised loop
-    (rest, 1, tiles, vectors x ``lanes``), the last reduction loop (rest, chunk) and the others
-    outer; other space loops as ``kept`` (β's tiles kept on α's loops). Only CPU configurations
-    of four space and two reduction levels, and only splits that divide α's extents. O(choices)."""
+def panel_configs(kind: Kind, alpha: LoopNest, kept: TileConfig, lanes: int, cache_bytes: int,
+                  register_lanes: int = 0) -> tuple[TileConfig, ...]:
+    """Round "panel"'s tile configurations of α: the rows whole at level 2 (and 3: a blocked panel's
+    register rows), the vectorised loop (rest, 1, tiles, vectors x ``lanes``), the last reduction
+    loop (rest, chunk) and the others outer; other space loops as ``kept`` (β's tiles kept on α's
+    loops). ``register_lanes`` (default ``lanes``): the width of a blocked panel's vectors, the
+    target's registers. Only CPU configurations of four space and two reduction levels, and only
+    splits that divide α's extents. O(choices)."""
     if kind != "cpu" or any(len(f) != 4 for f in kept.space) or any(len(f) != 2 for f in kept.reduction):
         return ()
     rows = panel_rows(alpha, lanes, cache_bytes)
@@ -65,29 +81,41 @@ def panel_configs(kind: Kind, alpha: LoopNest, kept: TileConfig, lanes: int, cac
         return ()
     last, cols, red = len(alpha.space) - 1, alpha.space[-1], alpha.reduction
     out: list[TileConfig] = []
-    for v, n, k in itertools.product(PANEL_VECTORS, PANEL_TILES, PANEL_CHUNKS):
-        width = n * v * lanes
-        if cols % width or red[-1] % k:
+    native = register_lanes or lanes  # a blocked panel's vectors are registers: they bound its accumulators
+    blocked = [(r, 1, v * native, BLOCKED_CHUNK) for r, v in itertools.product(BLOCKED_ROWS, BLOCKED_VECTORS)
+               if r * v <= BLOCKED_ACCUMULATORS]
+    first = [(1, n, v * lanes, k) for v, n, k in itertools.product(PANEL_VECTORS, PANEL_TILES, PANEL_CHUNKS)]
+    for r, n, v, k in first + blocked:
+        width = n * v
+        if cols % width or red[-1] % k or alpha.space[rows] % r:
             continue
-        space = tuple((1, 1, e, 1) if d == rows else (cols // width, 1, n, v * lanes) if d == last else f
+        space = tuple((1, 1, e // r, r) if d == rows else (cols // width, 1, n, v) if d == last else f
                       for d, (e, f) in enumerate(zip(alpha.space, kept.space)))
         reduction = tuple((e // k, k) if i == len(red) - 1 else (e, 1) for i, e in enumerate(red))
         out.append(TileConfig(kind, space, reduction))
     return tuple(out)
 
 
+def register_rows(cfg: TileConfig) -> int:
+    """The rows of a panel's register block (1 for the first family, 4-8 for a blocked one)."""
+    return math.prod(f[-1] for f in cfg.space[:-1])
+
+
 def widest_panel(configs: Sequence[TileConfig]) -> TileConfig | None:
     """The panel with the widest register block (inner column tiles x vector width), then the
     longest reduction chunk; None for none. The instant program's one pick, made without measuring:
     of round "panel"'s winners on E7's eight large matmuls (seq 64-384), all eight ran two vectors
-    per tile and six of them two tiles. O(configs)."""
-    return max(configs, key=lambda c: (c.space[-1][2] * c.space[-1][3], c.reduction[-1][-1]), default=None)
+    per tile and six of them two tiles (blocked panels, measured since stop 60, are not picked
+    unmeasured). O(configs)."""
+    return max((c for c in configs if register_rows(c) == 1),
+               key=lambda c: (c.space[-1][2] * c.space[-1][3], c.reduction[-1][-1]), default=None)
 
 
 def unroll_covering(cfg: TileConfig, options: Sequence[int]) -> int | None:
-    """Index of the smallest unroll option that covers the panel's register block (its inner
-    column tiles times its reduction chunk), else the largest; None without options."""
+    """Index of the smallest unroll option that covers the panel's register block (its register
+    rows times its inner column tiles times its reduction chunk), else the largest; None without
+    options."""
     if not options:
         return None
-    need = cfg.space[-1][2] * cfg.reduction[-1][-1]
+    need = register_rows(cfg) * cfg.space[-1][2] * cfg.reduction[-1][-1]
     return next((i for i, u in enumerate(options) if int(u) >= need), len(options) - 1)

@@ -388,7 +388,8 @@ class ReuseSpace:
     @cached_property
     def _panels(self) -> tuple[TileConfig, ...]:
         # once per space: the tuner reads it for round T's lead and for the round, the instant program too
-        return panel_configs(self.kind, self.alpha, self.kept_tiles(), self.vector_lanes, self.cache_bytes)
+        return panel_configs(self.kind, self.alpha, self.kept_tiles(), self.vector_lanes, self.cache_bytes,
+                            self.native_lanes)
 
     def m_round(self, best: TileConfig) -> list[TileConfig]:
         """Round M: other LShapes of ``best`` whose M lies in the equation-3 range, ``best``'s inner

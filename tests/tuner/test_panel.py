@@ -30,15 +30,19 @@ def ffn_tuner(monkeypatch):
 def test_panel_keeps_the_rows_whole_and_tiles_alpha_exactly(ffn_tuner):
     space = ffn_tuner.space
     configs = space.panel_round()
-    assert len(configs) == 8 and len(set(configs)) == 8  # 2 vector widths x 2 tiles x 2 chunks
+    assert len(configs) == 11 and len(set(configs)) == 11  # 2 widths x 2 tiles x 2 chunks, 3 blocked
     for cfg in configs:
         assert all(math.prod(f) == e for f, e in zip(cfg.space + cfg.reduction, FFN.extents))
         batch, rows, cols = cfg.space
-        assert rows == (1, 1, 256, 1) and batch == (1, 1, 1, 1)
-        assert cols[1] == 1 and cols[2] in (1, 2) and cols[3] in (8, 16)  # threads split the columns only
-        assert cfg.reduction[0][1] in (4, 8)
-    assert {(c.space[2][2], c.space[2][3], c.reduction[0][1]) for c in configs} == \
+        assert rows[:2] == (1, 1) and rows[2] * rows[3] == 256 and batch == (1, 1, 1, 1)  # the rows whole
+        assert cols[1] == 1  # threads split the columns only
+    first = [c for c in configs if c.space[1][3] == 1]
+    assert {(c.space[2][2], c.space[2][3], c.reduction[0][1]) for c in first} == \
         {(n, v, k) for n in (1, 2) for v in (8, 16) for k in (4, 8)}
+    # blocked: 4 or 8 register rows of 2 or 4 vectors, at most 16 accumulators, a chunk of 32
+    lanes = space.native_lanes or space.vector_lanes
+    assert {(c.space[1][3], c.space[2][2], c.space[2][3], c.reduction[0][1]) for c in configs if c not in first} == \
+        {(4, 1, 2 * lanes, 32), (4, 1, 4 * lanes, 32), (8, 1, 2 * lanes, 32)}
     # no panel: on CUDA, where no input outgrows the cache, or with the cache model off
     assert panel_configs("cuda", space.alpha, space.kept_tiles(), 8, 1 << 20) == ()
     assert panel_configs("cpu", space.alpha, space.kept_tiles(), 8, 16 << 20) == ()
@@ -57,12 +61,14 @@ def test_attention_matmuls_get_no_panel(monkeypatch):
 
 
 def test_the_panel_unroll_covers_its_register_block(ffn_tuner):
-    configs = {(c.space[2][2], c.reduction[0][1]): c for c in ffn_tuner.space.panel_round()}
+    configs = {(c.space[2][2], c.reduction[0][1]): c for c in ffn_tuner.space.panel_round() if c.space[1][3] == 1}
     options = [0, 16, 64, 512]
     assert unroll_covering(configs[(2, 8)], options) == 1  # 2 tiles x 8 chunk = 16 iterations
     assert unroll_covering(configs[(1, 4)], options) == 1
     assert unroll_covering(configs[(2, 8)], [0, 8]) == 1  # none covers it: the largest
     assert unroll_covering(configs[(2, 8)], []) is None
+    blocked = next(c for c in ffn_tuner.space.panel_round() if c.space[1][3] == 4)
+    assert unroll_covering(blocked, options) == 3  # 4 register rows x 1 tile x 32 chunk = 128 iterations
 
 
 def test_the_tuner_measures_the_panel_round_and_the_estimator_counts_it(ffn_tuner):
