@@ -3,6 +3,11 @@
     python experiments/compare_dbs.py --opset resnet50 ms=DB_A eto=DB_B [more=DB_C ...] --out F.json
     python experiments/compare_dbs.py --model resnet50.pt2 ms=ms:MS_WORK_DIR eto=DB --out F.json
 
+    python experiments/compare_dbs.py --model bert_layer.pt2 --kernels ms=ms:MS_WORK_DIR eto=DB --out F.json
+
+``--kernels`` (with ``--model``) times each database's built model kernel by kernel instead, inside
+whole-model runs (``BuiltModel.kernel_times``), the builds alternating over the rounds in one
+process: a task that runs slower in the model than alone shows there, not in the isolated timings.
 ``--model`` takes the operators from a model file: the fused tasks Relax compiles, weighted by
 calls (what ``eto tune --model`` tunes), so a model's end-to-end gap (``model_bench.py``) can be
 traced to its tasks. ``ms:DIR`` is a MetaSchedule work directory (``tune_tasks``'s JSON database,
@@ -37,8 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dim", action="append", metavar="NAME=SIZE", help="with --model: a symbolic dimension's size")
     ap.add_argument("--rounds", type=int, default=4,
                     help="interleaved re-measurement rounds, each in a fresh process (the process lottery)")
+    ap.add_argument("--kernels", action="store_true", help="with --model: each build's kernels timed inside the model")
     ap.add_argument("--out", help="results JSON")
     args = ap.parse_args(argv)
+    if args.kernels and not args.model:
+        ap.error("--kernels needs --model")
 
     from tvm.target import Target
 
@@ -62,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         opset = load_opset(args.opset)
     opened = {k: _MetaSchedule(metaschedule_dir(v)) if metaschedule_dir(v) else Database(v, readonly=True)
               for k, v in dbs.items()}
+    if args.kernels:
+        return _kernels(args, dbs, opened)
     first = next((db.best_programs() for db in opened.values() if isinstance(db, Database)), None)
     if first is not None and not first:
         ap.error(f"{next(v for v in dbs.values() if not v.startswith('ms:'))} holds no program")
@@ -92,6 +102,51 @@ def main(argv: list[str] | None = None) -> int:
             json.dump({"benchmark": "compare_dbs", "opset": args.opset, "model": args.model, "databases": dbs,
                        "reference": ref, "rounds": args.rounds, "target": str(target), "environment": environment(),
                        "summary": summary, "per_operator": rows}, f, indent=1)
+    return 0
+
+
+def _kernels(args, dbs: dict[str, str], opened: dict) -> int:
+    """Each database's model built once, its kernels timed inside whole-model runs, the builds
+    alternating over ``args.rounds`` rounds; per kernel call site the median over the rounds."""
+    import statistics
+
+    from eto.models import load_relax
+    from eto.models.bench import build_with_metaschedule
+    from eto.models.build import build_model, model_inputs
+    from eto.models.tasks import model_tasks
+    from eto.target import parse_target, use_threads
+
+    from eto.cli.ops import parse_dims
+
+    use_threads()
+    target = parse_target("cpu")
+    model = load_relax(args.model, dims=parse_dims(args.dim))
+    tasks = model_tasks(model, target)
+    inputs = model_inputs(tasks)
+    built = {k: build_with_metaschedule(db.db, tasks, target) if isinstance(db, _MetaSchedule)
+             else build_model(model, db, target, tasks=tasks) for k, db in opened.items()}
+    seen: dict[str, dict[str, list[list[float]]]] = {k: {} for k in built}
+    for r in range(args.rounds):
+        for k in (list(built) if r % 2 == 0 else list(reversed(built))):
+            for name, secs in built[k].kernel_times(inputs).items():
+                for i, s in enumerate(secs):
+                    seen[k].setdefault(f"{name}#{i}", []).append(s)
+    ref = next(iter(dbs))
+    med = {k: {site: statistics.median(v) for site, v in sites.items()} for k, sites in seen.items()}
+    rows = []
+    for site in sorted(med[ref], key=lambda s: -med[ref][s]):
+        row = {"kernel": site, **{k: {"us": med[k][site] * 1e6, "vs_" + ref: med[ref][site] / med[k][site]}
+                                  for k in dbs if site in med[k]}}
+        rows.append(row)
+        print(f"{site[:60]:60s} " + " ".join(f"{k}={row[k]['us']:9.1f}us ({row[k]['vs_' + ref]:.2f})"
+                                            for k in dbs if k in row), flush=True)
+    totals = {k: sum(med[k].values()) * 1e6 for k in dbs}
+    print("sum of kernels: " + ", ".join(f"{k} {t:.1f} us ({totals[ref] / t:.3f})" for k, t in totals.items()))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"benchmark": "compare_dbs --kernels", "model": args.model, "databases": dbs, "reference": ref,
+                       "rounds": args.rounds, "target": str(target), "environment": environment(),
+                       "kernel_sum_us": totals, "per_kernel": rows}, f, indent=1)
     return 0
 
 

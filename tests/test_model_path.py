@@ -236,6 +236,24 @@ def test_batch_norms_are_folded_into_convolutions(cpu):
     np.testing.assert_allclose(built.run([x.numpy()])[0], want, rtol=1e-4, atol=1e-4)
 
 
+def test_kernel_times_attribute_a_models_time_to_its_fused_tasks(cpu):
+    """Each function the built model calls, timed inside whole-model runs: the fused convolution
+    once per run, the two convolutions' call sites told apart, every time positive."""
+    from eto.models.build import build_model
+    from eto.models.load import torch_to_relax
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(4, 8, 3, 1, 1), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3, 1, 1),
+                              torch.nn.ReLU()).eval()
+    x = torch.randn(1, 4, 10, 10)
+    built = build_model(torch_to_relax(net, x), None, cpu)
+    times = built.kernel_times([x.numpy()], runs=3)
+    tasks = {t.name for t in built.tasks.tasks}
+    timed = {name: secs for name, secs in times.items() if name in tasks}
+    assert timed and sum(len(v) for v in timed.values()) == 2  # two convolutions, each called once a run
+    assert all(s > 0 for v in times.values() for s in v)
+
+
 # -- tune, build, run ---------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["tiny_cnn", "tiny_transformer", "tiny_cnn_onnx"])
@@ -383,6 +401,15 @@ def test_bench_compares_builds_with_pytorch(files, tuned, capsys, tmp_path, monk
     # one round, one process: its median is the program's
     assert all(r[k]["per_process_us"] == [pytest.approx(r[k]["latency_us"])] for r in rows for k in ("ms", "eto"))
     assert {r["ms"]["method"] for r in rows} == {"metaschedule"}
+    # ... and kernel by kernel inside the two built models: every tunable task's call site in both
+    assert compare_dbs.main(["--model", path, "--kernels", f"ms=ms:{tmp_path / 'ms'}", f"eto={db_dir}",
+                             "--rounds", "2", "--out", str(tmp_path / "kernels.json")]) == 0
+    kernels = json.loads((tmp_path / "kernels.json").read_text())
+    sites = {r["kernel"].split("#")[0] for r in kernels["per_kernel"] if "ms" in r and "eto" in r}
+    assert {t["task"] for t in report["tasks"] if t["operator"]} <= sites
+    assert all(kernels["kernel_sum_us"][k] > 0 for k in ("ms", "eto"))
+    with pytest.raises(SystemExit):
+        compare_dbs.main(["--opset", "resnet50", "--kernels", f"eto={db_dir}"])  # --kernels needs --model
     code, _, err = run(capsys, "bench", "--model", path, "--db", tmp_path / "nowhere")
     assert code == 2 and "no such database directory" in err
     code, _, err = run(capsys, "bench", "--model", path, "--db", db_dir, "--processes", "0")

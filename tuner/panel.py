@@ -101,6 +101,16 @@ def register_rows(cfg: TileConfig) -> int:
     return math.prod(f[-1] for f in cfg.space[:-1])
 
 
+def blocked_lead(configs: Sequence[TileConfig]) -> TileConfig | None:
+    """The blocked panel round "panel" measures first whatever its rank: the largest register block
+    (rows x vector width), then the fewer rows; None without one. The round's ranker has learned
+    from β's programs, none of them a blocked panel, and in the BERT layer's run it ranked them out
+    of the round's first batch (the feed-forward reuses ended at 2.6-2.9 ms where a blocked panel
+    ran 2.2 ms). O(configs)."""
+    return max((c for c in configs if register_rows(c) > 1),
+               key=lambda c: (register_rows(c) * c.space[-1][2] * c.space[-1][3], -register_rows(c)), default=None)
+
+
 def widest_panel(configs: Sequence[TileConfig]) -> TileConfig | None:
     """The panel with the widest register block (inner column tiles x vector width), then the
     longest reduction chunk; None for none. The instant program's one pick, made without measuring:

@@ -35,7 +35,7 @@ from .finalists import DEFAULT_FINALISTS
 from .intrinsics import register_tensor_intrinsics
 from .leads import lead_tiles
 from .registers import covering_unroll, register_tiles
-from .panel import unroll_covering
+from .panel import blocked_lead, unroll_covering
 from .ranked import DEFAULT_TOP_K, MIN_GAIN, TopK, resolve_top_k
 from .features import Kind, LoopNest, TileConfig
 from .session import ReuseResult, _Cand, _Session
@@ -283,10 +283,13 @@ class ReuseTuner:
         if not done:
             return []
         best_t = min(done, key=lambda c: c.latency)
-        configs = sorted((cfg for cfg in self.space.panel_round() if self._fits(cfg)), key=lambda cfg: cfg not in seeds)
+        configs = [cfg for cfg in self.space.panel_round() if self._fits(cfg)]
+        lead = blocked_lead(configs)  # then the blocked panel the ranker cannot know
+        configs.sort(key=lambda cfg: (cfg not in seeds, cfg != lead))
         unrolls = [unroll_covering(cfg, self.unroll_values) for cfg in configs]
         cands = [best_t.but(cfg=cfg, unroll=best_t.unroll if u is None else u) for cfg, u in zip(configs, unrolls)]
-        return run(cands, "panel", best_t.latency, first=sum(cfg in seeds for cfg in configs))
+        first = sum(cfg in seeds for cfg in configs) + (lead is not None and lead not in seeds)
+        return run(cands, "panel", best_t.latency, first=first)
 
     def _fits(self, cfg: TileConfig) -> bool:
         """A configuration of α's loops (its factors multiply to α's extents) the target admits."""

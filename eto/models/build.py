@@ -52,6 +52,37 @@ class BuiltModel:
         """The model's outputs (flattened) on numpy inputs."""
         return flatten(self.vm()["main"](*[_tensor(a, _device(self.target)) for a in inputs]))
 
+    def kernel_times(self, inputs: Sequence[np.ndarray], *, runs: int = 5) -> dict[str, list[float]]:
+        """Each function the model calls (its fused tasks, the VM's builtins), the seconds of each of its
+        calls within whole-model runs (the median over ``runs`` per call site, in call order): a task
+        can run slower in the model than alone (other tasks' data in the caches, real inputs), and a
+        model's gap to another build is traced to its tasks this way. Timed by the VM's
+        instrument hook around each call (adds about a microsecond to each)."""
+        import statistics
+        import time
+
+        vm, dev = self.vm(), _device(self.target)
+        args = [_tensor(a, dev) for a in inputs]
+        vm["main"](*args)  # warm: first-call allocation and loading
+        start: dict[str, float] = {}
+        calls: dict[str, list[float]] = {}
+
+        def instrument(func, symbol, before, ret, *call_args) -> int:
+            if before:
+                start[symbol] = time.perf_counter()
+            else:
+                calls.setdefault(symbol, []).append(time.perf_counter() - start[symbol])
+            return 0  # VMInstrumentReturnKind.NO_OP: run on
+
+        vm.set_instrument(instrument)
+        for _ in range(runs):
+            vm["main"](*args)
+        out = {}
+        for symbol, secs in calls.items():
+            per_run = len(secs) // runs  # the function's call sites in one run, in order
+            out[symbol] = [statistics.median(secs[i::per_run]) for i in range(per_run)]
+        return out
+
     def time(self, inputs: Sequence[np.ndarray], *, repeat: int = 10, min_repeat_ms: int = 100) -> list[float]:
         """``repeat`` seconds-per-run, each the mean of runs filling ``min_repeat_ms``."""
         vm, dev = self.vm(), _device(self.target)

@@ -60,6 +60,16 @@ def test_attention_matmuls_get_no_panel(monkeypatch):
     assert ReuseTuner(alpha.prim_func(), sampled_record(beta, target), target).space.panel_round() == []
 
 
+def test_the_largest_blocked_panel_leads_round_panel(ffn_tuner):
+    from tuner.panel import blocked_lead
+
+    configs = ffn_tuner.space.panel_round()
+    lead = blocked_lead(configs)
+    lanes = ffn_tuner.space.native_lanes or ffn_tuner.space.vector_lanes
+    assert lead.space[1][3] == 4 and lead.space[2][3] == 4 * lanes  # 4 x 4 vectors over 8 x 2: fewer rows
+    assert blocked_lead([c for c in configs if c.space[1][3] == 1]) is None
+
+
 def test_the_panel_unroll_covers_its_register_block(ffn_tuner):
     configs = {(c.space[2][2], c.reduction[0][1]): c for c in ffn_tuner.space.panel_round() if c.space[1][3] == 1}
     options = [0, 16, 64, 512]
@@ -136,3 +146,7 @@ def test_a_panel_seed_leads_round_panel_even_when_ranked_last(ffn_tuner):
     assert seeded.rounds["T"] == plain.rounds["T"]  # ...and round T did not measure the seed
     assert seed in {config_of(r, tuner) for r in seeded.records}  # ranked last, measured first
     assert seed not in {config_of(r, tuner) for r in plain.records}
+    from tuner.panel import blocked_lead  # the blocked lead too: ranked last as well, measured in both
+
+    lead = blocked_lead(tuner.space.panel_round())
+    assert all(lead in {config_of(r, tuner) for r in res.records} for res in (plain, seeded))
