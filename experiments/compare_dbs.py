@@ -125,7 +125,7 @@ def _kernels(args, dbs: dict[str, str], opened: dict) -> int:
     inputs = model_inputs(tasks)
     built = {k: build_with_metaschedule(db.db, tasks, target) if isinstance(db, _MetaSchedule)
              else build_model(model, db, target, tasks=tasks) for k, db in opened.items()}
-    seen: dict[str, dict[str, list[list[float]]]] = {k: {} for k in built}
+    seen: dict[str, dict[str, list[float]]] = {k: {} for k in built}  # per build: call site -> seconds
     for r in range(args.rounds):
         for k in (list(built) if r % 2 == 0 else list(reversed(built))):
             for name, secs in built[k].kernel_times(inputs).items():

@@ -160,11 +160,10 @@ class _TimedBuilder(PyBuilder):
             results = self.inner.build(build_inputs)
         else:
             key = _task_key(build_inputs[0].mod)
-            cut = self.cuts.setdefault(key, BuildCut(probe=getattr(self.inner, "max_workers", 1)))
+            cut = self.cuts.setdefault(key, BuildCut(probe=getattr(self.inner, "max_workers", 1), ceiling=self.timeout))
             results = []
             for part in cut.parts(build_inputs):
-                cap = cut.cap
-                res = self.inner.build_within(part, self.timeout if cap is None else min(cap, self.timeout))
+                res = self.inner.build_within(part, cut.cap)
                 results += res
                 cut.record(sec if r.error_msg is None else None for sec, r in zip(self.inner.seconds, res))
         self.clock.running()

@@ -135,10 +135,11 @@ class BuildCut:
     has succeeded, a batch builds its first ``probe`` candidates alone at the uncut timeout, so a
     candidate LLVM cannot compile costs at most the cap, never the timeout, once there is a median.
     A reuse probes one candidate (round T's lead, β's own tiles; a register lead after it may take
-    14 s), an eto root one per build worker (the batch's builds run side by side)."""
+    14 s), an eto root one per build worker (the batch's builds run side by side). ``ceiling``:
+    the search's own build timeout, which :attr:`cap` never exceeds (None: the caller's)."""
 
-    def __init__(self, *, probe: int = 1) -> None:
-        self.probe = probe
+    def __init__(self, *, probe: int = 1, ceiling: float | None = None) -> None:
+        self.probe, self.ceiling = probe, ceiling
         #: seconds of the builds that succeeded (a cut or failed build is no sample)
         self.built: list[float] = []
 
@@ -149,7 +150,10 @@ class BuildCut:
 
     @property
     def cap(self) -> float | None:
-        return search_build_cap(self.built)
+        cap = search_build_cap(self.built)
+        if self.ceiling is None:
+            return cap
+        return self.ceiling if cap is None else min(cap, self.ceiling)
 
     def record(self, seconds: Iterable[float | None]) -> None:
         """The seconds of a part's builds that succeeded."""

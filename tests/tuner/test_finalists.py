@@ -152,6 +152,12 @@ def test_a_build_cut_probes_until_a_build_succeeded_then_cuts_at_the_cap_of_thos
     cut.record([0.5, None, 1.0])
     assert cut.parts([9, 10, 11]) == [[9, 10, 11]] and cut.cap == 3.0  # 4 x median(0.5, 1.0)
     assert BuildCut(probe=0).parts([1, 2]) == [[1, 2]]  # builds not cut: nothing to probe
+    capped = BuildCut(ceiling=2.5)  # never above the search's own timeout
+    assert capped.cap == 2.5
+    capped.record([0.1])
+    assert capped.cap == 2.0  # the floor
+    capped.record([1.0, 1.0])
+    assert capped.cap == 2.5  # 4 x median(0.1, 1, 1) = 4 s, held at the ceiling
 
 
 def test_a_reuse_search_builds_one_candidate_first_then_cuts_builds_at_4x_the_median():
