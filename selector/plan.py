@@ -273,6 +273,10 @@ def _select(request: SelectionRequest, known: Optional[TreeSolution] = None) -> 
                 return _backend(backend_cost, alpha)
             return base(alpha, beta)
 
+        if hasattr(base, "prefetch"):  # keep the batch (build_oc_graph): a batch runs on every core
+            cost_fn.prefetch = lambda pairs: base.prefetch(  # type: ignore[attr-defined]
+                [(a, b) for a, b in pairs if (a.type, a.sketch) not in pending])
+
     G = build_oc_graph(ops, cost_fn=cost_fn, backend_cost=backend_cost, bridges=extra, preference=request.preference)
     sol = solve(G, solver=request.solver, time_limit=request.time_limit, known=known)
     ordered = _tree_order(G, sol)

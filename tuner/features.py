@@ -75,6 +75,14 @@ def _footprint(shape: tuple[int, ...], coeffs: tuple[tuple[int, ...], ...], tile
     return tuple(min(s, sum(abs(c) * (t - 1) for c, t in zip(row, tile)) + 1) for s, row in zip(shape, coeffs))
 
 
+@functools.lru_cache(maxsize=1 << 12)
+def _strides(shape: tuple[int, ...], coeffs: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+    # cached: the register model asks for every input's strides per block it scores
+    dims = [math.prod(shape[j + 1:]) for j in range(len(shape))]
+    return tuple(sum(c[loop] * dims[j] for j, c in enumerate(coeffs)) for loop in range(len(coeffs[0]))) \
+        if coeffs else ()
+
+
 @dataclass(frozen=True)
 class Access:
     """How one input of the major loop nest is indexed: per buffer dim, coefficients per loop."""
@@ -91,11 +99,9 @@ class Access:
     def elements(self, tile: Sequence[int]) -> int:
         return math.prod(_footprint(self.shape, self.coeffs, tuple(tile)))
 
-    def strides(self) -> list[int]:
+    def strides(self) -> tuple[int, ...]:
         """Elements between neighbours along each loop of the nest (row-major buffer)."""
-        dims = [math.prod(self.shape[j + 1:]) for j in range(len(self.shape))]
-        return [sum(c[loop] * dims[j] for j, c in enumerate(self.coeffs)) for loop in range(len(self.coeffs[0]))] \
-            if self.coeffs else []
+        return _strides(self.shape, self.coeffs)
 
     def cache_lines(self, tile: Sequence[int], line_bytes: int) -> int:
         """Cache lines of the box, row-major: trailing dims covered whole form one contiguous run."""

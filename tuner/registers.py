@@ -36,6 +36,7 @@ on one row of four vectors). There the lead keeps β's vector and adds rows.
 
 from __future__ import annotations
 
+import functools
 import math
 from itertools import product
 from typing import TYPE_CHECKING, Mapping, Sequence
@@ -98,8 +99,15 @@ def best_register_block(nest: LoopNest, lanes: int, registers: int,
     O(prod of the divisor counts x cost)."""
     if not nest.space or lanes < 1:
         return None
+    return _best_register_block(nest, lanes, registers, tuple(sorted((fixed or {}).items())))
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _best_register_block(nest: LoopNest, lanes: int, registers: int,
+                         fixed_items: tuple[tuple[int, int], ...]) -> tuple[int, ...] | None:
+    # cached: the trial estimator plans every pair's reuse, each asking for α's block again
     budget = max(registers - OPERAND_REGISTERS, 1)
-    fixed = fixed or {}
+    fixed = dict(fixed_items)
     best, key = None, None
     for inner in product(*((fixed[d],) if d in fixed else divisors(e) for d, e in enumerate(nest.space))):
         if accumulators(nest.space, inner, lanes) > budget:
