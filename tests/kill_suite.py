@@ -2,9 +2,11 @@
 
 Run by tests/test_faults.py, or by hand for the README's figures::
 
-    python -m tests.kill_suite OUT_DIR [--json] [--ci]
+    python -m tests.kill_suite OUT_DIR [--json] [--ci] [--shard I/N]
 
-(``--ci``: the six cases of :data:`CI_CASES`, as the test suite runs them; without it all 25.)
+(``--ci``: the six cases of :data:`CI_CASES`, as the test suite runs them; without it all 25.
+``--shard I/N``: cases I, I+N, ... only; the test suite runs two shards at once, each a
+single-threaded process that forks its runs, since a run keeps about one core busy.)
 
 TVM is imported once; each run is a forked child in its own process group (its build and run
 workers die with it) that runs the pipeline (`eto tune`'s job, :func:`eto.pipeline.tune`) with a
@@ -167,8 +169,15 @@ def run_suite(root: Path, cases: list[str] = CASES) -> dict:
             "failed_cases": [r for r in rows if r["failures"]], "cases": rows}
 
 
+def _shard(cases: list[str], argv: list[str]) -> list[str]:
+    if "--shard" not in argv:
+        return cases
+    i, n = (int(x) for x in argv[argv.index("--shard") + 1].split("/"))
+    return cases[i::n]
+
+
 if __name__ == "__main__":
-    out = run_suite(Path(sys.argv[1]), CI_CASES if "--ci" in sys.argv else CASES)
+    out = run_suite(Path(sys.argv[1]), _shard(CI_CASES if "--ci" in sys.argv else CASES, sys.argv))
     print(json.dumps(out, indent=1) if "--json" in sys.argv else
           f"{out['kill_points']} kill points, {out['killed']} killed, {out['records_lost']} records lost, "
           f"at most {out['trials_redone_max']} trials redone (batch {out['batch']}), "

@@ -155,6 +155,31 @@ def test_cut_builds_run_in_a_forked_build_server_that_reports_failures_crashes_a
         new_server()
 
 
+def test_a_killed_builders_artifact_folder_is_removed_by_the_next_builder(tmp_path):
+    """A run killed with SIGKILL leaves its builder's folder of candidate libraries behind; the next
+    builder removes it once old enough, and never a live process's folder or someone else's file."""
+    import os
+    import subprocess
+    import sys
+
+    from tuner.builder import BUILD_DIR_PREFIX, remove_orphans
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    folders = {name: tmp_path / f"{BUILD_DIR_PREFIX}{name}" for name in
+               (f"{dead}-abc", f"{os.getpid()}-def", "x8k2p0aa", f"{dead}-new")}
+    for folder in folders.values():
+        (folder / "candidate-1").mkdir(parents=True)
+        (folder / "candidate-1" / "candidate.so").write_bytes(b"\0")
+    (tmp_path / "other-file").write_text("keep")
+    for name in (f"{dead}-abc", f"{os.getpid()}-def", "x8k2p0aa"):
+        os.utime(folders[name], (0, 0))  # untouched for decades
+    assert remove_orphans(str(tmp_path)) == [str(folders[f"{dead}-abc"])]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [f"{BUILD_DIR_PREFIX}{n}" for n in (f"{os.getpid()}-def", "x8k2p0aa", f"{dead}-new")] + ["other-file"])
+    assert remove_orphans(str(tmp_path), age_s=0) == [str(folders[f"{dead}-new"])]  # its process died too
+
+
 def test_etos_backend_roots_cut_llvm_builds_at_the_search_timeout_and_the_baseline_does_not(target):
     from dataclasses import replace
 

@@ -144,6 +144,43 @@ def _build_in_fork(mod: "IRModule", target: "Target", out_dir: str, timeout_s: f
     return value  # type: ignore[return-value]
 
 
+#: A builder's artifact folder in the temporary directory: ``eto-build-PID-XXXXXXXX``.
+BUILD_DIR_PREFIX = "eto-build-"
+#: A dead process's folder is removed once untouched this long (a live builder touches its
+#: folder at every build; the wait spares one whose process this PID namespace cannot see).
+ORPHAN_AGE_S = 600.0
+
+
+def remove_orphans(tmp: str | None = None, *, age_s: float = ORPHAN_AGE_S) -> list[str]:
+    """Remove the artifact folders of builders whose process died without shutting down (a killed
+    run); returns their paths. O(entries of the temporary directory)."""
+    tmp = tmp or tempfile.gettempdir()
+    removed = []
+    for name in os.listdir(tmp):
+        pid = name[len(BUILD_DIR_PREFIX):].split("-")[0] if name.startswith(BUILD_DIR_PREFIX) else ""
+        path = os.path.join(tmp, name)
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        try:
+            if time.time() - os.stat(path).st_mtime < age_s:
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
 @derived_object
 class PersistentBuilder(PyBuilder):
     """A MetaSchedule builder whose worker processes live across batches."""
@@ -152,7 +189,8 @@ class PersistentBuilder(PyBuilder):
         super().__init__()
         self.max_workers = max_workers or physical_cores()
         self.timeout_sec = timeout_sec
-        self.out_dir = tempfile.mkdtemp(prefix="eto-build-")
+        remove_orphans()
+        self.out_dir = tempfile.mkdtemp(prefix=f"{BUILD_DIR_PREFIX}{os.getpid()}-")
         self.pool = PopenPoolExecutor(
             max_workers=self.max_workers,
             timeout=timeout_sec,

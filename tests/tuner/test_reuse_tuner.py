@@ -14,6 +14,7 @@ from eto.target import cpu_target, cuda_target
 
 tvm = pytest.importorskip("tvm")
 
+from tuner.cost_model import LearnedRanker  # noqa: E402
 from tuner.estimate import estimate_trials, trials_for_config  # noqa: E402
 from tuner.features import LoopNest, TileConfig, loop_nest_of, lowered_btm  # noqa: E402
 from tuner.reuse import ReuseTuner, reuse_tune  # noqa: E402
@@ -453,9 +454,10 @@ def test_cpu_other_sketches_match_numpy(op_type, alpha, beta):
     else:
         pytest.fail("no design-space sketch of β has sub-sketch tiles (rfactor / transforms)")
     assert tuner.has_mlt == (op_type == "WIN")
+    # a ranked few per round (an untrained ranker: seeded random order), as the pipeline measures
     with Measurer.local(MeasureConfig(number=1, repeat=2, min_repeat_ms=5)) as m:
         res = tuner.tune(lambda scheds: [r.median for r in m.measure([s.mod for s in scheds], target)],
-                         strategy="global")
+                         strategy="global", ranker=LearnedRanker(target))
     assert res.record is not None and math.isfinite(res.latency_s)
     assert ("transfer" in res.rounds) == (op_type == "FRB")
     assert sum(res.rounds.values()) == res.candidates
