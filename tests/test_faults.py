@@ -33,10 +33,15 @@ def test_sigkill_at_every_kill_point_loses_nothing(tmp_path):
                                "--shard", f"{i}/2"], cwd=root, env={**os.environ, "TVM_NUM_THREADS": "1"},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
     outs = []
-    for proc in procs:
-        stdout, stderr = proc.communicate(timeout=1500)
-        assert proc.returncode == 0, stderr[-3000:]
-        outs.append(json.loads(stdout))
+    try:
+        for proc in procs:
+            stdout, stderr = proc.communicate(timeout=1500)
+            assert proc.returncode == 0, stderr[-3000:]
+            outs.append(json.loads(stdout))
+    finally:  # a failed shard leaves no other running
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
     cases = [c for out in outs for c in out["cases"]]
     failed = [c for out in outs for c in out["failed_cases"]]
     assert failed == [], json.dumps(failed, indent=1)
