@@ -136,6 +136,11 @@ class LoopNest:
         """Bytes of all inputs touched by one ``tile`` of the loops (space then reduction)."""
         return _staged_bytes(self, tile)
 
+    def gathered(self, loop: int) -> bool:
+        """Whether a vector along ``loop`` gathers some input: one read with a stride there, neither
+        contiguous nor broadcast (BMM's ``Y[b, j, k]`` along ``j``). O(inputs x dims x loops)."""
+        return any(a.strides()[loop] not in (0, 1) for a in self.inputs)
+
 
 @functools.lru_cache(maxsize=1 << 16)
 def _staged_bytes(nest: LoopNest, tile: tuple[int, ...]) -> int:

@@ -22,7 +22,13 @@ best ran 2.16-2.26 ms (4 rows x 4 vectors and 8 rows x 2 vectors, chunk 32; READ
 
 It applies where a panel can pay: some input (the weights) is larger than a core's private cache,
 is read along the vectorised loop and not along another space loop (the rows), and the rows'
-accumulators of the widest panel fit that cache.
+accumulators of the widest panel fit that cache. The blocked family only where no input is gathered
+along the vectorised loop (the layer's weights ``W[k, j]`` are contiguous there; the catalogue's
+``BMM`` reads ``Y[b, j, k]``): each step of a blocked panel's 32-step chunk, unrolled, then gathers
+every vector of its block element by element. Measured on the BERT-Base set (N = 100, every build
+of one run logged; README, "Stop 62"): the six blocked panels of its two feed-forward reuses ran
+3.5-5.3x slower than their reuse's best or were cut at the 2 s build cap (LLVM took 13 s on those
+two), while the first family, chunks of 4-8 steps, won both reuses.
 """
 
 from __future__ import annotations
@@ -72,8 +78,9 @@ def panel_configs(kind: Kind, alpha: LoopNest, kept: TileConfig, lanes: int, cac
     register rows), the vectorised loop (rest, 1, tiles, vectors x ``lanes``), the last reduction
     loop (rest, chunk) and the others outer; other space loops as ``kept`` (β's tiles kept on α's
     loops). ``register_lanes`` (default ``lanes``): the width of a blocked panel's vectors, the
-    target's registers. Only CPU configurations of four space and two reduction levels, and only
-    splits that divide α's extents. O(choices)."""
+    target's registers; no blocked panel where the vectorised loop gathers an input
+    (:meth:`LoopNest.gathered`). Only CPU configurations of four space and two reduction levels,
+    and only splits that divide α's extents. O(choices)."""
     if kind != "cpu" or any(len(f) != 4 for f in kept.space) or any(len(f) != 2 for f in kept.reduction):
         return ()
     rows = panel_rows(alpha, lanes, cache_bytes)
@@ -83,7 +90,7 @@ def panel_configs(kind: Kind, alpha: LoopNest, kept: TileConfig, lanes: int, cac
     out: list[TileConfig] = []
     native = register_lanes or lanes  # a blocked panel's vectors are registers: they bound its accumulators
     blocked = [(r, 1, v * native, BLOCKED_CHUNK) for r, v in itertools.product(BLOCKED_ROWS, BLOCKED_VECTORS)
-               if r * v <= BLOCKED_ACCUMULATORS]
+               if r * v <= BLOCKED_ACCUMULATORS and not alpha.gathered(last)]
     first = [(1, n, v * lanes, k) for v, n, k in itertools.product(PANEL_VECTORS, PANEL_TILES, PANEL_CHUNKS)]
     for r, n, v, k in first + blocked:
         width = n * v

@@ -156,7 +156,10 @@ def register_tiles(space: "ReuseSpace") -> TileConfig | None:
     feed-forward reuses, which ran 3.1-3.3 ms against 1.7-2.1 ms from the four-row root. There the
     lead ran 3.3 and 4.7 ms where the kept tiles ran 6.3 and 6.8, though the reuses it led ended
     within noise of those without it (README, "Stop 53";
-    experiments/results/reuse_ab_register_bert_layer_latency_xeon.json)."""
+    experiments/results/reuse_ab_register_bert_layer_latency_xeon.json). Not where β's vector
+    gathers an input (:meth:`LoopNest.gathered`; the catalogue's ``BMM`` reads ``Y[b, j, k]``
+    along its vector): the lead's 16 rows of one gathered vector over a 32-step chunk ran 2.6-5.4x
+    slower than the reuse's best in all five BERT-Base reuses where it fired (README, "Stop 62")."""
     if space.kind != "cpu" or space.native_lanes <= 1 or not space.alpha.space or not space.alpha.inputs:
         return None
     kept = space.kept_tiles()
@@ -167,6 +170,8 @@ def register_tiles(space: "ReuseSpace") -> TileConfig | None:
     short = space.alpha.space[-1] < lanes and v * 2 <= lanes  # only rows fused fill a vector
     if not short and not (v >= lanes and latency_bound(space.alpha.space, now, lanes)):
         return None  # a narrow vector on long rows is the vector lead's case; a full block is kept
+    if not short and space.alpha.gathered(vector_loops(space.alpha.space, now)[0]):
+        return None  # more rows over a gathered vector: slower, and slow to compile (docstring)
     # latency-bound under a full vector: β's run chose the vector; the lead adds rows around it
     fixed = None if short else {d: now[d] for d in vector_loops(space.alpha.space, now)}
     inner = best_register_block(space.alpha, lanes, space.registers or vector_registers(), fixed)

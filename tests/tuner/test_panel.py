@@ -12,22 +12,30 @@ from tuner.panel import panel_configs, unroll_covering
 
 tvm = pytest.importorskip("tvm")
 
-#: BERT-Base's feed-forward matmul at a new length: 9.4 MB of weights, read along the columns only
+#: BERT-Base's feed-forward matmul at a new length: 9.4 MB of weights, read along the columns only;
+#: as the catalogue's BMM (``Y[b,j,k]``: a vector of the weights is a gather) and as the model's
+#: layer computes it (``W[k,j]``: contiguous, :func:`layer_matmul`)
 FFN = Operator.create("BMM", B=1, M=256, N=768, K=3072)
 FFN_SOURCE = Operator.create("BMM", B=1, M=128, N=768, K=3072)
 
 
-@pytest.fixture
-def ffn_tuner(monkeypatch):
+def _tuner(monkeypatch, alpha, beta):
     from tests.tuner.test_reuse_tuner import sampled_record
     from tuner.reuse import ReuseTuner
 
     monkeypatch.setenv("ETO_CPU_CACHE_BYTES", str(1 << 20))
     target = cpu_target()
-    return ReuseTuner(FFN.prim_func(), sampled_record(FFN_SOURCE, target), target, ranges="cpu")
+    return ReuseTuner(alpha, sampled_record(beta, target), target, ranges="cpu")
 
 
-def test_panel_keeps_the_rows_whole_and_tiles_alpha_exactly(ffn_tuner):
+@pytest.fixture
+def ffn_tuner(monkeypatch):
+    from tests.tuner.test_reuse_tuner import layer_matmul
+
+    return _tuner(monkeypatch, layer_matmul(1, 256, 768, 3072), layer_matmul(1, 128, 768, 3072))
+
+
+def test_panel_keeps_the_rows_whole_and_tiles_alpha_exactly(ffn_tuner, monkeypatch):
     space = ffn_tuner.space
     configs = space.panel_round()
     assert len(configs) == 11 and len(set(configs)) == 11  # 2 widths x 2 tiles x 2 chunks, 3 blocked
@@ -43,6 +51,9 @@ def test_panel_keeps_the_rows_whole_and_tiles_alpha_exactly(ffn_tuner):
     lanes = space.native_lanes or space.vector_lanes
     assert {(c.space[1][3], c.space[2][2], c.space[2][3], c.reduction[0][1]) for c in configs if c not in first} == \
         {(4, 1, 2 * lanes, 32), (4, 1, 4 * lanes, 32), (8, 1, 2 * lanes, 32)}
+    # the catalogue's BMM gathers the weights along the vector: the first family only
+    gathered = _tuner(monkeypatch, FFN.prim_func(), FFN_SOURCE).space.panel_round()
+    assert set(gathered) == set(first) and len(gathered) == 8
     # no panel: on CUDA, where no input outgrows the cache, or with the cache model off
     assert panel_configs("cuda", space.alpha, space.kept_tiles(), 8, 1 << 20) == ()
     assert panel_configs("cpu", space.alpha, space.kept_tiles(), 8, 16 << 20) == ()

@@ -32,7 +32,8 @@ def lead_space(alpha: Operator, beta: Operator, kept: TileConfig):
     from tuner.reuse import ReuseTuner
 
     target = cpu_target()
-    tuner = ReuseTuner(alpha.prim_func(), sampled_record(beta, target), target)
+    func = alpha.prim_func() if isinstance(alpha, Operator) else alpha
+    tuner = ReuseTuner(func, sampled_record(beta, target), target)
     return tuner, dataclasses.replace(tuner.space, beta_cfg=kept, native_lanes=16, cores=2)
 
 
@@ -109,14 +110,14 @@ def test_no_register_lead_where_a_row_fills_a_vector_register():
 
 
 def test_a_register_lead_where_betas_block_is_too_small_to_fill_the_multiply_add_ports():
-    """Long rows, but β's block holds fewer accumulators than PORTS x FMA_LATENCY: BERT-Base's
+    """Long rows, but β's block holds fewer accumulators than PORTS x FMA_LATENCY: the BERT layer's
     feed-forward matmuls reused from a root with one row of four vectors (README, "Register blocks of
-    a latency-bound root")."""
+    a latency-bound root"); not where the vector gathers the weights (the catalogue's BMM)."""
+    from tests.tuner.test_reuse_tuner import layer_matmul
     from tuner.registers import FMA_LATENCY, PORTS, latency_bound
     from tuner.tiling import accumulators
 
-    alpha = Operator.create("BMM", B=1, M=128, N=3072, K=768)
-    beta = Operator.create("BMM", B=1, M=128, N=768, K=768)
+    alpha, beta = layer_matmul(1, 128, 3072, 768), layer_matmul(1, 128, 768, 768)
     one_row = TileConfig("cpu", ((1, 1, 1, 1), (1, 32, 4, 1), (16, 3, 1, 64)), ((96, 8),))
     tuner, space = lead_space(alpha, beta, one_row)
     inner = tuple(f[-1] for f in space.kept_tiles().space)
@@ -125,7 +126,7 @@ def test_a_register_lead_where_betas_block_is_too_small_to_fill_the_multiply_add
     assert lead is not None and all(math.prod(f) == e for f, e in zip(lead.space, tuner.alpha.space))
     block = tuple(f[-1] for f in lead.space)
     assert PORTS * FMA_LATENCY <= accumulators(tuner.alpha.space, block, 16) <= 32 - 4
-    assert register_cost(tuner.alpha, block, 16) < register_cost(tuner.alpha, inner, 16) / 2
+    assert register_cost(tuner.alpha, block, 16) <= register_cost(tuner.alpha, inner, 16) / 2
     # β's vector of 64 kept, four rows added from the parallel level; level 2 and 32 steps kept
     assert lead.space == ((1, 1, 1, 1), (1, 8, 4, 4), (16, 3, 1, 64)) and lead.reduction == ((24, 32),)
     # four rows of four vectors (the root's other runs): 16 accumulators fill the ports, no lead
@@ -133,6 +134,12 @@ def test_a_register_lead_where_betas_block_is_too_small_to_fill_the_multiply_add
     _, space = lead_space(alpha, beta, four_rows)
     assert not latency_bound(tuner.alpha.space, tuple(f[-1] for f in space.kept_tiles().space), 16)
     assert register_tiles(space) is None
+    # the same block over Y[b,j,k]: latency-bound too, but its vector gathers Y, so no lead
+    bmm, _ = lead_space(Operator.create("BMM", B=1, M=128, N=3072, K=768),
+                        Operator.create("BMM", B=1, M=128, N=768, K=768), one_row)
+    gathered = dataclasses.replace(bmm.space, beta_cfg=one_row, native_lanes=16, cores=2)
+    assert bmm.alpha.gathered(2) and not tuner.alpha.gathered(2) and not bmm.alpha.gathered(3)  # along k: contiguous
+    assert latency_bound(bmm.alpha.space, inner, 16) and register_tiles(gathered) is None
 
 
 def test_a_register_lead_builds_and_matches_numpy():

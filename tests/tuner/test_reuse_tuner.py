@@ -31,8 +31,21 @@ def nest(op: Operator) -> LoopNest:
     return loop_nest_of(IRModule({"main": op.prim_func()}), "c2d")
 
 
-def sampled_record(op: Operator, target, index: int = 0):
-    """A program of ``op`` from MetaSchedule's design space (a stand-in for a tuned S*_β)."""
+def layer_matmul(B: int, M: int, N: int, K: int):
+    """A model's matmul ``Z[b,i,j] = sum_k X[b,i,k] * W[k,j]`` (a linear layer's weights, contiguous
+    along the columns; the catalogue's BMM reads ``Y[b,j,k]``), as a PrimFunc."""
+    from tvm import te
+
+    x = te.placeholder((B, M, K), "float32", name="X")
+    w = te.placeholder((K, N), "float32", name="W")
+    k = te.reduce_axis((0, K), name="k")
+    z = te.compute((B, M, N), lambda b, i, j: te.sum(x[b, i, k] * w[k, j], axis=k), name="matmul")
+    return te.create_prim_func([x, w, z])
+
+
+def sampled_record(op, target, index: int = 0):
+    """A program of ``op`` (an Operator or a PrimFunc) from MetaSchedule's design space (a stand-in
+    for a tuned S*_β)."""
     from tvm.ir import IRModule
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
@@ -43,7 +56,7 @@ def sampled_record(op: Operator, target, index: int = 0):
     # a CUDA design space names tensor-core intrinsics: once eto has marked the intrinsics package
     # imported for a CPU target, a TuneContext no longer registers them itself
     register_tensor_intrinsics(target)
-    mod = IRModule({"main": op.prim_func()})
+    mod = IRModule({"main": op.prim_func() if isinstance(op, Operator) else op})
     ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
                          search_strategy="replay-trace", task_name="beta", num_threads=1, rand_state=7)
     sch = ctx.generate_design_space()[index]
