@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from .features import LoopNest, TileConfig
 from .host import vector_registers
-from .tiling import accumulators, divisors, vector_extent
+from .tiling import accumulators, divisors, vector_extent, vector_loops
 
 if TYPE_CHECKING:  # pragma: no cover
     from .space import ReuseSpace
@@ -77,18 +77,6 @@ def register_cost(nest: LoopNest, inner: Sequence[int], lanes: int) -> float:
                 break
         loads += elems // run * math.ceil(run / lanes) if run > 1 else elems  # else broadcast or gathered
     return max(fmas / PORTS, loads / PORTS, FMA_LATENCY) / vol
-
-
-def vector_loops(space: Sequence[int], inner: Sequence[int]) -> list[int]:
-    """The loops the fused vector of the register block ``inner`` spans (:func:`vector_extent`),
-    innermost first. O(loops)."""
-    v, out, spanned = vector_extent(space, inner), [], 1
-    for d in reversed(range(len(space))):
-        if spanned >= v:
-            break
-        out.append(d)
-        spanned *= inner[d]
-    return out
 
 
 def best_register_block(nest: LoopNest, lanes: int, registers: int,

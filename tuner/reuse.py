@@ -34,6 +34,7 @@ from .faults import kill_point
 from .finalists import DEFAULT_FINALISTS
 from .intrinsics import register_tensor_intrinsics
 from .leads import lead_tiles
+from .gathers import bounded_unroll
 from .registers import covering_unroll, register_tiles
 from .panel import blocked_lead, unroll_covering
 from .ranked import DEFAULT_TOP_K, MIN_GAIN, TopK, resolve_top_k
@@ -124,6 +125,9 @@ class ReuseTuner:
         valid), and ``cand.extra`` records the locations that were used.
         """
         decisions: dict[int, Any] = {}
+        if self.kind == "cpu" and cand.cfg is not None and cand.unroll is not None and self.unroll_values:
+            # β's limit on α's tiles may unroll a body of gathers LLVM takes seconds to compile
+            cand.unroll = bounded_unroll(self.alpha, cand.cfg, self.unroll_values, cand.unroll)
         if cand.cfg is not None:
             t = self.sketch.main_tiles
             for inst, f in zip(t.space + t.reduction, cand.cfg.decisions()):

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Literal, Sequence
 from .cost_model import bshape_cost, tshape_cost
 from .features import Kind, LoopNest, TileConfig, cached_property
 from .host import cpu_cache_bytes, num_threads, vector_bits, vector_registers
+from .gathers import MAX_UNROLLED_GATHERS, unrolled_gathers
 from .panel import panel_configs
 from .tiling import (MAX_INNERMOST, accumulators, achievable_products, divisors, factorizations,
                      largest_divisor_at_most, log_distance, lshapes, reduction_options, reduction_tiles,
@@ -361,6 +362,8 @@ class ReuseSpace:
         An auto-unroll limit ``u`` unrolls a thread's loops up to ``u`` iterations, so all limits at or
         above the iterations one thread runs per fetch (its tile times the fetch's reduction chunk)
         unroll the same: Example 3 tries only {0, 16} of {0, 16, 64, 512, 1024} for that reason.
+        On CPU no limit that unrolls more gathered lanes than
+        :data:`~tuner.gathers.MAX_UNROLLED_GATHERS` (slow to compile, slow to run).
         """
         work = cfg.thread_work()
 
@@ -370,6 +373,8 @@ class ReuseSpace:
         seen = {effect(current)} if current is not None else set()
         out = []
         for i in range(len(options)):
+            if self.kind == "cpu" and unrolled_gathers(self.alpha, cfg, int(options[i])) > MAX_UNROLLED_GATHERS:
+                continue
             if effect(i) not in seen:
                 seen.add(effect(i))
                 out.append(i)

@@ -117,6 +117,18 @@ def vector_extent(space: Sequence[int], inner: Sequence[int]) -> int:
     return max(v, 1)
 
 
+def vector_loops(space: Sequence[int], inner: Sequence[int]) -> list[int]:
+    """The loops the fused vector of the register block ``inner`` spans (:func:`vector_extent`),
+    innermost first. O(loops)."""
+    v, out, spanned = vector_extent(space, inner), [], 1
+    for d in reversed(range(len(space))):
+        if spanned >= v:
+            break
+        out.append(d)
+        spanned *= inner[d]
+    return out
+
+
 def accumulators(space: Sequence[int], inner: Sequence[int], lanes: int) -> int:
     """Vector registers the register block ``inner`` over loops of extents ``space`` keeps as
     accumulators: its rows (all but the fused vector) times the vectors of one row. O(loops)."""

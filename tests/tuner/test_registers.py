@@ -17,11 +17,15 @@ tvm = pytest.importorskip("tvm")
 
 
 def nest(op: Operator):
+    return nest_of_func(op.prim_func())
+
+
+def nest_of_func(func):
     from tvm.ir import IRModule
 
     from tuner.features import loop_nest_of, major_block
 
-    mod = IRModule({"main": op.prim_func()})
+    mod = IRModule({"main": func})
     return loop_nest_of(mod, major_block(mod))
 
 
@@ -180,3 +184,47 @@ def test_the_lead_gives_the_innermost_reduction_loop_at_least_16_steps():
     # measured with the unroll limit that covers 4 rows x 32 steps: 512 of MetaSchedule's options
     assert covering_unroll(lead, alpha.space, [0, 16, 64, 512]) == 3
     assert covering_unroll(lead, alpha.space, [0, 16]) == 1 and covering_unroll(lead, alpha.space, []) is None
+
+
+def test_unrolled_gathers_count_what_tvm_unrolls_and_cap_the_unroll_limit():
+    """BMM reads Y[b,j,k] along its vector j: each vector of Y is gathered lane by lane, and an unroll
+    limit that covers rows x steps puts all of those gathers into one body (on BERT-Base: LLVM took
+    13 s on the first program below, which ran 4x slower than its reuse's best; the count matched
+    the lowered code of 489 logged candidates exactly)."""
+    from tests.tuner.test_reuse_tuner import layer_matmul
+    from tuner.gathers import MAX_UNROLLED_GATHERS, bounded_unroll, unrolled_gathers
+
+    ffn = nest(Operator.create("BMM", B=1, M=128, N=3072, K=768))
+    # 4 rows x one 64-lane vector, a 32-step chunk: 512 unrolls rows x steps (128), 64 only the rows
+    cfg = TileConfig("cpu", ((1, 1, 1, 1), (1, 1, 32, 4), (48, 1, 1, 64)), ((24, 32),))
+    assert unrolled_gathers(ffn, cfg, 512) == 4 * 32 * 64 and unrolled_gathers(ffn, cfg, 64) == 4 * 64
+    assert unrolled_gathers(ffn, cfg, 0) == 64  # nothing unrolled: one gather per body
+    options = [0, 16, 64, 512]
+    assert bounded_unroll(ffn, cfg, options, 3) == 2 and bounded_unroll(ffn, cfg, options, 1) == 1
+    # all the rows of a head (64 x 2 tiles x 4 steps = 512 iterations) under a limit of 512
+    head = nest(Operator.create("BMM", B=12, M=128, N=64, K=64))
+    whole = TileConfig("cpu", ((12, 1, 1, 1), (2, 1, 64, 1), (2, 1, 2, 16)), ((16, 4),))
+    assert unrolled_gathers(head, whole, 512) == 512 * 16 > MAX_UNROLLED_GATHERS
+    assert unrolled_gathers(head, whole, 64) == 8 * 16  # the limit stops below the rows
+    # a layer's weights W[k,j] are contiguous along j: nothing gathered, any limit
+    layer = nest_of_func(layer_matmul(1, 128, 3072, 768))
+    assert unrolled_gathers(layer, cfg, 512) == 0 and bounded_unroll(layer, cfg, options, 3) == 3
+
+
+def test_the_unroll_round_and_every_candidate_keep_gathers_within_the_cap():
+    """Round "unroll" does not try a limit over the cap, and GetS lowers any other candidate's
+    (β's limit on α's tiles) to the largest option within it."""
+    from tuner.gathers import MAX_UNROLLED_GATHERS, unrolled_gathers
+
+    alpha, beta = Operator.create("BMM", B=1, M=128, N=3072, K=768), Operator.create("BMM", B=1, M=128, N=768, K=768)
+    cfg = TileConfig("cpu", ((1, 1, 1, 1), (1, 1, 32, 4), (48, 1, 1, 64)), ((24, 32),))
+    tuner, space = lead_space(alpha, beta, cfg)
+    options = tuner.unroll_values
+    assert options and max(options) >= 512
+    tried = space.unroll_round(cfg, options, None)
+    assert tried and all(unrolled_gathers(tuner.alpha, cfg, options[i]) <= MAX_UNROLLED_GATHERS for i in tried)
+    assert options.index(max(options)) not in tried
+    cand = tuner._cand(cfg, unroll=options.index(max(options)))
+    sch = tuner.schedule(cand)
+    assert sch is not None and unrolled_gathers(tuner.alpha, cfg, options[cand.unroll]) <= MAX_UNROLLED_GATHERS
+    assert '"pragma_auto_unroll_max_step": 512' not in sch.mod.script()
