@@ -4,8 +4,8 @@ MetaSchedule vectorises a CPU program's innermost tiles fused; an input read wit
 that vector (BMM's ``Y[b, j, k]`` along ``j``) is gathered lane by lane, and the auto-unroll limit
 copies the loop body, gathers included, once per unrolled iteration. Past a few thousand gathered
 lanes LLVM takes seconds to compile the body and the program runs slowly. The count is exact:
-:func:`unrolled_gathers` matched the lowered code of all 489 candidates of two logged BERT-Base
-runs. Round "unroll" does not try a limit over the bound, and GetS lowers any other candidate's
+:func:`unrolled_gathers` matched the lowered code of all 489 candidates that ran in two logged
+BERT-Base runs. Round "unroll" does not try a limit over the bound, and GetS lowers any other candidate's
 limit to the largest option within it (:func:`bounded_unroll`).
 """
 
