@@ -136,10 +136,14 @@ class LoopNest:
         """Bytes of all inputs touched by one ``tile`` of the loops (space then reduction)."""
         return _staged_bytes(self, tile)
 
-    def gathered(self, loop: int) -> bool:
-        """Whether a vector along ``loop`` gathers some input: one read with a stride there, neither
+    def gathers(self, loop: int) -> int:
+        """The inputs a vector along ``loop`` gathers: those read with a stride there, neither
         contiguous nor broadcast (BMM's ``Y[b, j, k]`` along ``j``). O(inputs x dims x loops)."""
-        return any(a.strides()[loop] not in (0, 1) for a in self.inputs)
+        return sum(1 for a in self.inputs if a.strides()[loop] not in (0, 1))
+
+    def gathered(self, loop: int) -> bool:
+        """Whether a vector along ``loop`` gathers some input (:meth:`gathers`)."""
+        return self.gathers(loop) > 0
 
 
 @functools.lru_cache(maxsize=1 << 16)

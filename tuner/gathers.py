@@ -30,13 +30,13 @@ def unrolled_gathers(nest: LoopNest, cfg: TileConfig, unroll: int) -> int:
     1-3 and reduction levels 0-1 below the parallel loop) under the auto-unroll limit ``unroll``:
     the iterations of the loops it unrolls, from the innermost out while their product stays
     within the limit (the vector's loops count once), times the vector's lanes, times the inputs
-    the vector gathers (:meth:`LoopNest.gathered` per input). O(loops x inputs)."""
+    the vector gathers (:meth:`LoopNest.gathers`). O(loops x inputs)."""
     if len(cfg.reduction) != len(nest.reduction) or any(len(f) != 4 for f in cfg.space) or \
             any(len(f) != 2 for f in cfg.reduction):
         return 0
     inner = tuple(f[-1] for f in cfg.space)
     vloops = vector_loops(nest.space, inner)
-    gathered = sum(1 for a in nest.inputs if vloops and a.strides()[vloops[0]] not in (0, 1))
+    gathered = nest.gathers(vloops[0]) if vloops else 0
     if not gathered:
         return 0
     rev_space, rev_red = cfg.space[::-1], cfg.reduction[::-1]
@@ -56,5 +56,7 @@ def bounded_unroll(nest: LoopNest, cfg: TileConfig, options: Sequence[int], inde
     the smallest option where none does). O(options x loops)."""
     fits = [i for i, u in enumerate(options) if int(u) <= int(options[index])
             and unrolled_gathers(nest, cfg, int(u)) <= MAX_UNROLLED_GATHERS]
-    return index if index in fits else max(fits, key=lambda i: int(options[i]), default=min(
-        range(len(options)), key=lambda i: int(options[i])))
+    if index in fits:
+        return index
+    value = lambda i: int(options[i])  # noqa: E731
+    return max(fits, key=value) if fits else min(range(len(options)), key=value)

@@ -139,9 +139,8 @@ def test_a_register_lead_where_betas_block_is_too_small_to_fill_the_multiply_add
     assert not latency_bound(tuner.alpha.space, tuple(f[-1] for f in space.kept_tiles().space), 16)
     assert register_tiles(space) is None
     # the same block over Y[b,j,k]: latency-bound too, but its vector gathers Y, so no lead
-    bmm, _ = lead_space(Operator.create("BMM", B=1, M=128, N=3072, K=768),
-                        Operator.create("BMM", B=1, M=128, N=768, K=768), one_row)
-    gathered = dataclasses.replace(bmm.space, beta_cfg=one_row, native_lanes=16, cores=2)
+    bmm, gathered = lead_space(Operator.create("BMM", B=1, M=128, N=3072, K=768),
+                               Operator.create("BMM", B=1, M=128, N=768, K=768), one_row)
     assert bmm.alpha.gathered(2) and not tuner.alpha.gathered(2) and not bmm.alpha.gathered(3)  # along k: contiguous
     assert latency_bound(bmm.alpha.space, inner, 16) and register_tiles(gathered) is None
 
