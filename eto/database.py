@@ -55,7 +55,9 @@ LOCK = ".lock"
 #: metadata to records)
 _READ = (WORKLOADS, RECORDS, META, PROGRESS)
 
-Method = Literal["backend", "reuse", "reuse+evolve", "topk", "import", "instant"]
+Method = Literal["backend", "reuse", "reuse+evolve", "topk", "import", "instant", "polish"]
+#: A backend root's program improved by a self-reuse after its backend result (:mod:`eto.polish`).
+POLISH: Method = "polish"
 #: A program derived for a new shape without a search (:mod:`eto.instant`): served until tuning
 #: stores a better one, but not a tuning result (the operator still counts as not attempted).
 PREDICTED: Method = "instant"
@@ -276,17 +278,17 @@ class Database:
             return list(self._results)
 
     def progress(self, op: Operator, target: "str | Target", method: str = "backend") -> Progress:
-        """What an interrupted run of ``op`` measured before it stopped (empty once a result exists).
-
-        A rerun continues from it: the trials count against the budget and the programs seed the search.
-        """
+        """What an interrupted run of ``op`` measured: its batches after the operator's last result (a
+        polish follows its backend result). A rerun continues from it: the trials count against the
+        budget and the programs seed the search."""
         tk, key = target_key(target), op.key
         with self._mutex:
-            if any(r.get("op_key") == key and r.get("target") == tk and r.get("method") != PREDICTED
-                   for r in self._results):
-                return Progress()
+            last = max((r.get("time", 0.0) for r in self._results
+                        if r.get("op_key") == key and r.get("target") == tk and r.get("method") != PREDICTED),
+                       default=None)
             batches = [m for m in self._progress
-                       if m.get("op_key") == key and m.get("target") == tk and m.get("method") == method]
+                       if m.get("op_key") == key and m.get("target") == tk and m.get("method") == method
+                       and (last is None or m.get("time", 0.0) > last)]
             entries = [e for m in batches for e in m.get("records", ())]
             return Progress(sum(int(m.get("trials", 0)) for m in batches),
                             sum(float(m.get("seconds", 0.0)) for m in batches),

@@ -27,6 +27,9 @@ Two options go beyond the paper, both off by default:
   evolutionary search continues for this many trials, its population seeded and its cost model
   trained with every candidate the reuse tuner measured; the better of the two is kept.
 
+On by default, also beyond the paper: ``polish`` (:mod:`eto.polish`; method eto only), each backend
+root's program improved by a self-reuse before its subtree derives from it.
+
 The paper's baselines run on the same pipeline (``method``): ``"topk"`` keeps eto's plan and
 derives each operator by TopK (:mod:`tuner.topk`: the parent's top 3 programs applied, no search)
 instead of the reuse tuner; ``"st"`` is Selective Tuning, whose plan clusters the set by the
@@ -54,6 +57,7 @@ from .operators import Operator
 from .operators.task import FUNCTION_TRIALS, same_function_sources
 from .opsets import OperatorEntry, OperatorSet
 from .leads import leads
+from .polish import polish_root, side_by_side
 from .plan import (DISTANCE_WEIGHT, MAX_REDUCTION_RATIO, BridgeOption, CostModel, OperatorPlan, hot_operators,
                    plan_operator_set, plan_selective)
 from .target import export_threads, parse_target, target_key
@@ -98,6 +102,7 @@ class _Run:
     #: how a non-root operator is derived from its parent: the reuse tuner, or TopK (baselines)
     derive: Literal["reuse", "topk"] = "reuse"
     fed: set = field(default_factory=set)  # database record lines the ranker has been trained on
+    polish: bool = False  # backend roots polished by a self-reuse (eto.polish)
 
     def history(self, op_type: str) -> list:
         """Measured records of ``op_type`` on the target the ranker has not seen yet (marked seen):
@@ -123,6 +128,14 @@ class _Run:
                 tune_with_backend(group, self.target, self.database, trials=n, measurer=measurer,
                                   extra={o: (estimates or {})[o] for o in group if o in (estimates or {})},
                                   **self.backend_kw)
+        self.polish_roots(ops, measurer)
+
+    def polish_roots(self, ops: Sequence[Operator], measurer: "Measurer") -> None:
+        """With ``polish``, each of ``ops`` that is a plan root not yet polished (:mod:`eto.polish`)."""
+        kw = dict(strategy=self.strategy, ranker=self.ranker, top_k=self.top_k, finalists=self.finalists)
+        for op in ops if self.polish else ():
+            polish_root(op, self.database, self.target, measurer, say=self.say, reuse_kw=kw,
+                        history=lambda: self.history(op.type) if self.ranker else ())
 
 
 def tune(
@@ -151,6 +164,7 @@ def tune(
     max_reduction_ratio: float | None = MAX_REDUCTION_RATIO,
     distance_weight: float = DISTANCE_WEIGHT,
     function_trials: int | None = None,
+    polish: bool = True,
 ) -> TuneReport:
     """Tune ``opset`` into ``database`` by reuse; return a report of every operator (bridges too).
 
@@ -162,11 +176,10 @@ def tune(
     time (:func:`tuner.ranked.resolve_top_k`; None: every candidate, as in the paper); ``finalists``: see
     :mod:`tuner.finalists` (0: every reuse candidate timed in full; with method eto, roots' too).
     ``max_reduction_ratio`` (None: no cap) and ``distance_weight``: see :func:`eto.plan.plan_operator_set`;
-    ``hot_share``/``hot_factor``, ``evolve_trials``, ``method``, ``function_trials``: see the module doc.
+    ``hot_share``/``hot_factor``, ``evolve_trials``, ``polish``, ``method``, ``function_trials``: see the module doc.
     Given several measurers (one per RPC device), independent subtrees of the plan are tuned concurrently.
     """
     from tuner.cost_model import LearnedRanker
-    from tuner.measure import MeasureConfig, Measurer
     from tuner.topk import DEFAULT_K
 
     _check_options(trials=trials, evolve_trials=evolve_trials, hot_share=hot_share, hot_factor=hot_factor,
@@ -181,7 +194,7 @@ def tune(
                dict(num_trials_per_iter=num_trials_per_iter, seed=seed, on_batch=on_batch, strategy=search,
                     finalists=finalists if method == "eto" else 0, short_builds=method == "eto"),
                ranker=LearnedRanker(target) if top_k is not None and method == "eto" else None, top_k=top_k,
-               finalists=finalists, derive="reuse" if method == "eto" else "topk")
+               finalists=finalists, derive="reuse" if method == "eto" else "topk", polish=polish and method == "eto")
     wall_start = time.time()
     kill_point("plan.before")
     if method == "st":
@@ -190,11 +203,9 @@ def tune(
         planned = plan_operator_set(opset, budget=budget, bridges=bridges, solver=solver, database=database,
                                     target=target, cost=cost, hot=hot, hot_budget=round(budget * hot_factor),
                                     strategy=strategy, top_k=top_k, max_reduction_ratio=max_reduction_ratio,
-                                    distance_weight=distance_weight)
+                                    distance_weight=distance_weight, polish=run.polish)
     kill_point("plan.after")
-    measurers = list(measurer) if isinstance(measurer, (list, tuple)) else [measurer or Measurer.local(MeasureConfig())]
-    if not measurers:
-        raise ValueError("no measurers given")
+    measurers = _measurers(measurer)
     try:
         planned, estimated = _tune_multi_sketch_kinds_first(planned, run, measurers[0])
         _tune_plan(planned, run, measurers)
@@ -205,6 +216,16 @@ def tune(
     kill_point("tune.end")
     return _report(opset, planned, run, wall_start, (estimated[0] + planned.plan.total_cost,
                    estimated[1] + planned.total_candidates), time.perf_counter() - start)
+
+
+def _measurers(measurer: "Measurer | Sequence[Measurer] | None") -> list["Measurer"]:
+    """The run's measurers: those given (one per RPC device), else a local one of our own."""
+    from tuner.measure import MeasureConfig, Measurer
+
+    measurers = list(measurer) if isinstance(measurer, (list, tuple)) else [measurer or Measurer.local(MeasureConfig())]
+    if not measurers:
+        raise ValueError("no measurers given")
+    return measurers
 
 
 def _tune_functions(opset: OperatorSet, run: _Run, measurer: "Measurer", trials: int) -> None:
@@ -283,6 +304,7 @@ def _tune_plan(planned: OperatorPlan, run: _Run, measurers: Sequence["Measurer"]
 
     progress = SetProgress({n: plan.edge_costs[(plan.parent[n], n)] for n in plan.order}, run.say,
                            done=[n for n in plan.order if run.database.attempted(ops[n], run.target)])
+    run.polish_roots([ops[n] for n in plan.prior], measurers[0])  # a run killed before a root's polish
 
     def tune_names(names: Sequence[str], m: "Measurer") -> None:
         roots = [n for n in names if plan.parent[n] == ROOT and not run.database.attempted(ops[n], run.target)]
@@ -433,7 +455,7 @@ def _commit_reuse(alpha: Operator, beta: Operator, res: "ReuseResult", run: _Run
         new = [r for r in ev.records if str(r.trace) not in known]
         reuse_s = found = float("inf")
         if new:  # which is better is decided side by side, not by two runs' own records
-            records, new, reuse_s, found = _side_by_side(records, new, run.target, measurer)
+            records, new, reuse_s, found = side_by_side(records, new, run.target, measurer)
         records += new
         feats += [None] * len(new)
         candidates, seconds = candidates + ev.candidates, seconds + ev.seconds
@@ -458,30 +480,6 @@ def _commit_reuse(alpha: Operator, beta: Operator, res: "ReuseResult", run: _Run
     run.say(f"reuse: {alpha.name} <- {beta.name}: {res.candidates} candidates"
             f"{f' (estimated {est or 0:.0f})' if est_s is not None else ''}, {res.seconds:.1f} s"
             f"{f' (estimated {est_s:.1f} s)' if est_s is not None else ''}, {res.latency_s * 1e6:.1f} us{failed}")
-
-
-def _side_by_side(reuse: list, evolve: list, target, measurer: "Measurer") -> tuple[list, list, float, float]:
-    """Both searches' records on one scale: their best programs re-measured in interleaved rounds.
-
-    Each side's recorded run times are multiplied by its best's re-measured / recorded ratio, so the
-    database's best (the lowest stored time) is the program that won side by side, and the order
-    within each search is kept. Returns both lists and the two re-measured latencies.
-    """
-    from tvm.s_tir.meta_schedule.database import TuningRecord
-
-    from tuner.apply import scheduled_module
-    from tuner.trajectory import median_secs
-
-    sa, sb = measurer.remeasure([scheduled_module(reuse[0]), scheduled_module(evolve[0])], target)
-
-    def rescaled(records: list, secs: float) -> list:
-        if not secs < float("inf"):
-            return records
-        f = secs / median_secs(records[0].run_secs)
-        return [TuningRecord(r.trace, r.workload, [float(t) * f for t in r.run_secs], r.target, r.args_info)
-                for r in records]
-
-    return rescaled(reuse, sa), rescaled(evolve, sb), sa, sb
 
 
 def _evolve(alpha: Operator, reused: "ReuseResult", run: _Run, measurer: "Measurer"):

@@ -252,6 +252,7 @@ def plan_operator_set(
     time_model: TimeModel | None = None,
     max_reduction_ratio: float | None = MAX_REDUCTION_RATIO,
     distance_weight: float = DISTANCE_WEIGHT,
+    polish: bool = True,
 ) -> OperatorPlan:
     """Select reuse pairs for ``opset``; operators already in ``database`` for ``target`` are free roots.
 
@@ -267,6 +268,8 @@ def plan_operator_set(
     ``max_reduction_ratio``: no reuse edge where α's reduction grows more (:func:`reduction_ratio`;
     None: no cap). ``distance_weight``: the selection's preference for near sources
     (:data:`DISTANCE_WEIGHT`; 0: by cost alone, as in the paper); the plan's costs stay estimated seconds.
+    ``polish``: each root edge costs a self-reuse too, as the pipeline polishes its roots (:mod:`eto.polish`;
+    False: the backend's budget alone, as in the paper).
     """
     if budget < 1:
         raise ValueError(f"budget must be positive, got {budget}")
@@ -297,7 +300,7 @@ def plan_operator_set(
     relaxed: set[str] = set()  # minor roots the cap is doubled for (read by ``edge`` at each call)
     capped: set[str] = set()  # operators that lost a reuse edge to the cap (written by ``edge``)
     edge, root, estimates = _seconds(cost_fn, tm, hot_names, float(budget), float(hot_budget or budget),
-                                     max_reduction_ratio, relaxed, capped)
+                                     max_reduction_ratio, relaxed, capped, polish)
     plan = select_reuse_pairs(nodes, cost_fn=edge, backend_cost=root, bridges=bridges, solver=solver,
                               sketch_check=lambda b: catalogue(b) is not None, time_limit=time_limit,
                               preference=distance_preference(distance_weight) if distance_weight else None)
@@ -436,13 +439,13 @@ def minor_roots(plan: Plan, capped: Collection[str], share: float = MINOR_SHARE)
 
 def _seconds(candidates: Callable[[LoopNestOp, LoopNestOp], float], tm: TimeModel, hot_names: set[str],
              budget: float, hot_budget: float, max_reduction_ratio: float | None = MAX_REDUCTION_RATIO,
-             relaxed: Collection[str] = (), capped: set[str] | None = None):
+             relaxed: Collection[str] = (), capped: set[str] | None = None, polish: bool = False):
     """Edge and root costs in seconds, recording each edge's candidates as the selector asks.
 
     A reuse never costs more than tuning α with the backend; hot operators are never derived by reuse.
     Both grow with α's size (its loop nest's FLOPs), as the time model says. ``relaxed``: operators
     whose reduction cap is doubled (:func:`minor_roots`; read at each call); ``capped`` collects the
-    operators that lost an edge to the cap.
+    operators that lost an edge to the cap. ``polish``: a root costs its self-reuse's estimate too.
     """
     from selector import ROOT
 
@@ -465,9 +468,10 @@ def _seconds(candidates: Callable[[LoopNestOp, LoopNestOp], float], tm: TimeMode
         return min(tm.backend_seconds(budget, g), tm.reuse_seconds(c, g))
 
     def root(op: LoopNestOp) -> float:
-        trials = hot_budget if op.name in hot_names else budget
-        estimates[(ROOT, op.name)] = trials
-        return tm.backend_seconds(trials, gflops(op))
+        trials, g = hot_budget if op.name in hot_names else budget, gflops(op)
+        c = tm.reuse_candidates(float(candidates(op, op))) if polish else 0.0
+        estimates[(ROOT, op.name)] = trials + c
+        return tm.backend_seconds(trials, g) + (tm.reuse_seconds(c, g) if polish else 0.0)
 
     if hasattr(candidates, "prefetch"):  # the estimator works in a batch (see selector.CostFn)
         edge.prefetch = lambda pairs: candidates.prefetch(  # type: ignore[attr-defined]

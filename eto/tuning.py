@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Literal, Mapping, Sequence
 from tuner.faults import kill_point
 from tuner.trajectory import median_secs
 
-from .database import Database
+from .database import POLISH, Database
 from .target import target_key
 from .operators import Operator
 from .opsets import OperatorEntry, OperatorSet
@@ -77,20 +77,26 @@ class TuneReport:
 
 
 def report_row(entry: OperatorEntry, db: Database, target: "Target", status: str) -> OperatorReport:
-    """The operator's row as the database has it now: its best program, or its last failed result."""
+    """The operator's row as the database has it now: its best program, or its last failed result.
+    A polished root's row counts its backend search and its polish (:mod:`eto.polish`)."""
     best = db.best(entry.op, target)
     tk = target_key(target)
-    result = next((r for r in reversed(db.results())
-                   if r.get("op_key") == entry.op.key and r.get("target") == tk), None)
+    mine = [r for r in db.results() if r.get("op_key") == entry.op.key and r.get("target") == tk]
+    result = mine[-1] if mine else None
     if best is None:
         return OperatorReport(entry.op.name, entry.op.key, entry.frequency, "failed",
                               (result or {}).get("method", "backend"), None,
                               int((result or {}).get("candidates", 0)), float((result or {}).get("seconds", 0.0)),
                               None, None, (result or {}).get("error") or "no valid program found")
-    est = next((r for r in reversed(db.results()) if r.get("op_key") == entry.op.key and r.get("target") == tk
-                and any(e["line"] == best.line for e in r.get("records", ()))), {})
+    est = next((r for r in reversed(mine) if any(e["line"] == best.line for e in r.get("records", ()))), {})
+    candidates, seconds = best.candidates, best.seconds
+    steps = [next((r for r in reversed(mine) if r.get("method") == m), None) for m in ("backend", POLISH)]
+    if all(steps):  # the backend's result holds the plan's estimate of both
+        candidates, seconds = (sum(int(r.get("candidates", 0)) for r in steps),
+                               sum(float(r.get("seconds", 0.0)) for r in steps))
+        est = steps[0]
     return OperatorReport(entry.op.name, entry.op.key, entry.frequency, status, best.method, best.source,
-                          best.candidates, best.seconds, best.latency_s, best.gflops,
+                          candidates, seconds, best.latency_s, best.gflops,
                           estimated_candidates=est.get("estimate"), estimated_seconds=est.get("estimated_seconds"))
 
 

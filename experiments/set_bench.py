@@ -75,6 +75,8 @@ VARIANTS = {"plain": {}, "hot": {"hot_share": 0.3, "hot_factor": 1.5}, "evolve":
             "nocap": {"max_reduction_ratio": None},
             # the plan by cost alone, without its preference for near sources (eto.plan.DISTANCE_WEIGHT)
             "nodistance": {"distance_weight": 0.0},
+            # the roots as MetaSchedule leaves them, not polished by a self-reuse (eto.polish)
+            "nopolish": {"polish": False},
             # the paper's BShape cost (all blocks' cache-line requests) instead of the per-core one
             "paperbshape": {"env": {"ETO_CPU_CACHE_BYTES": "0"}},
             # finalists and backend roots timed in two runner processes (default: the measurer's alone)
@@ -314,6 +316,17 @@ def reuse_rows(db, target) -> list[dict]:
     return rows
 
 
+def polish_rows(db, target) -> list[dict]:
+    """Per polished root (eto.polish): what the polish measured and cost, and its side-by-side gain."""
+    from eto.target import target_key
+
+    tk = target_key(target)
+    return [{"op": r["op_key"], "candidates": r["candidates"], "seconds": r["seconds"],
+             "gain": r["polish"]["backend_latency_s"] / r["polish"]["polished_latency_s"]
+             if r["polish"]["polished_latency_s"] > 0 else None}
+            for r in db.results() if r.get("target") == tk and r.get("method") == "polish" and r.get("polish")]
+
+
 def estimator_summary(rows: list[dict]) -> dict:
     """Mean actual/estimate ratios (candidates; seconds where estimated) over ``rows``."""
     cand = [r["actual_over_estimate"] for r in rows if r["actual_over_estimate"] is not None]
@@ -364,6 +377,8 @@ def seed_summary(group: dict, folder: str, progs: dict, lat: dict, opset, target
         "eto_estimated_candidates": runs[ETO]["report"].get("estimated_candidates"),
         "eto_estimated_seconds": runs[ETO]["report"].get("estimated_seconds"),
         "estimator": {m: {**estimator_summary(rows), "rows": rows} for m, rows in est.items()},
+        "polish": {m: polish_rows(Database(os.path.join(folder, m), readonly=True), target)
+                   for m in runs if m != MS},
         "per_operator": [{"op": e.op.name, "frequency": e.frequency, **{f"{m}_latency_s": lat[m][i] for m in runs},
                           "eto_method": getattr(progs[ETO][i], "method", None),
                           "eto_source": getattr(progs[ETO][i], "source", None)} for i, e in enumerate(opset)],

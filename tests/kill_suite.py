@@ -13,8 +13,9 @@ workers die with it) that runs the pipeline (`eto tune`'s job, :func:`eto.pipeli
 fast measurement setting, so a case costs a few seconds, not a fresh interpreter. After each kill
 the database must load in eto; the rerun must exit 0 without redoing finished work; afterwards
 the database must load in eto and in MetaSchedule's ``JSONDatabase``, every result committed
-before the kill must still be there, every operator must have exactly one result, and no root
-may have measured more than one batch beyond its budget.
+before the kill must still be there, every operator must have exactly one result (the root one
+more: its polish, :mod:`eto.polish`, whose kill points are the reuse search's), and no root may
+have measured more than one batch beyond its budget.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ TRIALS, BATCH = 4, 2
 CASES = [
     "plan.before", "plan.after", "backend.built", "backend.ran", "backend.measured", "backend.checkpointed",
     "backend.checkpointed:2", "backend.result", "reuse.start", "reuse.measured", "reuse.checkpointed",
-    "reuse.result", "gate.check", "gate.check:2", "db.workload", "db.records", "db.records:2", "db.meta",
+    "reuse.checkpointed:3", "reuse.result", "reuse.result:2", "gate.check", "gate.check:2", "db.workload", "db.records", "db.records:2", "db.meta",
     "db.meta:2", "db.progress", "db.progress:3", "db.torn", "db.torn:4", "between.operators", "tune.end",
 ]
 #: The suite's share in CI (a case costs about 25 s on 2 cores): a kill inside each stage (plan,
@@ -86,8 +87,13 @@ def _snapshot(db_dir: Path) -> dict:
     db = Database(db_dir, readonly=True) if db_dir.exists() else None
     if db is None:
         return {"results": {}, "problems": [], "batches": 0}
-    return {"results": {r["op_key"]: sorted(round(e["latency_s"], 12) for e in r["records"]) for r in db.results()},
+    return {"results": _results(db),
             "problems": [str(p) for p in db.problems], "batches": len(db._progress)}
+
+
+def _results(db) -> dict:
+    """Each result's record latencies by (operator, method): a polished root has two results."""
+    return {(r["op_key"], r["method"]): sorted(round(e["latency_s"], 12) for e in r["records"]) for r in db.results()}
 
 
 def run_case(root: Path, set_file: Path, ops: list, kill_at: str) -> dict:
@@ -116,17 +122,18 @@ def run_case(root: Path, set_file: Path, ops: list, kill_at: str) -> dict:
     target = parse_target("cpu")
     for op in ops:
         if db_k is not None:
-            durable[op.key] = (db_k.progress(op, target).trials, db_k.progress(op, target, "reuse").trials,
-                               len(db_k.progress(op, target, "reuse").latencies))
+            durable[op.key] = {m: len(db_k.progress(op, target, m).latencies) for m in ("reuse", "polish")}
     status = _child(db_dir, set_file, None)
     if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
         failures.append(f"rerun failed (status {status})")
     after = Database(db_dir)
-    keys = Counter(r["op_key"] for r in after.results())
-    if sorted(keys) != sorted(op.key for op in ops) or any(n != 1 for n in keys.values()):
-        failures.append(f"results per operator: {dict(keys)}")
+    keys = Counter(r["op_key"] for r in after.results() if r["method"] != "polish")
+    polished = Counter(r["op_key"] for r in after.results() if r["method"] == "polish")
+    roots = {r["op_key"] for r in after.results() if r["method"] == "backend"}
+    if sorted(keys) != sorted(op.key for op in ops) or any(n != 1 for n in keys.values()) or polished != Counter(roots):
+        failures.append(f"results per operator: {dict(keys)}, polish results {dict(polished)}")
     lost = 0
-    now = {r["op_key"]: sorted(round(e["latency_s"], 12) for e in r["records"]) for r in after.results()}
+    now = _results(after)
     for key, lats in before["results"].items():
         if now.get(key) != lats:
             lost += len(lats)
@@ -138,9 +145,11 @@ def run_case(root: Path, set_file: Path, ops: list, kill_at: str) -> dict:
             redone = max(redone, over)
             if not 0 <= over < BATCH:
                 failures.append(f"{r['op_key']}: {r['candidates']} backend trials for a budget of {TRIALS}")
-        resumed = durable.get(r["op_key"], (0, 0, 0))[2]
-        if r["method"] == "reuse" and r["op_key"] not in before["results"] and r.get("resumed_after", 0) != resumed:
-            failures.append(f"{r['op_key']}: reuse resumed after {r.get('resumed_after', 0)}, {resumed} were durable")
+        resumed = durable.get(r["op_key"], {}).get(r["method"], 0)
+        if (r["method"] in ("reuse", "polish") and (r["op_key"], r["method"]) not in before["results"]
+                and r.get("resumed_after", 0) != resumed):
+            failures.append(f"{r['op_key']}: {r['method']} resumed after {r.get('resumed_after', 0)}, "
+                            f"{resumed} were durable")
     ms_records = len(ms.database.JSONDatabase(work_dir=str(db_dir)).get_all_tuning_records())
     if ms_records != len(after.programs()) + len(after.orphans):
         failures.append(f"MetaSchedule reads {ms_records} records, eto {len(after.programs())} + orphans")

@@ -56,12 +56,13 @@ def test_eto_tune_reuses_and_every_program_matches_numpy(capsys, tmp_path):
     report = json.loads(out)
     rows = {r["key"]: r for r in report["operators"]}
     assert set(rows) == {e.op.key for e in CI_SET}
-    methods = sorted(r["method"] for r in rows.values())
-    assert methods == ["backend", "backend", "reuse", "reuse"]  # one root per kind, the rest by reuse
+    # one root per kind (its best program the backend's or its polish's), the rest by reuse
+    kinds = sorted("root" if r["method"] in ("backend", "polish") else r["method"] for r in rows.values())
+    assert kinds == ["reuse", "reuse", "root", "root"]
     for r in rows.values():
         assert r["status"] == "tuned" and r["latency_s"] > 0
         if r["method"] == "reuse":
-            assert r["source"] in rows and rows[r["source"]]["method"] in ("backend", "reuse")
+            assert r["source"] in rows and rows[r["source"]]["method"] in ("backend", "polish", "reuse")
             assert 0 < r["candidates"] < 100
     assert report["estimated_candidates"] > 0
     # the report's latencies are the fastest stored programs, weighted by the set's frequencies
@@ -104,6 +105,47 @@ def test_eto_tune_reuses_and_every_program_matches_numpy(capsys, tmp_path):
     assert code == 0, err
     assert {r["status"] for r in json.loads(out)["operators"]} == {"cached"}
     assert len(Database(db_dir).results()) == results
+
+
+def test_roots_are_polished_and_a_root_left_unpolished_by_a_kill_is_polished_next(tmp_path):
+    """A plan root's program is polished by a self-reuse (eto.polish): its row counts both searches,
+    the polish's records sit on the backend's scale (the database's best is the program that won side
+    by side), and a root whose run stopped before its polish is polished by the next run, not tuned
+    again; a program tuned outside a plan (MetaSchedule's own run) is never polished."""
+    from eto.pipeline import tune
+    from eto.polish import needs_polish
+    from eto.tuning import tune_with_backend
+    from tuner.backend import light_search
+
+    target = parse_target("cpu")
+    op = Operator.create("BMM", B=2, M=32, N=32, K=32)
+    one = OperatorSet.from_layers("one", [op])
+    kw = dict(trials=8, num_trials_per_iter=8, seed=0)
+    db = Database(tmp_path / "killed")  # the root's backend result, with the plan's estimate, then the kill
+    tune_with_backend([op], target, db, strategy=light_search(), extra={op: {"estimated_seconds": 5.0}}, **kw)
+    assert needs_polish(db, op, target)
+    (row,) = tune(one, target, db, search=light_search(), bridges="none", **kw).rows
+    backend, polish = db.results()
+    assert (backend["method"], polish["method"]) == ("backend", "polish") and not needs_polish(db, op, target)
+    assert polish["candidates"] > 0 and polish["source"] == op.key
+    assert row.candidates == backend["candidates"] + polish["candidates"]
+    assert row.seconds == pytest.approx(backend["seconds"] + polish["seconds"])
+    side = polish["polish"]  # both best programs re-measured side by side; the polish's moved to the backend's scale
+    best_backend, best_polish = (min(e["latency_s"] for e in r["records"]) for r in (backend, polish))
+    assert best_polish == pytest.approx(side["polished_latency_s"] * best_backend / side["backend_latency_s"])
+    assert side["improved"] == (best_polish < best_backend)
+    assert row.latency_s == min(best_backend, best_polish)
+    assert row.method == ("polish" if side["improved"] else "backend")
+    assert check_record(op, db.best(op, target).tuning_record, target).ok
+
+    ms_db = Database(tmp_path / "metaschedule")
+    tune_with_backend([op], target, ms_db, strategy=light_search(), **kw)
+    assert not needs_polish(ms_db, op, target)
+    tune(one, target, ms_db, search=light_search(), bridges="none", **kw)
+    assert [r["method"] for r in ms_db.results()] == ["backend"]
+    off = Database(tmp_path / "off")
+    tune(one, target, off, search=light_search(), bridges="none", polish=False, **kw)
+    assert [r["method"] for r in off.results()] == ["backend"]
 
 
 def test_prior_database_operators_are_free_reuse_sources(tmp_path):

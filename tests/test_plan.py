@@ -131,8 +131,12 @@ def test_plan_with_the_tuners_trial_estimator(capsys, strategy):
         assert ranked < estimate_trials("cpu", nest(ops[c]), nest(ops[p]), samples=8, strategy=strategy,
                                         **limits).mean
     roots = [c for p, c, _ in d["edge_costs"] if p == "root"]
-    assert all(candidates[("root", c)] == 1000 for c in roots)
-    assert d["total_cost"] == pytest.approx(sum(backend(1000, ops[c].flops / 1e9) for c in roots)
+    # a root: the backend's budget, then its polish (eto.polish), estimated as a reuse from itself
+    polish = {c: estimate_trials("cpu", nest(ops[c]), nest(ops[c]), samples=8, strategy=strategy,
+                                 top_k=DEFAULT_TOP_K, **limits).mean + leads(ops[c], ops[c]) for c in roots}
+    assert all(candidates[("root", c)] == pytest.approx(1000 + polish[c]) for c in roots)
+    assert d["total_cost"] == pytest.approx(sum(backend(1000, ops[c].flops / 1e9)
+                                                + reuse_line(polish[c], ops[c].flops / 1e9) for c in roots)
                                             + sum(cost for _, _, cost in reuse))
 
 
@@ -153,7 +157,8 @@ def test_hot_operators_are_backend_roots_with_extra_budget():
 
     plain = plan_operator_set(opset, budget=1000, bridges="none", cost="analytic")
     assert list(plain.plan.parent.values()).count("root") == 1  # reuse is cheaper than the backend
-    hot = plan_operator_set(opset, budget=1000, bridges="none", hot={small}, hot_budget=2000, cost="analytic")
+    hot = plan_operator_set(opset, budget=1000, bridges="none", hot={small}, hot_budget=2000, cost="analytic",
+                            polish=False)  # the backend's budget alone (a polish is costed as in the test below)
     assert hot.plan.parent["BMM[2,32,32,16]"] == "root"
     assert hot.candidates("root", "BMM[2,32,32,16]") == 2000
     assert hot.plan.total_cost == pytest.approx(hot.time_model.backend_seconds(2000, small.flops / 1e9)
@@ -289,7 +294,8 @@ def test_the_plan_roots_the_operator_whose_backend_trials_are_cheap():
     tm = TimeModel(Line(0.0, 0.7, 2.0), Line(4.0, 0.45, 0.4))
     for order in ((big, small), (small, big)):
         opset = OperatorSet("s", tuple(OperatorEntry(op, 1) for op in order))
-        planned = plan_operator_set(opset, budget=100, bridges="none", cost_fn=lambda a, b: 20.0, time_model=tm)
+        planned = plan_operator_set(opset, budget=100, bridges="none", cost_fn=lambda a, b: 20.0, time_model=tm,
+                                    polish=False)
         assert planned.plan.parent[small.name] == "root" and planned.plan.parent[big.name] == small.name
         g = big.flops / 1e9
         assert planned.plan.total_cost == pytest.approx(tm.backend_seconds(100, small.flops / 1e9)
@@ -297,8 +303,37 @@ def test_the_plan_roots_the_operator_whose_backend_trials_are_cheap():
     # charged alike (no growth with size), the tie goes either way: the size is what decides
     flat = TimeModel(Line(0.0, 0.7), Line(4.0, 0.45))
     tied = plan_operator_set(OperatorSet("s", (OperatorEntry(big, 1), OperatorEntry(small, 1))), budget=100,
-                             bridges="none", cost_fn=lambda a, b: 20.0, time_model=flat)
+                             bridges="none", cost_fn=lambda a, b: 20.0, time_model=flat, polish=False)
     assert tied.plan.total_cost == pytest.approx(70 + 4 + 0.45 * 20)
+
+
+def test_a_polished_root_costs_its_backend_budget_and_a_self_reuse():
+    """With ``polish`` (the pipeline's default) a root edge costs the backend's trials plus the
+    self-reuse that polishes the root (eto.polish), estimated like any reuse: α = β."""
+    from eto.operators import Operator
+    from eto.opsets import OperatorEntry, OperatorSet
+    from eto.plan import plan_operator_set
+    from eto.time_model import Line, TimeModel
+
+    small = Operator.create("BMM", B=1, M=128, N=128, K=64)
+    big = Operator.create("BMM", B=1, M=128, N=3072, K=256)
+    tm = TimeModel(Line(0.0, 0.7, 2.0), Line(4.0, 0.45, 0.4))
+    asked = []
+
+    def cost(a, b):
+        asked.append((a.name, b.name))
+        return 12.0 if a.name == b.name else 20.0
+
+    opset = OperatorSet("s", (OperatorEntry(small, 1), OperatorEntry(big, 1)))
+    plain = plan_operator_set(opset, budget=100, bridges="none", cost_fn=cost, time_model=tm, polish=False)
+    assert all(a != b for a, b in asked)  # without polish no self-reuse is costed
+    planned = plan_operator_set(opset, budget=100, bridges="none", cost_fn=cost, time_model=tm)
+    assert planned.plan.parent == plain.plan.parent == {small.name: "root", big.name: small.name}
+    g = small.flops / 1e9
+    assert planned.plan.edge_costs[("root", small.name)] == pytest.approx(
+        tm.backend_seconds(100, g) + tm.reuse_seconds(tm.reuse_candidates(12.0), g))
+    assert planned.candidates("root", small.name) == pytest.approx(100 + tm.reuse_candidates(12.0))
+    assert planned.plan.total_cost == pytest.approx(plain.plan.total_cost + tm.reuse_seconds(12.0, g))
 
 
 def test_no_reuse_edge_grows_the_reduction_past_the_cap(capsys):

@@ -37,6 +37,9 @@ def add_strategy_option(p: argparse.ArgumentParser, *, suffix: str = "") -> None
                    help=f"plan: a reuse edge weighs 1 + W * (its loops' summed |log| extent ratios) times its "
                         f"seconds in the selection, so that of two sources of about the same cost the near one "
                         f"is taken (default {DISTANCE_WEIGHT:g}; 0: cost alone, as in the paper)" + suffix)
+    p.add_argument("--no-polish", dest="polish", action="store_false",
+                   help="do not polish each backend root's program by a self-reuse before its subtree derives "
+                        "from it (beyond the paper, on by default); plans cost the same" + suffix)
 
 
 def max_reduction_ratio_of(args: argparse.Namespace) -> float | None:
@@ -119,7 +122,7 @@ def _plan(args: argparse.Namespace) -> int:
                                    database=db, target=target, time_limit=args.time_limit, cost=args.cost,
                                    strategy=args.strategy, top_k=top_k_of(args),
                                    max_reduction_ratio=max_reduction_ratio_of(args),
-                                   distance_weight=distance_weight_of(args))
+                                   distance_weight=distance_weight_of(args), polish=args.polish)
     if args.json:
         print(json.dumps(result.to_json(), indent=1))
     else:
