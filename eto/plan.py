@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Collection, Iterable, Literal, Mapping, Sequence
 
 from selector import (SIMILARITY_THRESHOLD, LoopNestOp, Plan, distance_preference, replan, select_reuse_pairs,
@@ -118,6 +118,8 @@ class OperatorPlan:
     time_model: TimeModel | None = field(default=None, compare=False)
     #: (parent, child) -> estimated candidates, for every edge the selector costed
     estimates: Mapping[tuple[str, str], float] = field(default_factory=dict, compare=False, repr=False)
+    #: each set operator's seconds with the backend alone: the plan's baseline (MetaSchedule's cost: no polish)
+    backend_alone: Mapping[str, float] = field(default_factory=dict, compare=False, repr=False)
 
     def candidates(self, parent: str, child: str) -> float | None:
         """The estimated candidates of an edge (root edges: the backend budget), None if never costed."""
@@ -143,9 +145,16 @@ class OperatorPlan:
 
         They become zero-cost roots and their kinds get estimated reuse costs (section 6.1).
         """
-        plan = replan(self.plan, tuned=tuned)
+        plan = _baseline(replan(self.plan, tuned=tuned), self.backend_alone)
         return OperatorPlan(plan, _with_bridges(self.operators, plan, self.bridges), self.bridges, self.time_model,
-                            self.estimates)
+                            self.estimates, self.backend_alone)
+
+
+def _baseline(plan: Plan, alone: Mapping[str, float]) -> Plan:
+    """``plan`` with its baseline the backend alone on the set's operators not yet tuned (``alone``:
+    seconds per operator): the selector's sums the root edges, which include the roots' polish."""
+    prior = set(plan.prior)
+    return replace(plan, baseline_cost=math.fsum(s for n, s in alone.items() if n not in prior))
 
 
 def _with_bridges(operators: Mapping[str, Operator], plan: Plan, bridges: BridgeCatalogue | None) -> dict:
@@ -308,7 +317,9 @@ def plan_operator_set(
         relaxed |= minor_roots(plan, capped)
         if relaxed:  # the same request; its edge costs now admit them (kept for later replans)
             plan = replan(plan)
-    return OperatorPlan(plan, _with_bridges(names, plan, catalogue), catalogue, tm, estimates)
+    alone = {n.name: tm.backend_seconds((hot_budget or budget) if n.name in hot_names else budget, gflops(n))
+             for n in nodes if not n.tuned and n.name in names}
+    return OperatorPlan(_baseline(plan, alone), _with_bridges(names, plan, catalogue), catalogue, tm, estimates, alone)
 
 
 def plan_selective(opset: OperatorSet, *, budget: int, k: int, database: "Database | None" = None, target=None,

@@ -207,7 +207,7 @@ def fit_time_model(results: Iterable[dict], kind: str, *, defaults: tuple[Line, 
     d_backend, d_reuse = defaults or DEFAULTS.get(kind, DEFAULTS["cpu"])
     rows = list(results)
     backend = [p for r in rows if r.get("method") == "backend" and (p := _point(r))]
-    reuse = [p for r in rows if r.get("method") == "reuse" and (p := _point(r))]
+    reuse = [p for r in rows if r.get("method") in ("reuse", "polish") and (p := _point(r))]  # a polish is a reuse
     # the estimator's own count: a stored estimate was already scaled by the plan's count_scale
     planned = [(p[0], r["estimate"] / r.get("count_scale", 1.0)) for r in rows
                if r.get("method") == "reuse" and _number(r.get("estimate")) and _number(r.get("count_scale", 1.0))

@@ -334,6 +334,9 @@ def test_a_polished_root_costs_its_backend_budget_and_a_self_reuse():
         tm.backend_seconds(100, g) + tm.reuse_seconds(tm.reuse_candidates(12.0), g))
     assert planned.candidates("root", small.name) == pytest.approx(100 + tm.reuse_candidates(12.0))
     assert planned.plan.total_cost == pytest.approx(plain.plan.total_cost + tm.reuse_seconds(12.0, g))
+    # the baseline stays MetaSchedule's: every operator with the backend's budget, no polish
+    assert planned.plan.baseline_cost == pytest.approx(plain.plan.baseline_cost) == pytest.approx(
+        tm.backend_seconds(100, g) + tm.backend_seconds(100, big.flops / 1e9))
 
 
 def test_no_reuse_edge_grows_the_reduction_past_the_cap(capsys):

@@ -62,6 +62,12 @@ def test_time_model_learns_from_the_targets_results_only(tmp_path):
     per = 300 / (100 * (1 + k * gf[0]) + 300 * (1 + k * gf[1]))
     assert tm.backend_seconds(100, gf[0]) == pytest.approx(100 * per * (1 + k * gf[0]))
     assert (tm.reuse.fixed, tm.reuse.per) == (pytest.approx(3.0), pytest.approx(0.5))
+    polished = Database(tmp_path / "polished")  # a root's polish (eto.polish) is a reuse search: it teaches that line
+    for i, op in enumerate(ops[2:]):
+        n = 8 + 4 * i
+        polished.commit(op, cpu, make_records(op, [[1e-3]], cpu), method="polish", candidates=n, seconds=2.0 + 0.25 * n)
+    fitted = learn_time_model(polished, cpu, "cpu").reuse
+    assert (fitted.fixed, fitted.per) == (pytest.approx(2.0), pytest.approx(0.25))
     other = parse_target('{"kind": "llvm", "mcpu": "skylake", "num-cores": 2}')
     assert learn_time_model(db, other, "cpu").reuse == DEFAULTS["cpu"][1]
     assert learn_time_model(db, other, "cpu").count_scale == 1.0
