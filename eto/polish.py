@@ -3,9 +3,9 @@
 Every operator of a plan's subtree derives from its root's best program, so MetaSchedule's luck on
 the root is inherited by the whole subtree. Over the set benchmarks of stops 45-62, eto's BERT-Base
 root (the same operator, search and budget as in MetaSchedule's own run of the set) reached a
-median 0.92 of MetaSchedule's throughput there, and 0.55-0.78 in its worst quarter: MetaSchedule
-tunes the whole set with one cost model, trained on every task's measurements, while eto's root is
-searched alone. The reuse tuner's B/T/M search from the root's own best program (α = β: round T's
+median 0.92 of MetaSchedule's throughput there, and 0.55-0.78 in its worst quarter (likely, not
+measured apart: MetaSchedule tunes the whole set with one cost model trained on every task's
+measurements, eto's root is searched alone). The reuse tuner's B/T/M search from the root's own best program (α = β: round T's
 kept and grown tiles with the runner-ups' inner tiles, the register and panel leads, then M and
 unroll) is a local search that MetaSchedule's sampling does not make; on that root it measured
 38-55 candidates in 7-11 s and made the program 1.23-1.48x faster (3 seeds at N = 100,
@@ -37,12 +37,13 @@ if TYPE_CHECKING:  # pragma: no cover
 def needs_polish(database: Database, op: Operator, target: "Target") -> bool:
     """Whether ``op`` is a plan root (its backend result carries the plan's estimate) not yet polished:
     a root tuned in this run, or in a run killed between its backend result and its polish. A program
-    imported or tuned outside a plan stays as it is. O(results)."""
+    imported or tuned outside a plan, or by the backend after a failed reuse, stays as it is. O(results)."""
     from .target import target_key
 
     tk = target_key(target)
     mine = [r for r in database.results() if r.get("op_key") == op.key and r.get("target") == tk]
-    return (any(r.get("method") == "backend" and "estimated_seconds" in r and r.get("records") for r in mine)
+    return (any(r.get("method") == "backend" and "estimated_seconds" in r and "fallback" not in r and r.get("records")
+                for r in mine)
             and not any(r.get("method") == POLISH for r in mine))
 
 

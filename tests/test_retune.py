@@ -238,7 +238,7 @@ def test_program_cache_serves_at_once_under_concurrent_requests_and_after_restar
     assert db.attempted(new, "cpu")  # the background tuning's result is in the database
     # reuse or, with only 8 backend trials, the backend when the plan finds it cheaper: either is measured
     methods = sorted(r["method"] for r in db.results() if r["op_key"] == new.key)
-    assert methods in (["instant", "reuse"], ["backend", "instant"]), methods
+    assert methods in (["instant", "reuse"], ["backend", "instant", "polish"]), methods
     restarted = ProgramCache(Database(db_dir), "cpu", tune=False)  # a restart serves the stored best at once
     assert restarted.get(new).program == db.best(new, "cpu")
 
