@@ -93,9 +93,9 @@ def _polish(op: Operator, database: Database, target: "Target", measurer: "Measu
         say(f"polish: {op.name}: {error}; the backend's program stays")
         return
     before, after = measurer.remeasure([scheduled_module(base.tuning_record), scheduled_module(res.record)], target)
-    # on the backend's recorded scale; a polished program that failed now is not kept
-    records = [] if not after < math.inf else rescaled(
-        list(res.records), after * base.latency_s / before if before < math.inf else math.inf)
+    # the polish's times on the backend's recorded scale; a polished program that failed now is not kept
+    f = after * (base.latency_s / before if before < math.inf else 1.0) / res.latency_s
+    records = rescaled(list(res.records), f * res.latency_s) if f < math.inf else []
     kept, checked, wrong = gated(op, records, target, checkable_here(measurer, target))
     wrong = wrong or (None if records else "the polished program failed when re-measured")
     kill_point("reuse.result")
@@ -104,7 +104,8 @@ def _polish(op: Operator, database: Database, target: "Target", measurer: "Measu
                     extra={"polish": {"backend_latency_s": before, "polished_latency_s": after,
                                       "improved": after < before},
                            "rounds": res.rounds, "failed": res.failed, "failures": sorted(set(res.failures)),
-                           "trajectory": [p.to_json() for p in res.trajectory], **checked,
+                           "trajectory": [[t, n, best * f] for t, n, best in (p.to_json() for p in res.trajectory)],
+                           **checked,
                            "phases": {k: round(v, 3) for k, v in res.phases.items()},
                            **({"resumed_after": len(known)} if known else {})})
     say(f"polish: {op.name}: {res.candidates} candidates, {res.seconds:.1f} s; side by side "
