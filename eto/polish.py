@@ -1,15 +1,15 @@
 """Root polish (beyond the paper): a backend root's best program improved by the reuse tuner.
 
 Every operator of a plan's subtree derives from its root's best program, so MetaSchedule's luck on
-the root is inherited by the whole subtree. Over the set benchmarks of stops 45-62, eto's BERT-Base
-root (the same operator, search and budget as in MetaSchedule's own run of the set) reached a
-median 0.92 of MetaSchedule's throughput there, and 0.55-0.78 in its worst quarter (likely, not
-measured apart: MetaSchedule tunes the whole set with one cost model trained on every task's
-measurements, eto's root is searched alone). The reuse tuner's B/T/M search from the root's own best program (α = β: round T's
-kept and grown tiles with the runner-ups' inner tiles, the register and panel leads, then M and
-unroll) is a local search that MetaSchedule's sampling does not make; on that root it measured
-38-55 candidates in 7-11 s and made the program 1.23-1.48x faster (3 seeds at N = 100,
-``experiments/results/polish_roots_*.json``).
+the root is inherited by the whole subtree. Over the 52 CPU seeds of the BERT-Base set benchmark in
+``experiments/results``, eto's root (the same operator, search and budget as in MetaSchedule's own
+run of the set) reached a median 0.92 of MetaSchedule's throughput there, 0.55-0.78 in its worst
+quarter (likely, not measured apart: MetaSchedule tunes the whole set with one cost model trained
+on every task's measurements, eto's root is searched alone). The reuse tuner's B/T/M search from
+the root's own best program (α = β: round T's kept and grown tiles with the runner-ups' inner
+tiles, the register and panel leads, then M and unroll) is a local search that MetaSchedule's
+sampling does not make; on that root it measured 38-55 candidates in 7-11 s and made the program
+1.23-1.48x faster (3 seeds at N = 100, ``experiments/results/polish_roots_*.json``).
 
 The plan counts it: a root edge costs the backend's budget plus a self-reuse's estimate
 (:func:`eto.plan.plan_operator_set`). A polish never ends worse: the root's program leads round T,
