@@ -28,7 +28,9 @@ Two options go beyond the paper, both off by default:
   trained with every candidate the reuse tuner measured; the better of the two is kept.
 
 On by default, also beyond the paper: ``polish`` (:mod:`eto.polish`; method eto only), each backend
-root's program improved by a self-reuse before its subtree derives from it.
+root's program improved by a self-reuse before its subtree derives from it; by default (None) where
+the roots' budget trains the reuse tuner's ranker (``trials`` >= 32): with fewer trials a polish
+would measure every candidate of its rounds, more than the root's own search.
 
 The paper's baselines run on the same pipeline (``method``): ``"topk"`` keeps eto's plan and
 derives each operator by TopK (:mod:`tuner.topk`: the parent's top 3 programs applied, no search)
@@ -164,7 +166,7 @@ def tune(
     max_reduction_ratio: float | None = MAX_REDUCTION_RATIO,
     distance_weight: float = DISTANCE_WEIGHT,
     function_trials: int | None = None,
-    polish: bool = True,
+    polish: bool | None = None,
 ) -> TuneReport:
     """Tune ``opset`` into ``database`` by reuse; return a report of every operator (bridges too).
 
@@ -194,7 +196,8 @@ def tune(
                dict(num_trials_per_iter=num_trials_per_iter, seed=seed, on_batch=on_batch, strategy=search,
                     finalists=finalists if method == "eto" else 0, short_builds=method == "eto"),
                ranker=LearnedRanker(target) if top_k is not None and method == "eto" else None, top_k=top_k,
-               finalists=finalists, derive="reuse" if method == "eto" else "topk", polish=polish and method == "eto")
+               finalists=finalists, derive="reuse" if method == "eto" else "topk",
+               polish=(trials >= LearnedRanker.MIN_SAMPLES if polish is None else polish) and method == "eto")
     wall_start = time.time()
     kill_point("plan.before")
     if method == "st":

@@ -89,7 +89,8 @@ def test_two_writers_on_one_database_tune_each_operator_once(tmp_path):
     keys = [r["op_key"] for r in db.results() if r["method"] != "polish"]
     assert sorted(keys) == sorted(op.key for op in ops)  # each operator exactly once
     roots = sorted(r["op_key"] for r in db.results() if r["method"] == "backend")
-    assert roots and sorted(r["op_key"] for r in db.results() if r["method"] == "polish") == roots  # polished once
+    polished = [r["op_key"] for r in db.results() if r["method"] == "polish"]  # none with 8 trials, by default
+    assert roots and len(set(polished)) == len(polished) and set(polished) <= set(roots)
     statuses = [{r["key"]: r["status"] for r in json.loads(out)["operators"]} for out, _ in outs]
     for op in ops:  # each process's report: tuned where it committed a result (a root's polish may be the
         # other's), else cached (found done)

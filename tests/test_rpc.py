@@ -89,8 +89,9 @@ def test_scale_out_tunes_independent_subtrees_on_two_devices(tmp_path, tracker, 
         "reuse", "reuse", "root", "root"]  # a root's best is the backend's program or its polish's
     db = Database(tmp_path / "db")
     assert sorted(r["op_key"] for r in db.results() if r["method"] != "polish") == sorted(op.key for op in ops)
-    assert sorted(r["op_key"] for r in db.results() if r["method"] == "polish") == sorted(  # each tuned once
-        r["op_key"] for r in db.results() if r["method"] == "backend")  # and each root polished once
+    polished = [r["op_key"] for r in db.results() if r["method"] == "polish"]  # each tuned once, a root polished
+    assert len(set(polished)) == len(polished) and set(polished) <= {  # at most once (not with 8 trials, by default)
+        r["op_key"] for r in db.results() if r["method"] == "backend"}
     # concurrency, from the stored results: each result ran in [commit time - seconds, commit time];
     # a subtree spans its results, and the two subtrees' spans overlap (run one after the other, the
     # second would start after the first's last commit)

@@ -39,7 +39,8 @@ def add_strategy_option(p: argparse.ArgumentParser, *, suffix: str = "") -> None
                         f"is taken (default {DISTANCE_WEIGHT:g}; 0: cost alone, as in the paper)" + suffix)
     p.add_argument("--no-polish", dest="polish", action="store_false",
                    help="do not polish each backend root's program by a self-reuse before its subtree derives "
-                        "from it (beyond the paper, on by default); plans cost the same" + suffix)
+                        "from it (beyond the paper; by default on where the backend budget is >= 32 trials, "
+                        "which trains the reuse tuner's ranker); plans cost the same" + suffix)
 
 
 def max_reduction_ratio_of(args: argparse.Namespace) -> float | None:
@@ -100,6 +101,8 @@ def _plan(args: argparse.Namespace) -> int:
         if args.opset:
             raise CLIError("give either --graph or --opset, not both")
         return _solve_graph(args)
+    from tuner.cost_model import LearnedRanker
+
     from ..plan import plan_operator_set, plan_selective
 
     opset = load_opset(args.opset or "resnet50")
@@ -122,7 +125,8 @@ def _plan(args: argparse.Namespace) -> int:
                                    database=db, target=target, time_limit=args.time_limit, cost=args.cost,
                                    strategy=args.strategy, top_k=top_k_of(args),
                                    max_reduction_ratio=max_reduction_ratio_of(args),
-                                   distance_weight=distance_weight_of(args), polish=args.polish)
+                                   distance_weight=distance_weight_of(args),
+                                   polish=args.polish and args.budget >= LearnedRanker.MIN_SAMPLES)
     if args.json:
         print(json.dumps(result.to_json(), indent=1))
     else:

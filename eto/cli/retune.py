@@ -52,7 +52,7 @@ def _retune(args: argparse.Namespace) -> int:
                     strategy=args.strategy, top_k=top_k_of(args), seed=args.seed,
                     max_reduction_ratio=max_reduction_ratio_of(args), distance_weight=distance_weight_of(args),
                     plan_budget=args.plan_budget, finalists=finalists, function_trials=function_trials,
-                    polish=args.polish)
+                    polish=None if args.polish else False)
     if args.json:
         print(json.dumps(report.to_json(), indent=1))
     else:

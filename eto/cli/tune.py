@@ -116,7 +116,7 @@ def _tune(args: argparse.Namespace) -> int:
     reuse_options = {} if args.method == "ansor" else dict(
         top_k=top_k_of(args), max_reduction_ratio=max_reduction_ratio_of(args),
         distance_weight=distance_weight_of(args), finalists=finalists_of(args),
-        function_trials=function_trials_of(args), polish=args.polish)
+        function_trials=function_trials_of(args), polish=None if args.polish else False)
     paths = args.db or [DEFAULT_DB]
     db = _open_database(paths)
     check_target(db, target, fatal=False)  # its programs are neither sources nor skipped
