@@ -27,10 +27,9 @@ Two options go beyond the paper, both off by default:
   evolutionary search continues for this many trials, its population seeded and its cost model
   trained with every candidate the reuse tuner measured; the better of the two is kept.
 
-On by default, also beyond the paper: ``polish`` (:mod:`eto.polish`; method eto only), each backend
-root's program improved by a self-reuse before its subtree derives from it; by default (None) where
-the roots' budget trains the reuse tuner's ranker (``trials`` >= 32): with fewer trials a polish
-would measure every candidate of its rounds, more than the root's own search.
+Also beyond the paper, ``polish`` (:mod:`eto.polish`; method eto): each backend root's program improved
+by a self-reuse before its subtree derives from it; by default (None) where ``trials`` >= 32 trains the
+ranker (with fewer, a polish would measure every candidate: more than the root's own search).
 
 The paper's baselines run on the same pipeline (``method``): ``"topk"`` keeps eto's plan and
 derives each operator by TopK (:mod:`tuner.topk`: the parent's top 3 programs applied, no search)
