@@ -62,7 +62,8 @@ from .polish import polish_root, side_by_side
 from .plan import (DISTANCE_WEIGHT, MAX_REDUCTION_RATIO, BridgeOption, CostModel, OperatorPlan, hot_operators,
                    plan_operator_set, plan_selective)
 from .target import export_threads, parse_target, target_key
-from .tuning import OperatorReport, SetProgress, TuneReport, checkable_here, gated, report_row, tune_with_backend
+from .tuning import (OperatorReport, SetProgress, TuneReport, checkable_here, features_of, gated, report_row,
+                     tune_with_backend)
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
@@ -272,7 +273,7 @@ def _check_options(*, trials: int, evolve_trials: int, hot_share: float | None, 
 def _estimate(planned: OperatorPlan, name: str) -> dict:
     """The plan's estimate for tuning ``name`` (seconds, candidates), as stored with its result."""
     parent = planned.plan.parent[name]
-    return {"estimate": planned.candidates(parent, name),
+    return {"estimate": planned.candidates(parent, name), **({"root": True} if parent == ROOT else {}),
             "estimated_seconds": planned.plan.edge_costs[(parent, name)],
             "count_scale": planned.time_model.count_scale if planned.time_model else 1.0}
 
@@ -470,10 +471,9 @@ def _commit_reuse(alpha: Operator, beta: Operator, res: "ReuseResult", run: _Run
     failures = sorted(set(res.failures))  # why candidates failed, each reason once
     kept, checked, wrong = gated(alpha, records, run.target, checkable_here(measurer, run.target))
     kill_point("reuse.result")
-    at = {id(r): i for i, r in enumerate(records)}
-    feats = [feats[at[id(r)]] for r in kept]
     run.database.commit(alpha, run.target, kept, method="reuse+evolve" if run.evolve_trials else "reuse",
-                        source=beta, candidates=candidates, seconds=seconds, features=feats, error=wrong,
+                        source=beta, candidates=candidates, seconds=seconds, error=wrong,
+                        features=features_of(kept, records, feats),
                         extra={**estimate, "rounds": res.rounds, "remeasured": res.remeasured, **extra, **checked,
                                "failed": res.failed, "failures": failures, "trajectory": trajectory,
                                "phases": {k: round(v, 3) for k, v in res.phases.items()}})

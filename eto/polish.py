@@ -26,7 +26,7 @@ from tuner.faults import kill_point
 from .database import POLISH, Database
 from .leads import leads
 from .operators import Operator
-from .tuning import checkable_here, gated
+from .tuning import checkable_here, features_of, gated
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
@@ -35,14 +35,15 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def needs_polish(database: Database, op: Operator, target: "Target") -> bool:
-    """Whether ``op`` is a plan root (its backend result carries the plan's estimate) not yet polished:
-    a root tuned in this run, or in a run killed between its backend result and its polish. A program
-    imported or tuned outside a plan, or by the backend after a failed reuse, stays as it is. O(results)."""
+    """Whether ``op`` is a plan root (its backend result is marked ``root`` by the pipeline) not yet
+    polished: a root tuned in this run, or in a run killed between its backend result and its polish.
+    A program imported or tuned outside a plan, or by the backend after a failed reuse, stays as it is.
+    O(results)."""
     from .target import target_key
 
     tk = target_key(target)
     mine = [r for r in database.results() if r.get("op_key") == op.key and r.get("target") == tk]
-    return (any(r.get("method") == "backend" and "estimated_seconds" in r and "fallback" not in r and r.get("records")
+    return (any(r.get("method") == "backend" and r.get("root") and r.get("records")
                 for r in mine)
             and not any(r.get("method") == POLISH for r in mine))
 
@@ -96,11 +97,12 @@ def _polish(op: Operator, database: Database, target: "Target", measurer: "Measu
     # the polish's times on the backend's recorded scale; a polished program that failed now is not kept
     f = after * (base.latency_s / before if before < math.inf else 1.0) / res.latency_s
     records = rescaled(list(res.records), f * res.latency_s) if f < math.inf else []
+    feats = [res.features] + [None] * (len(records) - 1)  # the best's B/T/M, as a reuse stores them
     kept, checked, wrong = gated(op, records, target, checkable_here(measurer, target))
     wrong = wrong or (None if records else "the polished program failed when re-measured")
     kill_point("reuse.result")
     database.commit(op, target, kept, method=POLISH, source=op, candidates=res.candidates,
-                    seconds=res.seconds + prior.seconds, error=wrong,
+                    seconds=res.seconds + prior.seconds, error=wrong, features=features_of(kept, records, feats),
                     extra={"polish": {"backend_latency_s": before, "polished_latency_s": after,
                                       "improved": after < before},
                            "rounds": res.rounds, "failed": res.failed, "failures": sorted(set(res.failures)),

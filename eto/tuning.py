@@ -287,3 +287,9 @@ def gated(op: Operator, records: "Sequence[TuningRecord]", target: "Target",
     if not kept and checked.get("rejected"):
         wrong = f"no program matched the reference ({len(checked['rejected'])} checked): {checked['rejected'][0]['error']}"
     return kept, checked, wrong
+
+
+def features_of(kept: Sequence, records: Sequence, features: Sequence[dict | None]) -> list[dict | None]:
+    """The B/T/M features of ``kept``, a gate's re-sorted subset of ``records`` (matched by identity)."""
+    at = {id(r): i for i, r in enumerate(records)}
+    return [features[at[id(r)]] for r in kept]

@@ -8,7 +8,7 @@ from eto.database import Database
 from eto.operators import Operator
 from eto.target import parse_target
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # build timeouts and cuts are timed
 
 
 @pytest.fixture(scope="module")

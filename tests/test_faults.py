@@ -21,6 +21,7 @@ def test_kill_points_are_inert_unless_named(monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # two shards of its own
 def test_sigkill_at_every_kill_point_loses_nothing(tmp_path):
     from tests.kill_suite import CASES, CI_CASES
 

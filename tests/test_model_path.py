@@ -359,22 +359,25 @@ def test_bench_times_again_in_a_fresh_process_with_the_same_options(monkeypatch,
 
     monkeypatch.setattr(cli_model.subprocess, "run", fake_run)
     args = argparse.Namespace(model="m.pt2", db="DB", target="cpu", rounds=2, processes=3, dim=["s0=64"],
-                              fast_math=True, onnx="m.onnx", ms_trials=8)
+                              fast_math=True, onnx="m.onnx", ms_trials=8,
+                              ms_search="light")
     assert cli_model._bench_elsewhere(args, str(tmp_path), 2) == report
     cmd = seen[0][seen[0].index("bench"):]
     assert cmd == ["bench", "--model", "m.pt2", "--db", "DB", "--target", "cpu", "--rounds", "2", "--processes", "1",
-                   "--json", "--dim=s0=64", "--fast-math", "--onnx", "m.onnx", "--ms-trials", "8", "--ms-work",
-                   str(tmp_path)]
+                   "--json", "--dim=s0=64", "--fast-math", "--onnx", "m.onnx", "--ms-trials", "8", "--ms-search",
+                   "light", "--ms-work", str(tmp_path)]
     with pytest.raises(CLIError, match="timing process 3 of 3 exited 3"):
         cli_model._bench_elsewhere(args, str(tmp_path), 3)
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # eto's build must time faster than the untuned one
 def test_bench_compares_builds_with_pytorch(files, tuned, capsys, tmp_path, monkeypatch):
     path, (db_dir, _) = files["tiny_cnn"], tuned("tiny_cnn")
     pytest.importorskip("onnxruntime")
     code, out, err = run(capsys, "bench", "--model", path, "--db", db_dir, "--rounds", "2", "--json",
-                         "--plot", tmp_path / "bench.png", "--ms-trials", "2", "--ms-work", tmp_path / "ms",
+                         "--plot", tmp_path / "bench.png", "--ms-trials", "2", "--ms-search", "light",
+                         "--ms-work", tmp_path / "ms",
                          "--onnx", files["tiny_cnn_onnx"], "--processes", "1")
     assert code == 0, err
     report = json.loads(out)  # MetaSchedule's own logging stays off stdout
@@ -384,6 +387,9 @@ def test_bench_compares_builds_with_pytorch(files, tuned, capsys, tmp_path, monk
     assert all(len(r["process_medians_s"]) == 1 and len(r["latencies_s"]) == 2 * 3 for r in by.values())
     assert by["eto"]["applied_flops_share"] == 1.0 and by["eto"]["tuning_s"] > 0
     assert by["metaschedule"]["applied_flops_share"] == 1.0 and by["metaschedule"]["tuning_s"] > 0
+    from eto.models.bench import MS_TIME_FILE
+
+    assert json.loads((tmp_path / "ms" / MS_TIME_FILE).read_text())["search"] == "light"  # --ms-search reached it
     assert by["eto"]["median_s"] < by["untuned"]["median_s"]  # tuned programs beat unscheduled loops
     assert (tmp_path / "bench.png").stat().st_size > 0
     # the same two databases task by task (experiments/compare_dbs.py --model): every tunable task

@@ -121,8 +121,9 @@ def test_roots_are_polished_and_a_root_left_unpolished_by_a_kill_is_polished_nex
     op = Operator.create("BMM", B=2, M=32, N=32, K=32)
     one = OperatorSet.from_layers("one", [op])
     kw = dict(trials=8, num_trials_per_iter=8, seed=0)
-    db = Database(tmp_path / "killed")  # the root's backend result, with the plan's estimate, then the kill
-    tune_with_backend([op], target, db, strategy=light_search(), extra={op: {"estimated_seconds": 5.0}}, **kw)
+    db = Database(tmp_path / "killed")  # the root's backend result, marked a plan root, then the kill
+    tune_with_backend([op], target, db, strategy=light_search(), extra={op: {"root": True, "estimated_seconds": 5.0}},
+                      **kw)
     assert needs_polish(db, op, target)
     (row,) = tune(one, target, db, search=light_search(), bridges="none", polish=True, **kw).rows  # (8 < 32 trials)
     backend, polish = db.results()

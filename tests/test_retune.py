@@ -203,6 +203,7 @@ def test_eto_retune_refuses_a_database_tuned_for_another_thread_count(tuned_db, 
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # concurrent requests, timed
 def test_program_cache_serves_at_once_under_concurrent_requests_and_after_restart(tuned_db, tmp_path):
     import shutil
     from concurrent.futures import ThreadPoolExecutor

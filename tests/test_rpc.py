@@ -6,7 +6,7 @@ from eto.database import Database
 from eto.operators import Operator
 from eto.target import parse_target
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # RPC servers and their runners
 
 
 @pytest.fixture

@@ -85,7 +85,7 @@ def _bench(args: argparse.Namespace) -> int:
         if args.ms_trials and ms_work is None and args.processes > 1:  # the other processes reuse the run
             ms_work = stack.enter_context(tempfile.TemporaryDirectory(prefix="eto-bench-ms-"))
         report = bench_model(model, target, database=db, torch_module=torch_module, onnx_session=session,
-                             ms_trials=args.ms_trials, ms_work_dir=ms_work, rounds=args.rounds,
+                             ms_trials=args.ms_trials, ms_search=args.ms_search, ms_work_dir=ms_work, rounds=args.rounds,
                              log=lambda m: print(f"eto: {m}", file=sys.stderr, flush=True))
         if args.processes > 1:
             report = join_processes([report, *(_bench_elsewhere(args, ms_work, k) for k in range(2, args.processes + 1))])
@@ -108,7 +108,8 @@ def _bench_elsewhere(args: argparse.Namespace, ms_work: str | None, k: int) -> "
            args.target, "--rounds", str(args.rounds), "--processes", "1", "--json",
            *(f"--dim={d}" for d in args.dim or ()), *(["--fast-math"] if args.fast_math else []),
            *(["--onnx", str(args.onnx)] if args.onnx else []),
-           *(["--ms-trials", str(args.ms_trials), "--ms-work", str(ms_work)] if args.ms_trials else [])]
+           *(["--ms-trials", str(args.ms_trials), "--ms-search", args.ms_search, "--ms-work", str(ms_work)]
+             if args.ms_trials else [])]
     print(f"eto: timing process {k} of {args.processes}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
     done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     if done.returncode != 0:
@@ -164,6 +165,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _common(p)
     p.add_argument("--ms-trials", type=int, default=None,
                    help="also tune the same tasks with MetaSchedule, this many trials each (slow)")
+    p.add_argument("--ms-search", choices=["evolutionary", "light"], default="evolutionary",
+                   help="MetaSchedule's search: its default, or a small population for a quick look (default: "
+                        "evolutionary)")
     p.add_argument("--ms-work", help="MetaSchedule's work directory: a finished run there is reused")
     p.add_argument("--onnx", help="the same model as an ONNX file: ONNX Runtime joins the baselines (an .onnx "
                    "--model is its own; needs onnxruntime)")

@@ -20,7 +20,7 @@ import os
 import statistics
 import time
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -89,12 +89,13 @@ class BenchReport:
 
 def bench_model(model: "RelaxModel", target: "Target", *, database: "Database | None",
                 torch_module: Callable[..., Any] | None = None, onnx_session: Any = None,
-                ms_trials: int | None = None,
+                ms_trials: int | None = None, ms_search: Literal["evolutionary", "light"] = "evolutionary",
                 ms_work_dir: str | None = None, rounds: int = 5, min_repeat_ms: int = 50,
                 others: "Mapping[str, Database] | None" = None,
                 log: Callable[[str], None] = lambda m: None) -> BenchReport:
     """Build and time ``model`` every way that applies; see the module docstring. ``others``: more
-    databases, each built and timed as a method of that name (e.g. a database of instant programs)."""
+    databases, each built and timed as a method of that name (e.g. a database of instant programs).
+    ``ms_search``: MetaSchedule's search, its default or :func:`tuner.backend.light_search` (a quick look)."""
     from ..target import use_threads
 
     use_threads()  # TVM's builds are timed in this process, beside PyTorch on as many threads
@@ -110,7 +111,8 @@ def bench_model(model: "RelaxModel", target: "Target", *, database: "Database | 
     for name, db in (others or {}).items():
         builds[name], tuning[name] = build_model(model, db, target, tasks=tasks), _eto_seconds(db, tasks, target)
     if ms_trials:
-        ms_db, tuning["metaschedule"] = tune_metaschedule(tasks, target, ms_trials, ms_work_dir, log=log)
+        ms_db, tuning["metaschedule"] = tune_metaschedule(tasks, target, ms_trials, ms_work_dir, search=ms_search,
+                                                              log=log)
         builds["metaschedule"] = build_with_metaschedule(ms_db, tasks, target)
     runners: dict[str, Callable[[], list[np.ndarray]]] = {m: (lambda b=b: b.run(inputs)) for m, b in builds.items()}
     timers: dict[str, Callable[[], list[float]]] = {
@@ -159,8 +161,10 @@ def join_processes(reports: Sequence[BenchReport]) -> BenchReport:
 
 
 def tune_metaschedule(tasks: ModelTasks, target: "Target", trials: int, work_dir: str | None, *,
+                      search: Literal["evolutionary", "light"] = "evolutionary",
                       log: Callable[[str], None] = lambda m: None):
     """MetaSchedule's own tuning of the tasks eto tunes; reuses a finished run in ``work_dir``."""
+    from tuner.backend import light_search
     from tuner.intrinsics import register_tensor_intrinsics
 
     register_tensor_intrinsics(target)  # before any TuneContext, off the clock
@@ -176,19 +180,20 @@ def tune_metaschedule(tasks: ModelTasks, target: "Target", trials: int, work_dir
     work_dir = work_dir or _temp_dir()
     extracted = [t for t in ms.relax_integration.extract_tasks(tasks.fused, target)
                  if any(m.name == t.task_name for m in tasks.tasks if m.op is not None)]
-    log(f"MetaSchedule: tuning {len(extracted)} tasks, {trials} trials each")
+    log(f"MetaSchedule: tuning {len(extracted)} tasks, {trials} trials each ({search} search)")
     # its task table goes to its log files, not to stdout (where eto bench --json prints)
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     with Measurer.local(MeasureConfig()) as measurer:  # eto's builder and runner: the same measurements
         start = time.perf_counter()
-        contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(extracted, work_dir)
+        contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
+            extracted, work_dir, strategy=light_search() if search == "light" else "evolutionary")
         db = ms.relax_integration.tune_tasks(tasks=contexts, task_weights=weights, work_dir=work_dir,
                                              max_trials_global=trials * len(contexts), max_trials_per_task=trials,
                                              num_trials_per_iter=min(64, trials), builder=measurer.builder,
                                              runner=measurer.runner)
         seconds = time.perf_counter() - start
     with open(os.path.join(work_dir, MS_TIME_FILE), "w") as f:
-        json.dump({"seconds": seconds, "trials_per_task": trials, "tasks": len(contexts)}, f)
+        json.dump({"seconds": seconds, "trials_per_task": trials, "tasks": len(contexts), "search": search}, f)
     return db, seconds
 
 

@@ -219,6 +219,7 @@ def test_dual_ascent_is_tight_on_a_shared_bridge():
     assert sol.cost == 13 and sol.optimal and sol.lower_bound == pytest.approx(13)
 
 
+@pytest.mark.serial  # a time limit
 def test_time_limited_exact_still_returns_a_valid_tree():
     rng = random.Random(3)
     G, T, S = random_instance(rng, 25, 25, 0.3, wmax=1000)

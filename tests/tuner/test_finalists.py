@@ -15,6 +15,8 @@ from eto.target import cpu_target
 from tests.stand_ins import StandInMeasurer
 from tuner.finalists import settle
 
+pytestmark = pytest.mark.serial  # runner processes, build cuts timed
+
 
 @dataclass
 class C:
