@@ -58,7 +58,7 @@ from .operators import Operator
 from .operators.task import FUNCTION_TRIALS, same_function_sources
 from .opsets import OperatorEntry, OperatorSet
 from .leads import leads
-from .polish import polish_root, side_by_side
+from .polish import default_polish, polish_root, side_by_side
 from .plan import (DISTANCE_WEIGHT, MAX_REDUCTION_RATIO, BridgeOption, CostModel, OperatorPlan, hot_operators,
                    plan_operator_set, plan_selective)
 from .target import export_threads, parse_target, target_key
@@ -197,7 +197,7 @@ def tune(
                     finalists=finalists if method == "eto" else 0, short_builds=method == "eto"),
                ranker=LearnedRanker(target) if top_k is not None and method == "eto" else None, top_k=top_k,
                finalists=finalists, derive="reuse" if method == "eto" else "topk",
-               polish=(trials >= LearnedRanker.MIN_SAMPLES if polish is None else polish) and method == "eto")
+               polish=(default_polish(trials) if polish is None else polish) and method == "eto")
     wall_start = time.time()
     kill_point("plan.before")
     if method == "st":

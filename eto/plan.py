@@ -26,6 +26,7 @@ from tuner.space import DEFAULT_STRATEGY, target_limits
 
 from .operators import Operator
 from .opsets import OperatorSet
+from .polish import default_polish
 from .time_model import TimeModel, learn_time_model
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -261,7 +262,7 @@ def plan_operator_set(
     time_model: TimeModel | None = None,
     max_reduction_ratio: float | None = MAX_REDUCTION_RATIO,
     distance_weight: float = DISTANCE_WEIGHT,
-    polish: bool = True,
+    polish: bool | None = None,
 ) -> OperatorPlan:
     """Select reuse pairs for ``opset``; operators already in ``database`` for ``target`` are free roots.
 
@@ -278,10 +279,12 @@ def plan_operator_set(
     None: no cap). ``distance_weight``: the selection's preference for near sources
     (:data:`DISTANCE_WEIGHT`; 0: by cost alone, as in the paper); the plan's costs stay estimated seconds.
     ``polish``: each root edge costs a self-reuse too, as the pipeline polishes its roots (:mod:`eto.polish`;
-    False: the backend's budget alone, as in the paper).
+    False: the backend's budget alone, as in the paper; None: as the pipeline decides by ``budget``,
+    :func:`eto.polish.default_polish`).
     """
     if budget < 1:
         raise ValueError(f"budget must be positive, got {budget}")
+    polish = default_polish(budget) if polish is None else polish
     from .target import parse_target, target_kind
 
     kind = target_kind(target) if target is not None else "cpu"

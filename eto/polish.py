@@ -34,6 +34,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from tuner.measure import Measurer
 
 
+def default_polish(trials: int) -> bool:
+    """Whether roots are polished when the caller does not say: where the backend budget ``trials``
+    trains the reuse tuner's ranker (``LearnedRanker.MIN_SAMPLES``); with fewer, a polish measures every
+    candidate of its rounds, more than the root's own search. The pipeline and the plan both ask here."""
+    from tuner.cost_model import LearnedRanker
+
+    return trials >= LearnedRanker.MIN_SAMPLES
+
+
 def needs_polish(database: Database, op: Operator, target: "Target") -> bool:
     """Whether ``op`` is a plan root (its backend result is marked ``root`` by the pipeline) not yet
     polished: a root tuned in this run, or in a run killed between its backend result and its polish.
@@ -43,8 +52,7 @@ def needs_polish(database: Database, op: Operator, target: "Target") -> bool:
 
     tk = target_key(target)
     mine = [r for r in database.results() if r.get("op_key") == op.key and r.get("target") == tk]
-    return (any(r.get("method") == "backend" and r.get("root") and r.get("records")
-                for r in mine)
+    return (any(r.get("method") == "backend" and r.get("root") and r.get("records") for r in mine)
             and not any(r.get("method") == POLISH for r in mine))
 
 
@@ -142,4 +150,4 @@ def side_by_side(reuse: list, evolve: list, target, measurer: "Measurer") -> tup
     return rescaled(reuse, sa), rescaled(evolve, sb), sa, sb
 
 
-__all__ = ["needs_polish", "polish_root", "rescaled", "side_by_side"]
+__all__ = ["default_polish", "needs_polish", "polish_root", "rescaled", "side_by_side"]

@@ -101,8 +101,6 @@ def _plan(args: argparse.Namespace) -> int:
         if args.opset:
             raise CLIError("give either --graph or --opset, not both")
         return _solve_graph(args)
-    from tuner.cost_model import LearnedRanker
-
     from ..plan import plan_operator_set, plan_selective
 
     opset = load_opset(args.opset or "resnet50")
@@ -126,7 +124,7 @@ def _plan(args: argparse.Namespace) -> int:
                                    strategy=args.strategy, top_k=top_k_of(args),
                                    max_reduction_ratio=max_reduction_ratio_of(args),
                                    distance_weight=distance_weight_of(args),
-                                   polish=args.polish and args.budget >= LearnedRanker.MIN_SAMPLES)
+                                   polish=None if args.polish else False)
     if args.json:
         print(json.dumps(result.to_json(), indent=1))
     else:
