@@ -29,7 +29,7 @@ from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _bench import SESSION, warm_measurer, warm_up  # noqa: E402
+from _bench import SESSION, add_search_option, backend_search, warm_measurer, warm_up  # noqa: E402
 from _env import environment  # noqa: E402
 
 SCALES = {"ci": {"opset": "quickstart", "vary": "M=48", "trials": 8},
@@ -50,6 +50,7 @@ def run(args: argparse.Namespace, done: list | None = None,
     from eto.tuning import tune_with_backend
 
     target = parse_target("cpu")
+    search = backend_search(args)
     warm = warm_up(target)
     dim, values = parse_vary(args.vary)
     shapes = list(done or [])
@@ -81,11 +82,12 @@ def run(args: argparse.Namespace, done: list | None = None,
             source_db = Database(args.db, readonly=True)
             t0 = time.perf_counter()
             rep = retune([(value, opset)], target, eto_db, dim=dim, trials=args.trials, measurer=measurer,
-                         seed=args.seed, log=lambda m: print(f"  eto: {m}", flush=True))
+                         seed=args.seed, search=search, log=lambda m: print(f"  eto: {m}", flush=True))
             eto_s = time.perf_counter() - t0
             if earlier is None:
                 t0 = time.perf_counter()
-                tune_with_backend(opset, target, ms_db, trials=args.trials, measurer=measurer, seed=args.seed)
+                tune_with_backend(opset, target, ms_db, trials=args.trials, measurer=measurer, seed=args.seed,
+                                  strategy=search)
                 ms_s = time.perf_counter() - t0
             else:
                 ms_s = earlier["seconds"]["metaschedule"]
@@ -147,7 +149,7 @@ def summary(args: argparse.Namespace, shapes: list, warm: float) -> dict:
     shapes = sorted(shapes, key=lambda s: s["value"])
     return {"benchmark": "retune_bench", "scale": args.scale, "source_db": args.db, "opset": args.opset,
             "vary": args.vary, "limit": args.limit, "trials_N": args.trials, "seed": args.seed, "remeasure_rounds": args.rounds,
-            "environment": environment(), "session": SESSION, "warmup_s": warm,
+            "search": args.search, "environment": environment(), "session": SESSION, "warmup_s": warm,
             "pad_to": args.pad_to,
             "median": {k: med(k) for k in ("time_ratio_metaschedule_over_eto", "throughput_eto_vs_metaschedule",
                                            "throughput_instant_vs_metaschedule",
@@ -159,7 +161,7 @@ def summary(args: argparse.Namespace, shapes: list, warm: float) -> dict:
 
 
 #: Settings a resumed run must share with the stopped one: sizes measured otherwise do not compare.
-SAME = ("source_db", "opset", "trials_N", "seed", "remeasure_rounds", "limit", "pad_to")
+SAME = ("source_db", "opset", "trials_N", "seed", "remeasure_rounds", "limit", "pad_to", "search")
 
 
 def resumable(out: str, args: argparse.Namespace) -> list:
@@ -170,8 +172,9 @@ def resumable(out: str, args: argparse.Namespace) -> list:
     with open(out) as f:
         old = json.load(f)
     now = {"source_db": args.db, "opset": args.opset, "trials_N": args.trials, "seed": args.seed,
-           "remeasure_rounds": args.rounds, "limit": args.limit, "pad_to": args.pad_to}
-    differ = [k for k in SAME if old.get(k) != now[k]]
+           "remeasure_rounds": args.rounds, "limit": args.limit, "pad_to": args.pad_to, "search": args.search}
+    # files from before --search ran the evolutionary search
+    differ = [k for k in SAME if old.get(k, "evolutionary" if k == "search" else None) != now[k]]
     if differ:
         what = ", ".join(f"{k}: {old.get(k)!r} there, {now[k]!r} now" for k in differ)
         raise SystemExit(f"--resume: {out} was measured with other settings ({what}); use another --out")
@@ -207,6 +210,7 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, default=None, help="only the first LIMIT operators of each size")
     ap.add_argument("--pad-to", type=int, default=None,
                     help="padded baseline: the size the database was tuned at (default: the set's default size)")
+    add_search_option(ap)
     ap.add_argument("--work", default="experiments/work/retune_bench")
     ap.add_argument("--out", default=None)
     ap.add_argument("--resume", action="store_true",
@@ -221,6 +225,7 @@ def main(argv=None) -> int:
     for k, v in SCALES[args.scale].items():
         if getattr(args, k) is None:
             setattr(args, k, v)
+    backend_search(args)  # args.search: the scale's default if not given
     os.makedirs(args.work, exist_ok=True)
     out = args.out or f"experiments/results/retune_bench_{args.scale}.json"
     done = resumable(out, args) if args.resume else []

@@ -28,6 +28,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _env import environment  # noqa: E402
+from _bench import add_search_option, backend_search  # noqa: E402
 from _experiment import CI_SET, parser, setup, write_outputs  # noqa: E402
 
 SCALES = {
@@ -124,6 +125,7 @@ def main(argv=None) -> int:
     ap = parser(__doc__, SCALES, "reuse_opportunity")
     ap.add_argument("--db", help="a MetaSchedule run's eto database of the set (default: tune one into --work)")
     ap.add_argument("--trials", type=int, help="MetaSchedule trials per operator when tuning")
+    add_search_option(ap)
     args = ap.parse_args(argv)
     cfg, opset, target, work, out = setup(args, SCALES, "reuse_opportunity")
     from eto.database import Database
@@ -135,10 +137,11 @@ def main(argv=None) -> int:
         db = Database(args.db, readonly=True)
     else:
         db = Database(os.path.join(work, "metaschedule"))
-        tune_with_backend(opset, target, db, trials=trials, seed=0)  # resumes: tuned operators are kept
+        tune_with_backend(opset, target, db, trials=trials, seed=0, strategy=backend_search(args))  # resumes: tuned operators are kept
     rows = analyse(db, opset, target)
     result = {"experiment": "E1 reuse opportunity (paper section 3)", "scale": args.scale, "opset": opset.name,
-              "db": args.db, "trials": None if args.db else trials, "t": T_PERF, "target": str(target),
+              "db": args.db, "trials": None if args.db else trials,
+              "search": None if args.db else args.search, "t": T_PERF, "target": str(target),
               "target_kind": kind_of(target), "environment": environment(), "summary": summary(rows), "pairs": rows}
     write_outputs(result, out, plot)
     return 0

@@ -57,7 +57,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _bench import SESSION, open_run, warm_measurer, warm_up  # noqa: E402
+from _bench import (SESSION, add_search_option, backend_search, open_run, search_settings,  # noqa: E402
+                    warm_measurer, warm_up)
 from _env import environment  # noqa: E402
 from tuner.ranked import DEFAULT_TOP_K  # noqa: E402
 from tuner.space import DEFAULT_STRATEGY, default_ranges  # noqa: E402
@@ -106,8 +107,8 @@ def reuse_pairs(ops, per_type: int) -> list[tuple[int, int]]:
 
 
 # -- cached stages ------------------------------------------------------------------------------
-def backend_stage(op, target, trials: int, measurer, work: str) -> dict:
-    """Tune ``op`` with MetaSchedule alone; cache every measured program in a JSONDatabase."""
+def backend_stage(op, target, trials: int, measurer, work: str, search="evolutionary") -> dict:
+    """Tune ``op`` with MetaSchedule alone (``search``); cache every measured program in a JSONDatabase."""
     from tvm.s_tir.meta_schedule.database import JSONDatabase
 
     from tuner.backend import BackendTask, tune_backend
@@ -120,7 +121,7 @@ def backend_stage(op, target, trials: int, measurer, work: str) -> dict:
     os.makedirs(d, exist_ok=True)
     t0 = time.perf_counter()
     res = tune_backend([BackendTask(op.name, op.prim_func())], target, trials_per_task=trials,
-                       measurer=measurer, num_trials_per_iter=32, top_k=100_000, seed=0)[0]
+                       measurer=measurer, num_trials_per_iter=32, top_k=100_000, seed=0, strategy=search)[0]
     wall = time.perf_counter() - t0
     db = JSONDatabase(os.path.join(d, "workloads.json"), os.path.join(d, "records.json"))
     for rec in res.records:
@@ -285,6 +286,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--resume", nargs="?", const="latest", default=None, metavar="RUN_ID",
                     help="continue an interrupted run (default: the latest under --work) instead of starting one")
     ap.add_argument("--target", default="cpu", help="cpu (this machine) or a CUDA tag, e.g. nvidia/nvidia-h100")
+    add_search_option(ap)
     ap.add_argument("--work", default=None, help="parent folder of the runs (each run has its own folder in it)")
     ap.add_argument("--out", default=None)
     return ap.parse_args(argv)
@@ -298,7 +300,7 @@ def run_paths(args, kind: str, trials: int, target) -> tuple[str, dict, str]:
     gpu = "" if kind == "cpu" else "_" + args.target.split("/")[-1].replace("nvidia-", "")
     base = args.work or os.path.join(os.path.dirname(os.path.abspath(__file__)), "work", f"reuse_pairs_{args.scale}{gpu}")
     settings = {"scale": args.scale, "trials": trials, "ranges": args.ranges, "top_k": args.top_k,
-                "target": str(target)}
+                "target": str(target), **search_settings(args)}
     work, run = open_run(base, args.resume, settings)
     suffix = ("" if args.ranges == "paper" else f"_{args.ranges}-ranges") + (f"_top{args.top_k}" if args.top_k else "") + gpu
     out_path = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
@@ -306,11 +308,11 @@ def run_paths(args, kind: str, trials: int, target) -> tuple[str, dict, str]:
     return work, run, out_path
 
 
-def run_backend(ops, target, trials: int, measurer, work: str) -> dict:
+def run_backend(ops, target, trials: int, measurer, work: str, search="evolutionary") -> dict:
     """Stage 1: every operator tuned by MetaSchedule alone (or loaded from the cache), with progress lines."""
     backend = {}
     for i, op in enumerate(ops):
-        backend[i] = backend_stage(op, target, trials, measurer, work)
+        backend[i] = backend_stage(op, target, trials, measurer, work, search)
         print(f"[backend {i + 1}/{len(ops)}] {op.name}: {backend[i]['candidates']} candidates, "
               f"{backend[i]['seconds']:.1f} s, best {backend[i]['best_s'] * 1e6:.1f} us", flush=True)
     return backend
@@ -419,7 +421,8 @@ def assemble_result(args, target, kind: str, trials: int, t0: float, rows: list[
         "scale": args.scale, "ranges": args.ranges, "trials_N": trials, "strategies": args.strategies,
         "target": str(target.kind.name) if kind == "cpu" else args.target,
         "mcpu": str(target.attrs.get("mcpu", "")), "environment": environment(),
-        "backend": "MetaSchedule evolutionary search + XGBoost, one task at a time, 32 candidates per batch",
+        "backend": f"MetaSchedule {args.search} search + XGBoost, one task at a time, 32 candidates per batch",
+        "search": args.search,
         "remeasure_rounds": args.repeat, "wall_s": time.perf_counter() - t0,
         "notes": "backend and reuse times come from this run only (run_id; each stage records its session); "
                  "one-time costs are outside both clocks; design-space generation is on both",
@@ -485,6 +488,7 @@ def main(argv=None) -> int:
     kind = target_kind(target)
     args.ranges = args.ranges or default_ranges(kind)
     args.top_k = args.top_k or None
+    search = backend_search(args)
     work, run, out_path = run_paths(args, kind, trials, target)
     print(f"run {run['run_id']} in {work}" + (" (resumed)" if len(run["sessions"]) > 1 else ""), flush=True)
     ops = [Operator.create(t, **p) for t, p in spec]
@@ -496,7 +500,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     try:
         warm_measurer(measurer, target)
-        backend = run_backend(ops, target, trials, measurer, work)
+        backend = run_backend(ops, target, trials, measurer, work, search)
         rows = run_reuse(ops, pairs, target, kind, measurer, work, args.strategies, args.ranges, args.top_k)
         # side-by-side re-measurement of α's programs: backend, then each strategy's
         compare_side_by_side(ops, pairs, rows, backend, target, measurer, work, args.ranges, args.repeat)

@@ -63,7 +63,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _bench import SESSION, bind_settings, warm_measurer, warm_up  # noqa: E402
+from _bench import (SESSION, add_search_option, backend_search, bind_settings, search_settings,  # noqa: E402
+                    warm_measurer, warm_up)
 
 #: eto options beyond the paper, and the paper's baselines (Selective Tuning, eto's plan with TopK
 #: reuses), each measured against plain eto and MetaSchedule on the same set
@@ -111,6 +112,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "a baseline of the paper's (st: Selective Tuning; topk: eto's plan with TopK reuses) "
                          "or another bridge mode (nobridges, allbridges)")
     ap.add_argument("--target", default="cpu", help="cpu (this machine) or a CUDA tag, e.g. nvidia/nvidia-h100")
+    add_search_option(ap)
     ap.add_argument("--work", default=None, help="folder of the tuning runs (finished seeds are reused)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -168,8 +170,10 @@ def ms_best_and_same(traj: list[tuple[float, float]], ms_remeasured: float,
 
 
 # -- tuning ------------------------------------------------------------------------------------------
-def run_method(kind: str, opset, target, db_dir: str, trials: int, seed: int, plan_budget: int | None) -> dict:
-    """Tune ``opset`` into an empty database with MetaSchedule (``kind`` "metaschedule") or an eto variant."""
+def run_method(kind: str, opset, target, db_dir: str, trials: int, seed: int, plan_budget: int | None,
+               search="evolutionary") -> dict:
+    """Tune ``opset`` into an empty database with MetaSchedule (``kind`` "metaschedule") or an eto variant,
+    every backend run with ``search``."""
     from eto.database import Database
     from eto.pipeline import tune
     from eto.tuning import tune_with_backend
@@ -182,10 +186,10 @@ def run_method(kind: str, opset, target, db_dir: str, trials: int, seed: int, pl
         started = time.time()
         t0 = time.perf_counter()
         if kind == MS:
-            report = tune_with_backend(opset, target, db, trials=trials, measurer=measurer, seed=seed)
+            report = tune_with_backend(opset, target, db, trials=trials, measurer=measurer, seed=seed, strategy=search)
         else:
             report = tune(opset, target, db, trials=trials, plan_budget=plan_budget, measurer=measurer,
-                          seed=seed, log=lambda m: print(f"    {m}", flush=True), **options)
+                          seed=seed, search=search, log=lambda m: print(f"    {m}", flush=True), **options)
         seconds = time.perf_counter() - t0
     rep = report.to_json()
     print(f"  {os.path.basename(db_dir)}: {seconds:.1f} s, {rep['candidates']} candidates", flush=True)
@@ -208,7 +212,7 @@ def _environment(env: dict[str, str]):
 
 
 def run_group(folder: str, runs: list[tuple[str, str]], opset, target, trials: int, seed: int,
-              plan_budget: int | None) -> dict:
+              plan_budget: int | None, search="evolutionary") -> dict:
     """Run each (name, kind) in order into ``folder``, or load the group if a session finished it.
 
     A group is all or nothing: an unfinished one is wiped and run again, so its times share a process.
@@ -222,7 +226,8 @@ def run_group(folder: str, runs: list[tuple[str, str]], opset, target, trials: i
     out = {"seed": seed, "trials": trials, "folder": os.path.basename(folder), "order": [n for n, _ in runs],
            "session": SESSION, "runs": {}}
     for name, kind in runs:
-        out["runs"][name] = run_method(kind, opset, target, os.path.join(folder, name), trials, seed, plan_budget)
+        out["runs"][name] = run_method(kind, opset, target, os.path.join(folder, name), trials, seed, plan_budget,
+                                      search)
     with open(done, "w") as f:
         json.dump(out, f)
     return out
@@ -237,7 +242,7 @@ def variant_tag(args) -> str:
     return "".join(f"_{v}" for v in variants_of(args))
 
 
-def run_all(args, opset, target, work: str) -> tuple[dict, dict | None]:
+def run_all(args, opset, target, work: str, search="evolutionary") -> tuple[dict, dict | None]:
     """Every seed's runs (order rotated per seed) and the control pair, from ``work`` where finished."""
     methods = [MS, "eto"] + [f"eto_{v}" for v in variants_of(args)]
     seeds = {}
@@ -245,13 +250,14 @@ def run_all(args, opset, target, work: str) -> tuple[dict, dict | None]:
         order = methods[i % len(methods):] + methods[: i % len(methods)]
         folder = os.path.join(work, f"seed{seed}{variant_tag(args)}")
         print(f"seed {seed}: {' then '.join(order)}", flush=True)
-        seeds[seed] = run_group(folder, [(m, m) for m in order], opset, target, args.trials, seed, args.plan_budget)
+        seeds[seed] = run_group(folder, [(m, m) for m in order], opset, target, args.trials, seed, args.plan_budget,
+                                search)
     control = None
     if not args.no_control:
         seed = args.seed_list[0]
         print(f"control: MetaSchedule twice, seed {seed}, {args.control_trials} trials", flush=True)
         control = run_group(os.path.join(work, f"control_N{args.control_trials}_seed{seed}"),
-                            [("a", MS), ("b", MS)], opset, target, args.control_trials, seed, None)
+                            [("a", MS), ("b", MS)], opset, target, args.control_trials, seed, None, search)
     return seeds, control
 
 
@@ -448,6 +454,7 @@ def assemble_result(args, opset, target, seeds: dict, control: dict | None, prog
     return {
         "benchmark": "set_bench", "scale": args.scale, "opset": args.opset, "limit": args.limit, "pick": args.pick,
         "operators": [e.op.name for e in opset], "trials_N": args.trials, "plan_budget": args.plan_budget,
+        "search": args.search,
         "seeds": args.seed_list, "control_trials": None if args.no_control else args.control_trials,
         "remeasure_rounds": args.rounds, "variants": variants_of(args), "variant_options": {v: VARIANTS[v] for v in variants_of(args)},
         "target": str(target), "environment": environment(), "work": os.path.abspath(work), "session": SESSION,
@@ -514,11 +521,12 @@ def main(argv=None) -> int:
     target = parse_target(args.target)
     work = args.work or os.path.join(os.path.dirname(os.path.abspath(__file__)), "work",
                                      f"set_bench_{opset.name}_N{args.trials}{subset_tag(args)}")
+    search = backend_search(args)
     bind_settings(work, {"operators": [[e.op.key, e.frequency] for e in opset], "trials": args.trials,
-                         "plan_budget": args.plan_budget, "target": str(target)})
+                         "plan_budget": args.plan_budget, "target": str(target), **search_settings(args)})
     warm_s = warm_up(target)
     print(f"warm-up (outside both clocks): {warm_s:.1f} s", flush=True)
-    seeds, control = run_all(args, opset, target, work)
+    seeds, control = run_all(args, opset, target, work, search)
     progs = {}
     for seed, group in seeds.items():
         for m in group["runs"]:
