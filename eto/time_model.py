@@ -79,9 +79,14 @@ DEFAULTS: Mapping[str, tuple[Line, Line]] = {
 #: candidate) over-costed that code's reuses 1.25x at N = 200. Now the fit on its 9 BERT-Base
 #: databases (N = 200, 3 seeds, eto and MetaSchedule; N = 100, 3 eto runs;
 #: ``experiments/results/estimate_accuracy_time_fit_emeraldrapids59.json``: 21 backend runs, 36 reuses).
+#: The 2-core AMD EPYC TVM targets as ``znver3`` is slower per candidate than the ``znver4`` default,
+#: which under-costed its reuses 1.30x (BERT-Base at N = 100, stop 63); fitted on that run's 9
+#: databases (3 seeds of eto with and without root polish, and MetaSchedule:
+#: ``experiments/results/estimate_accuracy_time_fit_znver3.json``: 21 backend runs, 36 reuses, 3 polishes).
 CPU_DEFAULTS: Mapping[str, tuple[Line, Line]] = {
     "znver4": DEFAULTS["cpu"],
     "emeraldrapids": (Line(0.0, 0.566, 0.339), Line(5.95, 0.029, 0.148)),
+    "znver3": (Line(0.0, 0.566, 1.331), Line(3.03, 0.132, 0.376)),
 }
 #: Results needed before a fitted line replaces the default (fewer: the default's shape is kept
 #: and only the ratio of the recorded seconds to it is learned).
