@@ -142,7 +142,9 @@ def plan_summary(report: dict) -> dict:
     reused = [r for r in rows if r["method"] == "reuse" and r["estimated_seconds"]]
     ratio = [r["seconds"] / r["estimated_seconds"] for r in reused]
     cand = [r["candidates"] / r["estimated_candidates"] for r in reused if r["estimated_candidates"]]
-    return {"eto_plan": {m: sum(r["method"] == m for r in rows) for m in sorted({r["method"] for r in rows})},
+    role = ["backend" if r["method"] == "polish" else r["method"] for r in rows]  # a polished root is a root
+    return {"eto_plan": {m: role.count(m) for m in sorted(set(role))},
+            "eto_roots_won_by_polish": sum(r["method"] == "polish" for r in rows),
             "eto_bridges": sum(r["frequency"] == 0 for r in rows),
             "eto_candidates": report["candidates"],
             "eto_functions": {"tasks": len(functions), "candidates": sum(r["candidates"] for r in functions),

@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import _bench  # noqa: E402
 import candidate_costs  # noqa: E402
 import code_ab  # noqa: E402
+import model_bench  # noqa: E402
 import reuse_ab  # noqa: E402
 import reuse_pairs  # noqa: E402
 import retune_bench  # noqa: E402
@@ -396,6 +397,22 @@ def test_e3_e4_set_bench_and_the_bridge_ablation_at_scale_ci(tmp_path):
         assert v["throughput"] == pytest.approx(seed["weighted_latency_s"]["metaschedule"]
                                                 / seed["weighted_latency_s"][f"eto_{name}"])
     assert (tmp_path / "e3.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_model_bench_counts_a_root_whose_polish_won_as_a_root():
+    """A polished root's row carries the method of its best program ("polish"); the plan summary
+    still counts it among the roots, and says how many roots their polish won."""
+    def row(method, key, est=None, freq=1):
+        return {"status": "tuned", "key": key, "method": method, "frequency": freq, "seconds": 10.0,
+                "candidates": 20, "estimated_seconds": est, "estimated_candidates": est and 10}
+
+    report = {"operators": [row("backend", "A"), row("polish", "B"), row("reuse", "C", est=5.0),
+                            row("reuse", "D", est=20.0, freq=0), row("backend", "TASK(softmax)")],
+              "candidates": 80, "estimated_seconds": 60.0}
+    s = model_bench.plan_summary(report)
+    assert s["eto_plan"] == {"backend": 2, "reuse": 2} and s["eto_roots_won_by_polish"] == 1
+    assert s["eto_bridges"] == 1 and s["eto_functions"]["tasks"] == 1
+    assert s["reuse_seconds_over_estimate_mean"] == pytest.approx((2.0 + 0.5) / 2)
 
 
 def test_code_ab_sums_where_a_runs_seconds_went(tmp_path):
