@@ -206,7 +206,9 @@ def test_a_resumed_retune_bench_keeps_finished_sizes_of_the_same_settings_only(t
     out = str(tmp_path / "retune.json")
     args = argparse.Namespace(
         db="DB", opset="bert_base", trials=200, seed=0, rounds=4, limit=None, pad_to=None, vary="seq=64,32",
-        scale="small")
+        scale="small", search=None)
+    _bench.backend_search(args)
+    assert args.search == "evolutionary"  # the default off scale ci
     assert retune_bench.resumable(out, args) == []
     shapes = [{"value": 64, "time_ratio_metaschedule_over_eto": 9.0},
               {"value": 32, "time_ratio_metaschedule_over_eto": 11.0}]
@@ -214,6 +216,15 @@ def test_a_resumed_retune_bench_keeps_finished_sizes_of_the_same_settings_only(t
         json.dump(retune_bench.summary(args, shapes, 0.0), f)
     kept = retune_bench.resumable(out, args)
     assert [s["value"] for s in kept] == [32, 64]  # sorted by size, as measured
+    args.search = "light"  # sizes tuned with another search do not compare
+    with pytest.raises(SystemExit, match="search: 'evolutionary' there, 'light' now"):
+        retune_bench.resumable(out, args)
+    old = json.loads(open(out).read())
+    del old["search"]  # a file from before --search: its runs were evolutionary
+    with open(out, "w") as f:
+        json.dump(old, f)
+    args.search = "evolutionary"
+    assert len(retune_bench.resumable(out, args)) == 2
     args.trials = 100
     with pytest.raises(SystemExit, match="trials_N: 200 there, 100 now"):
         retune_bench.resumable(out, args)
