@@ -21,7 +21,7 @@ def test_walkthrough_runs_and_shows_plan_convergence_comparison_and_retune(tmp_p
     text = "\n".join(o.get("text", "") for o in outputs if o.output_type == "stream" and o.name == "stdout")
     pngs = [o for o in outputs if "image/png" in o.get("data", {})]
     assert len(pngs) == 2  # the plan over its OC graph, the convergence plot
-    assert "scale ci: 8 trials" in text and "root  (total" in text
+    assert "scale ci: 8 trials, light search" in text and "root  (total" in text
     assert "weighted throughput eto / MetaSchedule:" in text
     assert "2 new operators in" in text  # both batch matmuls at a new size, each retuned
     # both runs left databases that TVM's own JSON database reads
