@@ -115,30 +115,29 @@ def open_run(base: str, resume: str | None, settings: dict) -> tuple[str, dict]:
     return folder, info
 
 
-#: MetaSchedule's search for every backend run of a benchmark, both methods' alike
-SEARCHES = ("evolutionary", "light")
-
-
 def add_search_option(ap) -> None:
     """``--search``: the backend's search, MetaSchedule's runs and eto's roots alike."""
-    ap.add_argument("--search", choices=SEARCHES, default=None,
+    ap.add_argument("--search", choices=["evolutionary", "light"], default=None,
                     help="MetaSchedule's search in every backend run, both methods' (default: light at scale ci, "
                          "where it takes half the time of the evolutionary one; evolutionary otherwise)")
 
 
-def backend_search(args) -> "str | object":
-    """The strategy for ``args.search``, resolved from the scale's default (``args.search`` is set to its name).
+def search_name(args) -> str:
+    """``args.search``, set to the scale's default where not given.
 
     At scale ci a benchmark checks its own plumbing, not MetaSchedule's search: the light search (a
     population of 64, :func:`tuner.backend.light_search`) halves each backend run there (8 trials of a
     3x3 convolution: 14 s against 31 s)."""
     if args.search is None:
         args.search = "light" if getattr(args, "scale", None) == "ci" else "evolutionary"
-    if args.search == "light":
-        from tuner.backend import light_search
+    return args.search
 
-        return light_search()
-    return "evolutionary"
+
+def backend_search(args) -> "str | object":
+    """The strategy of :func:`search_name` (``tuner.backend.search_strategy``)."""
+    from tuner.backend import search_strategy
+
+    return search_strategy(search_name(args))
 
 
 def search_settings(args) -> dict:

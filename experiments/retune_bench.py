@@ -29,7 +29,7 @@ from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _bench import SESSION, add_search_option, backend_search, warm_measurer, warm_up  # noqa: E402
+from _bench import SESSION, add_search_option, backend_search, search_name, warm_measurer, warm_up  # noqa: E402
 from _env import environment  # noqa: E402
 
 SCALES = {"ci": {"opset": "quickstart", "vary": "M=48", "trials": 8},
@@ -225,7 +225,7 @@ def main(argv=None) -> int:
     for k, v in SCALES[args.scale].items():
         if getattr(args, k) is None:
             setattr(args, k, v)
-    backend_search(args)  # args.search: the scale's default if not given
+    search_name(args)  # the scale's default if not given
     os.makedirs(args.work, exist_ok=True)
     out = args.out or f"experiments/results/retune_bench_{args.scale}.json"
     done = resumable(out, args) if args.resume else []

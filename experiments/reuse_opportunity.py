@@ -137,7 +137,8 @@ def main(argv=None) -> int:
         db = Database(args.db, readonly=True)
     else:
         db = Database(os.path.join(work, "metaschedule"))
-        tune_with_backend(opset, target, db, trials=trials, seed=0, strategy=backend_search(args))  # resumes: tuned operators are kept
+        # resumes: tuned operators are kept
+        tune_with_backend(opset, target, db, trials=trials, seed=0, strategy=backend_search(args))
     rows = analyse(db, opset, target)
     result = {"experiment": "E1 reuse opportunity (paper section 3)", "scale": args.scale, "opset": opset.name,
               "db": args.db, "trials": None if args.db else trials,

@@ -11,19 +11,21 @@ os.environ["ETO_SETTLE_PROCESSES"] = "1"
 
 @pytest.fixture(autouse=True, scope="session")
 def _small_evolutionary_population():
-    """MetaSchedule's evolutionary search, in this process, samples and evolves a population of 128
-    instead of 512. The suite's backend runs measure 2-64 trials: at that budget the population's
+    """MetaSchedule's evolutionary search, in this process, is :func:`tuner.backend.light_search` with a
+    population of 128 instead of 512. The suite's backend runs measure 2-64 trials: at that budget the population's
     sampling and evolution, not the measured candidates, take most of a run (8 trials of a 3x3
     convolution: 31 s, 14 s with a population of 64). What the tests check (programs correct, results
     stored, resumed, reused) does not depend on the population's size; the benchmarks keep MetaSchedule's
     defaults. Subprocesses (``eto`` commands run by a test) keep them too."""
-    from tvm.s_tir.meta_schedule.search_strategy import EvolutionarySearch, SearchStrategy
+    from tvm.s_tir.meta_schedule.search_strategy import SearchStrategy
+
+    from tuner.backend import light_search
 
     create = SearchStrategy.create
 
     def small(kind="evolutionary", *args, **kwargs):
         if kind == "evolutionary" and not args and not kwargs:
-            return EvolutionarySearch(population_size=128, init_min_unmeasured=16, genetic_num_iters=2)
+            return light_search(128)
         return create(kind, *args, **kwargs)
 
     SearchStrategy.create = staticmethod(small)

@@ -410,6 +410,20 @@ def test_e3_e4_set_bench_and_the_bridge_ablation_at_scale_ci(tmp_path):
     assert (tmp_path / "e3.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_searches_are_named_once_for_commands_and_benchmarks():
+    from tvm.s_tir.meta_schedule.search_strategy import EvolutionarySearch
+
+    from tuner.backend import search_strategy
+
+    assert search_strategy("evolutionary") == "evolutionary"
+    assert isinstance(search_strategy("light"), EvolutionarySearch)
+    with pytest.raises(ValueError, match="unknown search 'greedy'"):
+        search_strategy("greedy")
+    ci, small = argparse.Namespace(scale="ci", search=None), argparse.Namespace(scale="small", search=None)
+    assert _bench.search_name(ci) == "light" and _bench.search_name(small) == "evolutionary"
+    assert _bench.search_settings(ci) == {"search": "light"} and _bench.search_settings(small) == {}
+
+
 def test_model_bench_counts_a_root_whose_polish_won_as_a_root():
     """A polished root's row carries the method of its best program ("polish"); the plan summary
     still counts it among the roots, and says how many roots their polish won."""

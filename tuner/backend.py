@@ -287,6 +287,19 @@ def light_search(seed_population: int = 64) -> "ms.search_strategy.SearchStrateg
     )
 
 
+#: MetaSchedule's searches by name (command lines, benchmarks)
+SearchName = Literal["evolutionary", "light"]
+
+
+def search_strategy(name: SearchName) -> "str | ms.search_strategy.SearchStrategy":
+    """The search called ``name``: MetaSchedule's evolutionary default, or :func:`light_search`."""
+    if name == "light":
+        return light_search()
+    if name != "evolutionary":
+        raise ValueError(f"unknown search {name!r}: evolutionary or light")
+    return name
+
+
 def single_program(func: "PrimFunc", target: "Target") -> bool:
     """Whether the backend's design space of ``func`` holds one program: one sketch whose trace
     samples nothing. MetaSchedule's rules sample no unroll for a function without a reduction, so an

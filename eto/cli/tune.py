@@ -126,11 +126,9 @@ def _tune(args: argparse.Namespace) -> int:
            "st": "Selective Tuning (baseline)"}[args.method]
     print(f"eto: {opset.name}: {len(opset)} operators, {len(opset) - len(todo)} already in {paths[0]}; "
           f"tuning {len(todo)} with {how}, backend budget {args.trials} trials, target {target}", file=sys.stderr)
-    search = "evolutionary"
-    if args.search == "light":
-        from tuner.backend import light_search
+    from tuner.backend import search_strategy
 
-        search = light_search()
+    search = search_strategy(args.search)
     on_batch = None if args.json or args.quiet else progress_printer()
     if args.method == "ansor":
         report = tune_with_backend(

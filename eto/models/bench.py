@@ -164,7 +164,7 @@ def tune_metaschedule(tasks: ModelTasks, target: "Target", trials: int, work_dir
                       search: Literal["evolutionary", "light"] = "evolutionary",
                       log: Callable[[str], None] = lambda m: None):
     """MetaSchedule's own tuning of the tasks eto tunes; reuses a finished run in ``work_dir``."""
-    from tuner.backend import light_search
+    from tuner.backend import search_strategy
     from tuner.intrinsics import register_tensor_intrinsics
 
     register_tensor_intrinsics(target)  # before any TuneContext, off the clock
@@ -186,7 +186,7 @@ def tune_metaschedule(tasks: ModelTasks, target: "Target", trials: int, work_dir
     with Measurer.local(MeasureConfig()) as measurer:  # eto's builder and runner: the same measurements
         start = time.perf_counter()
         contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
-            extracted, work_dir, strategy=light_search() if search == "light" else "evolutionary")
+            extracted, work_dir, strategy=search_strategy(search))
         db = ms.relax_integration.tune_tasks(tasks=contexts, task_weights=weights, work_dir=work_dir,
                                              max_trials_global=trials * len(contexts), max_trials_per_task=trials,
                                              num_trials_per_iter=min(64, trials), builder=measurer.builder,
