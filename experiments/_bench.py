@@ -1,7 +1,7 @@
 """Clock hygiene shared by the benchmarks (BENCHMARKS.md, "Clocks you can trust").
 
 Two things every timed comparison needs: the one-time costs of a process (imports such as
-``tvm.s_tir.tensor_intrin``, xgboost and ortools, the builder's worker pool, the runner's first
+``tvm.s_tir.tensor_intrin``, xgboost and scipy.optimize, the builder's worker pool, the runner's first
 session) paid before any clock starts, so neither method pays them; and a record of which run and
 process a time came from, so a time ratio never mixes runs of different sessions.
 """
@@ -59,7 +59,7 @@ def warm_up(target: "Target", *, plan: bool = True) -> float:
     from tuner.backend import BackendTask, tune_backend
     from tuner.measure import MeasureConfig, Measurer
 
-    for optional in ("xgboost", "ortools.linear_solver.pywraplp"):
+    for optional in ("xgboost", "scipy.optimize"):
         try:
             __import__(optional)
         except ImportError:  # pragma: no cover - the code paths that need them import them too

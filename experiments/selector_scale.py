@@ -250,9 +250,9 @@ def run_api(ops) -> float:
 def _machine() -> dict:
     import networkx
     import numpy
-    import ortools
+    import scipy
     return {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version(),
-            "networkx": networkx.__version__, "ortools": ortools.__version__,
+            "networkx": networkx.__version__, "scipy": scipy.__version__,
             "numpy": numpy.__version__}
 
 

@@ -12,7 +12,7 @@ One module per concept:
   the per-component choice of method), :func:`steiner_exact`, :func:`steiner_approx`;
 * :mod:`selector.steiner_reduce` -- exact reductions and decomposition into components;
 * :mod:`selector.steiner_heuristic` -- shortest-path heuristic with local search and restarts;
-* :mod:`selector.steiner_mip` -- exact multi-commodity flow MIP (SCIP through OR-Tools);
+* :mod:`selector.steiner_mip` -- exact multi-commodity flow MIP (HiGHS through SciPy);
 * :mod:`selector.dual_ascent` -- Wong's dual ascent lower bound (:func:`dual_ascent_bound`);
 * :mod:`selector.solution` -- :class:`TreeSolution`, what solvers return;
 * :mod:`selector.plan` -- :func:`select_reuse_pairs`, :class:`Plan`, and :func:`replan`, which
