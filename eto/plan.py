@@ -488,8 +488,13 @@ def _seconds(candidates: Callable[[LoopNestOp, LoopNestOp], float], tm: TimeMode
         return tm.backend_seconds(trials, g) + (tm.reuse_seconds(c, g) if polish else 0.0)
 
     if hasattr(candidates, "prefetch"):  # the estimator works in a batch (see selector.CostFn)
-        edge.prefetch = lambda pairs: candidates.prefetch(  # type: ignore[attr-defined]
-            [(a, b) for a, b in pairs  # only edges ``edge`` admits (a quarter of ResNet-50's are over the cap)
-             if a.name not in hot_names and carries_reduction(a, b) and not over_cap(a, b)])
+        def prefetch(pairs: list[tuple[LoopNestOp, LoopNestOp]]) -> None:
+            # only edges ``edge`` admits (a quarter of ResNet-50's are over the cap), and with the
+            # polish each operator's self-reuse, which ``root`` will ask for
+            selves = list({a.name: (a, a) for a, _ in pairs}.values()) if polish else []
+            candidates.prefetch([(a, b) for a, b in pairs if a.name not in hot_names
+                                 and carries_reduction(a, b) and not over_cap(a, b)] + selves)
+
+        edge.prefetch = prefetch  # type: ignore[attr-defined]
 
     return edge, root, estimates

@@ -33,8 +33,8 @@ ROOT = "root"
 #: ``cost_fn(alpha, beta)``: estimated trials to tune ``alpha`` reusing ``beta``'s best program.
 #: Must be ≥ 0 and not NaN; ``math.inf`` vetoes the pair (the edge is left out). A cost function
 #: may also have a ``prefetch(pairs)`` method: :func:`build_oc_graph` calls it once with every
-#: candidate pair ``(alpha, beta)`` before asking edge by edge, so an expensive estimator can
-#: work in a batch (in parallel, say).
+#: candidate pair ``(alpha, beta)`` before asking edge by edge (and before the root edges' costs),
+#: so an expensive estimator can work in a batch (in parallel, say).
 CostFn = Callable[[LoopNestOp, LoopNestOp], float]
 #: Backend tuning cost: one number for every operator, or a function of the operator.
 BackendCost = Union[float, Callable[[LoopNestOp], float]]
@@ -106,6 +106,10 @@ def build_oc_graph(
             raise ValueError(f"duplicate operator name {op.name!r}")
         seen.add(op.name)
 
+    pairs = [(everything[a], everything[b]) for a, b in reuse_pair_indices(everything).tolist()]
+    prefetch = getattr(cost_fn, "prefetch", None)
+    if prefetch is not None and pairs:
+        prefetch(pairs)  # before the root edges: ``backend_cost`` may read what it fetched
     G = nx.DiGraph()
     G.add_node(ROOT, kind="root")
     for op in everything:
@@ -117,10 +121,6 @@ def build_oc_graph(
             cost = check_cost(raw, f"{ROOT} -> {op.name}")
         G.add_edge(ROOT, op.name, weight=cost, cost=cost, kind="backend")
 
-    pairs = [(everything[a], everything[b]) for a, b in reuse_pair_indices(everything).tolist()]
-    prefetch = getattr(cost_fn, "prefetch", None)
-    if prefetch is not None and pairs:
-        prefetch(pairs)
     n_pairs = 0
     for alpha, beta in pairs:
         cost = check_cost(cost_fn(alpha, beta), f"{beta.name} -> {alpha.name}", allow_inf=True)

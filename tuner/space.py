@@ -204,7 +204,14 @@ class ReuseSpace:
         (BERT-Base's 768x768 matmul at seq 160-384 from seq 128, ResNet-50's 1x1 convolutions of
         2048 channels at batch 4 and 16 from batch 1): 2.2-5x faster than ``"outer"``; elsewhere
         within -10% / +5% (README, "New shapes"), so :mod:`eto.instant` times both.
+        Computed once per growth (the enumeration and its estimate ask about ten times a pair).
         """
+        cache = self.__dict__.setdefault("_kept", {})  # frozen: what cached_property does
+        if growth not in cache:
+            cache[growth] = self._kept_tiles(growth)
+        return cache[growth]
+
+    def _kept_tiles(self, growth: Growth) -> TileConfig:
         def keep(factors: Sequence[int], extent: int, lanes: int = 0) -> tuple[int, ...]:
             inner, rest = [], extent
             for i, f in enumerate(reversed(factors[1:])):
