@@ -59,6 +59,15 @@ def test_console_script_does_not_import_tvm():
     assert r.stderr.endswith("NO_TVM")
 
 
+def test_commands_without_a_model_import_tvm_without_torch():
+    """`eto target` as the process's command: TVM without PyTorch, which stays importable."""
+    code = ("import sys; sys.argv = ['eto', 'target', 'cpu', '--json']; from eto.cli import main; main(); "
+            "loaded = 'tvm' in sys.modules, 'torch' in sys.modules; import torch; "
+            "sys.stderr.write(repr(loaded + (torch.ones(2).sum().item(),)))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stderr.strip().endswith("(True, False, 2.0)"), r.stderr
+
+
 def test_target_show(capsys):
     code, out, _ = run(capsys, "target", "nvidia/nvidia-a100", "--json")
     assert code == 0 and json.loads(out)["max_threads_per_block"] == 1024
