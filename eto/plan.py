@@ -491,7 +491,7 @@ def _seconds(candidates: Callable[[LoopNestOp, LoopNestOp], float], tm: TimeMode
         def prefetch(pairs: list[tuple[LoopNestOp, LoopNestOp]]) -> None:
             # only edges ``edge`` admits (a quarter of ResNet-50's are over the cap), and with the
             # polish each operator's self-reuse, which ``root`` will ask for
-            selves = list({a.name: (a, a) for a, _ in pairs}.values()) if polish else []
+            selves = list({a.name: (a, a) for a, _ in pairs if not a.tuned}.values()) if polish else []
             candidates.prefetch([(a, b) for a, b in pairs if a.name not in hot_names
                                  and carries_reduction(a, b) and not over_cap(a, b)] + selves)
 
