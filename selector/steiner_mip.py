@@ -49,7 +49,7 @@ def mip(g: IndexedGraph, time_limit: float) -> tuple[Optional[np.ndarray], bool,
     Returns (tree as a parent-edge array (:mod:`selector._trees`) or None, proven optimal, best
     bound or None).
     """
-    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.optimize import Bounds, milp
 
     deadline = time.perf_counter() + time_limit
     c, constraint = _model(g)
