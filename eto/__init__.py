@@ -3,8 +3,8 @@
 Importing ``eto`` does not import TVM; modules that build or tune programs import it lazily.
 """
 
-from .operators import Operator, operator_type, operator_types
-from .opsets import OperatorSet, builtin_opset, builtin_opsets
+from eto.operators import Operator, operator_type, operator_types
+from eto.operators.opsets import OperatorSet, builtin_opset, builtin_opsets
 
 __version__ = "0.1.0"
 

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
-    from .models.bench import BenchReport
-    from .plan import OperatorPlan
+    from eto.models.bench import BenchReport
+    from eto.planning.planner import OperatorPlan
 
 __all__ = ["plan_figure", "convergence_figure", "model_bench_figure", "ratio_axis"]
 
 
-def _figure(width: float, height: float) -> "Figure":
+def new_figure(width: float, height: float) -> "Figure":
     try:
         from matplotlib.figure import Figure
     except ImportError as exc:  # pragma: no cover - depends on the install
@@ -87,7 +87,7 @@ def plan_figure(planned: "OperatorPlan", *, candidate_edges: bool = True, title:
     extra = sorted(n for n in graph.nodes if n != ROOT and n not in parent)
     pos = _layout(parent, extra)
     width = max(6.0, 1.1 * (1 + max(x for x, _ in pos.values())))
-    fig = _figure(min(width, 24.0), 1.6 * (1 + max(-y for _, y in pos.values())))
+    fig = new_figure(min(width, 24.0), 1.6 * (1 + max(-y for _, y in pos.values())))
     ax = fig.add_subplot()
     ax.set_axis_off()
     tree = {(p, c) for c, p in parent.items()}
@@ -119,7 +119,7 @@ def convergence_figure(curves: Mapping[str, Sequence[tuple[float, float]]], *, t
     """Best weighted latency so far against tuning seconds, one step line per run (the picture a
     user needs to choose a budget); each run's end marked with a dot. Runs named ``"method, ..."``
     share the method's colour and differ in line style."""
-    fig = _figure(6.4, 3.8)
+    fig = new_figure(6.4, 3.8)
     ax = fig.add_subplot()
     colors: dict[str, str] = {}  # "method, seed 1": one colour per method, one line style per run of it
     runs: dict[str, int] = {}
@@ -146,7 +146,7 @@ def convergence_figure(curves: Mapping[str, Sequence[tuple[float, float]]], *, t
 
 def model_bench_figure(report: "BenchReport", *, title: str | None = None) -> "Figure":
     """``eto bench``'s result: latency per method (median, p10-p90 bars) and tuning time per method."""
-    fig = _figure(8.0, 3.2)
+    fig = new_figure(8.0, 3.2)
     lat, tun = fig.subplots(1, 2)
     names = [r.method for r in report.results]
     med = [r.median_s * 1e3 for r in report.results]

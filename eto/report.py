@@ -42,7 +42,7 @@ def set_trajectory(results: Sequence[dict], frequencies: Mapping[str, int], targ
                    since: float | None = None) -> list[tuple[float, float]]:
     """A tuning run's convergence: (seconds, Σ frequency x best latency so far) whenever that improved.
 
-    ``results`` are a database's result lines (:meth:`eto.database.Database.results`),
+    ``results`` are a database's result lines (:meth:`eto.store.database.Database.results`),
     ``frequencies`` maps each operator key of the set to its frequency. Each result's trajectory is
     placed on the wall clock by its commit time (a point at ``s`` happened at commit time - its last
     point's seconds + ``s``), so operators tuned together by one task scheduler and reuse searches run

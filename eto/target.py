@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from tuner.host import cpu_cache_bytes, cpu_flags, num_threads, physical_cores, vector_bits
-from tuner.features import Kind as TargetKind, kind_of
+from tuner.analysis.host import cpu_cache_bytes, cpu_flags, num_threads, physical_cores, vector_bits
+from tuner.analysis.features import Kind as TargetKind, kind_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target

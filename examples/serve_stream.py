@@ -34,10 +34,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from eto.cli import main as eto
-    from eto.database import Database
+    from eto.store.database import Database
     from eto.operators import Operator
-    from eto.serve import ProgramCache
-    from tuner.apply import run_once
+    from eto.shapes.serve import ProgramCache
+    from tuner.measure.apply import run_once
 
     known = Operator.parse(args.op)
     params = [p.strip() for p in args.params.split(",") if p.strip()]

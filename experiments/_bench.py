@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
 
-    from tuner.measure import Measurer
+    from tuner.measure.measurer import Measurer
 
 #: this process: every timed stage records it, so a reader can tell which stages shared a session
 SESSION = {"pid": os.getpid(), "started": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -46,18 +46,18 @@ def warm_up(target: "Target", *, plan: bool = True) -> float:
     with the trial estimator (selector, networkx, the ILP solver).
     """
     t0 = time.perf_counter()
-    from tuner.intrinsics import register_tensor_intrinsics
+    from tuner.analysis.intrinsics import register_tensor_intrinsics
 
     register_tensor_intrinsics(target)
 
-    import eto.pipeline  # noqa: F401
-    import eto.plan  # noqa: F401
-    import tuner.apply  # noqa: F401
-    import tuner.estimate  # noqa: F401
-    import tuner.features  # noqa: F401
-    import tuner.reuse  # noqa: F401
-    from tuner.backend import BackendTask, tune_backend
-    from tuner.measure import MeasureConfig, Measurer
+    import eto.runs.pipeline  # noqa: F401
+    import eto.planning.planner  # noqa: F401
+    import tuner.measure.apply  # noqa: F401
+    import tuner.reuse.estimate  # noqa: F401
+    import tuner.analysis.features  # noqa: F401
+    import tuner.reuse.search  # noqa: F401
+    from tuner.measure.backend import BackendTask, tune_backend
+    from tuner.measure.measurer import MeasureConfig, Measurer
 
     for optional in ("xgboost", "scipy.optimize"):
         try:
@@ -69,8 +69,8 @@ def warm_up(target: "Target", *, plan: bool = True) -> float:
         tune_backend([BackendTask("warmup", ops[0].prim_func())], target, trials_per_task=2, measurer=measurer,
                      num_trials_per_iter=2, seed=0)
     if plan:
-        from eto.opsets import OperatorSet
-        from eto.plan import plan_operator_set
+        from eto.operators.opsets import OperatorSet
+        from eto.planning.planner import plan_operator_set
 
         plan_operator_set(OperatorSet.from_layers("warmup", ops), budget=64, target=target, cost="estimate")
     return time.perf_counter() - t0
@@ -126,7 +126,7 @@ def search_name(args) -> str:
     """``args.search``, set to the scale's default where not given.
 
     At scale ci a benchmark checks its own plumbing, not MetaSchedule's search: the light search (a
-    population of 64, :func:`tuner.backend.light_search`) halves each backend run there (8 trials of a
+    population of 64, :func:`tuner.measure.backend.light_search`) halves each backend run there (8 trials of a
     3x3 convolution: 14 s against 31 s)."""
     if args.search is None:
         args.search = "light" if getattr(args, "scale", None) == "ci" else "evolutionary"
@@ -134,8 +134,8 @@ def search_name(args) -> str:
 
 
 def backend_search(args) -> "str | object":
-    """The strategy of :func:`search_name` (``tuner.backend.search_strategy``)."""
-    from tuner.backend import search_strategy
+    """The strategy of :func:`search_name` (``tuner.measure.backend.search_strategy``)."""
+    from tuner.measure.backend import search_strategy
 
     return search_strategy(search_name(args))
 

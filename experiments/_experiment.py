@@ -13,7 +13,7 @@ CI_SET = "ci_bmm"
 def load_set(name: str):
     """:data:`CI_SET`, or a built-in set or JSON file by name."""
     from eto.operators import Operator
-    from eto.opsets import OperatorSet, load_opset
+    from eto.operators.opsets import OperatorSet, load_opset
 
     if name != CI_SET:
         return load_opset(name)
@@ -75,7 +75,7 @@ def ab_target(args):
     """``args.target`` parsed, with TVM's threads set and its tensor intrinsics registered (before any
     clock starts: the registration takes seconds)."""
     from eto.target import parse_target
-    from tuner.intrinsics import register_tensor_intrinsics
+    from tuner.analysis.intrinsics import register_tensor_intrinsics
 
     os.environ.setdefault("TVM_NUM_THREADS", "2")
     target = parse_target(args.target)

@@ -4,7 +4,7 @@ MetaSchedule's XGBoost model ranks candidates at random until it holds 100 measu
 its tasks. A model's many tasks pass that in their first batches; eto tunes its few roots alone, so
 a root's second batch of 64 was chosen at random. For each ``--op`` and seed this tunes the operator
 alone with the backend twice, ``--trials`` each: with MetaSchedule's warm-up (100) and with eto's
-(:func:`tuner.backend.warmup_samples`, one batch). It records the best-so-far at every batch and
+(:func:`tuner.measure.backend.warmup_samples`, one batch). It records the best-so-far at every batch and
 re-measures the two final programs side by side (interleaved rounds, fresh processes). Both arms of a
 seed are seeded alike (:func:`tune_one`), yet their first batches still differed here, so the final
 programs carry each first batch's luck; the clean measure is ``second_batch_gain``, the best after
@@ -42,8 +42,8 @@ def tune_one(op, target, trials: int, seed: int, warmup: int | None):
     import numpy as np
     from tvm.s_tir import meta_schedule as ms
 
-    from tuner.backend import BackendTask, tune_backend
-    from tuner.measure import MeasureConfig, Measurer
+    from tuner.measure.backend import BackendTask, tune_backend
+    from tuner.measure.measurer import MeasureConfig, Measurer
 
     with Measurer.local(MeasureConfig()) as measurer:
         threads = measurer.config.num_threads or 2
@@ -67,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     from _bench import warm_up
     from eto.operators import Operator
     from eto.target import parse_target
-    from tuner.apply import scheduled_module
-    from tuner.measure import MeasureConfig, Measurer
+    from tuner.measure.apply import scheduled_module
+    from tuner.measure.measurer import MeasureConfig, Measurer
 
     target = parse_target("cpu")
     warm_up(target, plan=False)

@@ -4,7 +4,7 @@ The plan picks the cheapest bridge that can seed a group of operators, and on Re
 0.17 MFLOP 3x3 convolution with 3 input channels for 3x3 convolutions of 64-512 channels (a FLOP
 ratio of 256-1,400); ``reuse_quality.py`` shows reuses across such ratios losing 17% at the median.
 Here each ``--bridge`` is tuned fresh by the backend (``--trials``, ``--seed``), every ``--alpha``
-is then tuned from a copy of that bridge's database alone (``eto.pipeline.tune`` with no bridges of
+is then tuned from a copy of that bridge's database alone (``eto.runs.pipeline.tune`` with no bridges of
 its own, so it reuses the bridge, as the set's plan did, or falls back to the backend where the
 plan says so), and the results are re-measured side by side with the ``--reference`` database's
 programs of the same operators (a MetaSchedule run), each round in a fresh runner process
@@ -44,9 +44,9 @@ def _named(text: str) -> tuple[str, str]:
 
 def _tuned(db_dir: str, ops, target, trials: int, seed: int, measurer, stamp: str) -> dict:
     """Tune ``ops`` into ``db_dir`` with eto (timed); a finished step's stamp file gives it back."""
-    from eto.database import Database
-    from eto.opsets import OperatorSet
-    from eto.pipeline import tune
+    from eto.store.database import Database
+    from eto.operators.opsets import OperatorSet
+    from eto.runs.pipeline import tune
 
     if os.path.exists(stamp):
         with open(stamp) as f:
@@ -76,12 +76,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="results JSON (default: WORK/bridge_size.json)")
     args = ap.parse_args(argv)
 
-    from eto.database import Database
+    from eto.store.database import Database
     from eto.operators import Operator
-    from eto.opsets import OperatorSet
+    from eto.operators.opsets import OperatorSet
     from eto.target import parse_target, target_key
     from set_bench import remeasure
-    from tuner.measure import MeasureConfig, Measurer
+    from tuner.measure.measurer import MeasureConfig, Measurer
 
     bridges = [(name, Operator.parse(op)) for name, op in args.bridge]
     alphas = [Operator.parse(a) for a in args.alpha]

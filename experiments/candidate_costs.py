@@ -4,7 +4,7 @@ A reuse's seconds are its candidates' builds (LLVM, two at a time on 2 cores) an
 set-up. Every candidate an eto database's reuses measured is in its progress file; this rebuilds each (the same
 TVM, now, nothing else running) and times the build, beside the run time the search recorded, the
 op's best, and the register model's accumulators for the candidate's register block
-(:mod:`tuner.registers`: vectors its innermost tiles keep live per reduction step, against the
+(:mod:`tuner.reuse.registers`: vectors its innermost tiles keep live per reduction step, against the
 machine's vector registers). It shows whether slow builds are also slow programs, so that a search
 could skip them unbuilt.
 
@@ -33,7 +33,7 @@ from _env import environment  # noqa: E402
 
 def accumulators(cfg, nest, lanes: int) -> int:
     """Vector accumulators of ``cfg``'s register block (its innermost space tiles) on ``nest``."""
-    from tuner.tiling import accumulators as block_accumulators
+    from tuner.analysis.tiling import accumulators as block_accumulators
 
     return block_accumulators(nest.space, tuple(f[-1] for f in cfg.space), lanes)
 
@@ -49,10 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     import tvm
     from tvm.s_tir.meta_schedule.database import TuningRecord
 
-    from eto.database import Database
-    from tuner.apply import build, scheduled_module
-    from tuner.features import kind_of, program_features
-    from tuner.host import vector_bits, vector_registers
+    from eto.store.database import Database
+    from tuner.measure.apply import build, scheduled_module
+    from tuner.analysis.features import kind_of, program_features
+    from tuner.analysis.host import vector_bits, vector_registers
 
     path = os.path.join(args.db, "eto_progress.json")
     if not os.path.isfile(path):

@@ -50,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from tvm.target import Target
 
-    from eto.database import Database
-    from eto.opsets import load_opset
+    from eto.store.database import Database
+    from eto.operators.opsets import load_opset
     from eto.target import parse_target
     from set_bench import remeasure, weighted
 

@@ -12,8 +12,8 @@ Nothing is tuned here: the numbers are those of the runs the inputs come from.
                                                                               # databases' results fit
 
 ``--fit``: pools the tuning results of the given databases (one target; a result copied into several
-databases counts once) and fits eto's time model on them (:func:`eto.time_model.fit_time_model`), the
-fit from which ``eto.time_model.DEFAULTS`` is taken.
+databases counts once) and fits eto's time model on them (:func:`eto.planning.time_model.fit_time_model`), the
+fit from which ``eto.planning.time_model.DEFAULTS`` is taken.
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ def accuracy(rows: list[dict], what: str) -> dict:
 
 def fit(db_paths: list[str], kind: str) -> dict:
     """The time model fitted on the pooled results of ``db_paths``, and how many results it saw."""
-    from eto.database import Database
-    from eto.time_model import fit_time_model
+    from eto.store.database import Database
+    from eto.planning.time_model import fit_time_model
 
     seen, results = set(), []
     for path in db_paths:
@@ -79,9 +79,9 @@ def fit(db_paths: list[str], kind: str) -> dict:
 
 
 def plot(sources: dict[str, list[dict]], path: str) -> None:
-    from eto.plots import _figure
+    from eto.plots import new_figure
 
-    fig = _figure(8.0, 3.8)
+    fig = new_figure(8.0, 3.8)
     axes = fig.subplots(1, 2)
     for ax, what, unit in ((axes[0], "candidates", ""), (axes[1], "seconds", " (s)")):
         lo, hi = math.inf, 0.0

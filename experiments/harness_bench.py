@@ -6,7 +6,7 @@ with the same evaluator settings, so the only difference is the harness:
 
 * default: ``LocalBuilder()`` (a new worker pool per batch, ``tensor_intrin`` imported in each
   worker, tar artifacts linked at load time) + ``LocalRunner()``;
-* eto: :class:`tuner.measure.Measurer` (persistent build workers, no ``tensor_intrin`` import,
+* eto: :class:`tuner.measure.measurer.Measurer` (persistent build workers, no ``tensor_intrin`` import,
   ``.so`` linked in the parallel builders) + the same synchronous local runner.
 
 Usage: ``python experiments/harness_bench.py --scale ci|small|paper [--default-timeout S]``; writes
@@ -59,7 +59,7 @@ def make_harnesses(target, config, default_timeout: float):
     from tvm.s_tir.meta_schedule.builder import BuilderInput
     from tvm.s_tir.meta_schedule.runner import RunnerInput
 
-    from tuner.measure import Measurer
+    from tuner.measure.measurer import Measurer
 
     default_builder = ms.builder.LocalBuilder(timeout_sec=default_timeout)
     default_runner = ms.runner.LocalRunner(evaluator_config=config.evaluator())
@@ -139,7 +139,7 @@ def main(argv=None) -> int:
 
     from eto.operators import Operator
     from eto.target import parse_target
-    from tuner.measure import MeasureConfig
+    from tuner.measure.measurer import MeasureConfig
 
     target = parse_target("cpu")
     op = Operator.create("C2D", N=1, CI=128, H=28, W=28, CO=128, KH=3, KW=3, padding=1)

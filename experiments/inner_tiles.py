@@ -40,12 +40,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     os.environ.setdefault("TVM_NUM_THREADS", "2")
 
-    from eto.database import Database
+    from eto.store.database import Database
     from eto.operators import Operator
     from eto.target import parse_target
-    from tuner.intrinsics import register_tensor_intrinsics
-    from tuner.measure import MeasureConfig, Measurer
-    from tuner.reuse import ReuseTuner, config_of
+    from tuner.analysis.intrinsics import register_tensor_intrinsics
+    from tuner.measure.measurer import MeasureConfig, Measurer
+    from tuner.reuse.search import ReuseTuner, config_of
 
     target = parse_target(args.target)
     register_tensor_intrinsics(target)  # the intrinsics MetaSchedule's rules use
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     ref_cfg = config_of(ref.tuning_record, tuner)
     if ref_cfg is None:
         raise SystemExit(f"the reference program of {alpha.name} is not a multi-level tiling of β's sketch")
-    rounds = {"beta_inner": tuner.space.t_round(), "reference_inner": tuner.space.t_round(like=ref_cfg)}
+    rounds = {"beta_inner": tuner.reuse.space.t_round(), "reference_inner": tuner.reuse.space.t_round(like=ref_cfg)}
     slots = random.Random(args.seed).sample(range(len(rounds["beta_inner"])), min(args.sample, len(rounds["beta_inner"])))
     built: dict[str, list] = {}
     for name, configs in rounds.items():

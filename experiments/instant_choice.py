@@ -1,12 +1,12 @@
 """Which candidate should an instant program be? The kept tiles against round T's alternatives.
 
 For each new size of a built-in set (``--vary``), each operator the database does not hold is
-derived from its nearest stored program (:func:`eto.instant.nearest_source`) and these candidates
+derived from its nearest stored program (:func:`eto.shapes.instant.nearest_source`) and these candidates
 are built and timed side by side in one process (wall-clock median of 5 calls, as
-:func:`eto.instant.instant` times its program):
+:func:`eto.shapes.instant.instant` times its program):
 
 * ``kept``: β's tile factors kept, only the outer factors following the new extents
-  (:meth:`tuner.space.ReuseSpace.kept_tiles`, what :func:`tuner.predict.predict` now returns);
+  (:meth:`tuner.reuse.space.ReuseSpace.kept_tiles`, what :func:`tuner.reuse.predict.predict` now returns);
 * ``ranker``: round T's best-ranked candidate by the learned ranker trained on the database;
 * ``nearest``: round T's candidate closest to β's per-block work and threads per block;
 * ``best`` / ``median`` of a seeded sample of round T (``--sample`` candidates, plus the two above).
@@ -32,15 +32,15 @@ from _env import environment  # noqa: E402
 
 def choices(op, src, db, target, ranker, sample: int, seed: int) -> dict | None:
     """The candidates' latencies for one operator (None: its sketch has no multi-level tiling)."""
-    from tuner.apply import build
-    from tuner.reuse import ReuseTuner, _built
+    from tuner.measure.apply import build
+    from tuner.reuse.search import ReuseTuner, built_candidate
 
-    from eto.instant import _time
+    from eto.shapes.instant import _time
 
     tuner = ReuseTuner(op.prim_func(), src.tuning_record, target)
     if not tuner.has_mlt:
         return None
-    built = [c for c in (tuner._cand(cfg) for cfg in tuner.space.t_round()) if _built(tuner, c)]
+    built = [c for c in (tuner._cand(cfg) for cfg in tuner.reuse.space.t_round()) if built_candidate(tuner, c)]
     beta = tuner.beta_cfg
     near = min(range(len(built)), key=lambda i: abs(math.log(math.prod(built[i].cfg.bshape) / math.prod(beta.bshape)))
                + abs(math.log(built[i].cfg.threads_per_block / beta.threads_per_block)))
@@ -49,16 +49,16 @@ def choices(op, src, db, target, ranker, sample: int, seed: int) -> dict | None:
     pick |= {ranked} if ranked is not None else set()
     inputs = op.random_inputs(0)
     lat = {i: _time(build(built[i].sch.mod, target), inputs, op) for i in sorted(pick)}
-    kept = tuner._cand(tuner.space.kept_tiles())
+    kept = tuner._cand(tuner.reuse.space.kept_tiles())
     return {"op": op.name, "source": src.op.name, "source_latency_s": src.latency_s, "round_t": len(built),
-            "kept": _time(build(kept.sch.mod, target), inputs, op) if _built(tuner, kept) else None,
+            "kept": _time(build(kept.sch.mod, target), inputs, op) if built_candidate(tuner, kept) else None,
             "ranker": lat[ranked] if ranked is not None else None, "nearest": lat[near],
             "best": min(lat.values()), "median": statistics.median(lat.values()), "timed": len(lat) + 1}
 
 
 def _ranker(database, target, op_type: str):
     """The learned ranker trained on every stored program of ``op_type`` (None if too few to trust)."""
-    from tuner.cost_model import LearnedRanker
+    from tuner.reuse.cost_model import LearnedRanker
 
     ranker = LearnedRanker(target)
     ranker.observe_records([p.tuning_record for p in database.programs(target=target)
@@ -67,9 +67,9 @@ def _ranker(database, target, op_type: str):
 
 
 def run(args: argparse.Namespace) -> dict:
-    from eto.database import Database
-    from eto.instant import nearest_source
-    from eto.opsets import parse_vary, vary
+    from eto.store.database import Database
+    from eto.shapes.instant import nearest_source
+    from eto.operators.opsets import parse_vary, vary
     from eto.target import parse_target
 
     target = parse_target("cpu")

@@ -1,7 +1,7 @@
 """Where should a new shape's growth go in an instant program? (issue 16; one-off check, no search)
 
 For each ``ALPHA<-BETA`` pair, β's best program in ``DB`` is kept on α's loops two ways
-(:meth:`tuner.space.ReuseSpace.kept_tiles`): the growth in the outermost factor (``kept``, growth
+(:meth:`tuner.reuse.space.ReuseSpace.kept_tiles`): the growth in the outermost factor (``kept``, growth
 "outer") or, where the loop has room, in level 1 of MetaSchedule's parallel loop (``level1``,
 growth "parallel"); each is built and timed in this process (best of 3 medians of 5 calls), twice,
 interleaved. Prints one block per pair.
@@ -14,11 +14,11 @@ import sys
 from eto.target import cpu_target, use_threads
 
 use_threads()
-from eto.database import Database  # noqa: E402
-from eto.instant import _time  # noqa: E402
+from eto.store.database import Database  # noqa: E402
+from eto.shapes.instant import _time  # noqa: E402
 from eto.operators import Operator  # noqa: E402
-from tuner.apply import build  # noqa: E402
-from tuner.reuse import ReuseTuner, _built  # noqa: E402
+from tuner.measure.apply import build  # noqa: E402
+from tuner.reuse.search import ReuseTuner, built_candidate  # noqa: E402
 
 
 def main() -> None:
@@ -31,9 +31,9 @@ def main() -> None:
         inputs = alpha.random_inputs(0)
         out = []
         for name, growth in (("kept", "outer"), ("level1", "parallel")) * 2:
-            cfg = tuner.space.kept_tiles(growth=growth)
+            cfg = tuner.reuse.space.kept_tiles(growth=growth)
             cand = tuner._cand(cfg)
-            if not _built(tuner, cand):
+            if not built_candidate(tuner, cand):
                 out.append(f"{name}: not built")
                 continue
             lib = build(cand.sch.mod, target)

@@ -1,7 +1,7 @@
 """Which reuses never measured β's own tiles? A reading of eto databases, nothing tuned or timed.
 
 For every reuse an eto database recorded (α and the source β it was derived from), β's best
-program's tile factors kept on α's loops (:meth:`tuner.space.ReuseSpace.kept_tiles`) are compared
+program's tile factors kept on α's loops (:meth:`tuner.reuse.space.ReuseSpace.kept_tiles`) are compared
 with the tile configurations of all of α's programs the search measured. Before commit 56512fa the
 kept tiles led round T only where round T did not hold them; where it did, they were measured only
 if round T's ranker put them in a measured batch. Prints, per database, the reuses whose round T
@@ -22,9 +22,9 @@ from _experiment import ab_target, write_json  # noqa: E402
 
 def check(db_dir: str, target) -> dict:
     """Counts for one database: reuses, those whose round T holds the kept tiles, those never measured."""
-    from eto.database import Database
+    from eto.store.database import Database
     from eto.operators import Operator
-    from tuner.reuse import ReuseTuner, config_of
+    from tuner.reuse.search import ReuseTuner, config_of
 
     db = Database(db_dir, readonly=True)
     rows = []
@@ -38,10 +38,10 @@ def check(db_dir: str, target) -> dict:
         tuner = ReuseTuner(p.op.prim_func(), sources[0].tuning_record, target)
         if not tuner.has_mlt:
             continue
-        in_t = tuner.space.kept_lead() is not None and tuner.space.kept_in_t_round()
+        in_t = tuner.reuse.space.kept_lead() is not None and tuner.reuse.space.kept_in_t_round()
         measured = [config_of(q.tuning_record, tuner) for q in db.programs(target=target, op=p.op)]
         rows.append({"alpha": p.op.name, "beta": beta.name, "kept_in_t_round": in_t,
-                     "kept_measured": tuner.space.kept_tiles() in measured})
+                     "kept_measured": tuner.reuse.space.kept_tiles() in measured})
     held = [r for r in rows if r["kept_in_t_round"]]
     return {"db": db_dir, "reuses": len(rows), "kept_in_t_round": len(held),
             "kept_never_measured": sum(not r["kept_measured"] for r in held), "rows": rows}

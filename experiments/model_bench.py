@@ -39,7 +39,7 @@ def run_model(name: str, trials: int, work: str, out_dir: str, *, rounds: int, s
     import torch
 
     from eto.cli import main as eto_main
-    from eto.database import Database
+    from eto.store.database import Database
     from eto.models import load_relax
     from eto.models.fast_math import fast_math as approximate
     from eto.models.bench import bench_model, onnxruntime_session

@@ -42,7 +42,7 @@ def main(argv=None) -> int:
 
     from tvm.s_tir import meta_schedule as ms
 
-    from eto.database import Database
+    from eto.store.database import Database
     from eto.models import load_relax
     from eto.models.bench import build_with_metaschedule
     from eto.models.build import build_model, model_inputs

@@ -36,7 +36,7 @@ from torch import nn  # noqa: E402
 
 from eto.models import ModelOperators, extract_from_onnx, extract_from_torch  # noqa: E402
 from eto.operators import Operator  # noqa: E402
-from eto.opsets import builtin_opset  # noqa: E402
+from eto.operators.opsets import builtin_opset  # noqa: E402
 
 
 # -- models -------------------------------------------------------------------------------------

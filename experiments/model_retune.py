@@ -55,7 +55,7 @@ def run_size(path: str, dim: str, value: int, base_db: str, work: str, *, trials
              rounds: int) -> dict:
     import torch
 
-    from eto.database import Database
+    from eto.store.database import Database
     from eto.models import load_relax
     from eto.models.bench import bench_model
     from eto.target import parse_target

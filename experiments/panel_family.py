@@ -11,7 +11,7 @@ interleaved re-measurements).
     python experiments/panel_family.py --db DB128 --donor DB_OF_MS_AT_256 --donor-seq 256 --seqs 128 192 256
 
 ``--gets SEQ``: instead, derive the family at SEQ from the source's own sketch through GetS, as a
-reuse would (``tuner.reuse.ReuseTuner``: the sketch replayed without post-processing, then
+reuse would (``tuner.reuse.search.ReuseTuner``: the sketch replayed without post-processing, then
 MetaSchedule's postprocessors): β's kept tiles, and the rows whole with β's or the donor's column
 and reduction tiles, at each unroll value; timed in-process (best of 2 medians of 5 calls).
 """
@@ -22,10 +22,10 @@ import json
 from eto.target import cpu_target, use_threads
 
 use_threads()
-from eto.database import Database  # noqa: E402
+from eto.store.database import Database  # noqa: E402
 from eto.operators import Operator  # noqa: E402
-from tuner.apply import scheduled_module  # noqa: E402
-from tuner.measure import MeasureConfig, Measurer  # noqa: E402
+from tuner.measure.apply import scheduled_module  # noqa: E402
+from tuner.measure.measurer import MeasureConfig, Measurer  # noqa: E402
 
 
 def matmul(seq: int) -> Operator:
@@ -47,15 +47,15 @@ def with_tiles(trace_json, mod, tiles: list[list[int]]):
 
 
 def through_gets(db: str, seq: int, target) -> None:
-    from eto.instant import _time
-    from tuner.apply import build
-    from tuner.features import TileConfig
-    from tuner.reuse import ReuseTuner, _built
+    from eto.shapes.instant import _time
+    from tuner.measure.apply import build
+    from tuner.analysis.features import TileConfig
+    from tuner.reuse.search import ReuseTuner, built_candidate
 
     alpha = matmul(seq)
     tuner = ReuseTuner(alpha.prim_func(), Database(db, readonly=True).best(matmul(128), target).tuning_record,
                        target)
-    kept, inputs = tuner.space.kept_tiles(), alpha.random_inputs(0)
+    kept, inputs = tuner.reuse.space.kept_tiles(), alpha.random_inputs(0)
     variants = [("beta's tiles kept", kept)]
     for n in (kept.space[2], (6, 4, 2, 16)):
         for k in (kept.reduction[0], (384, 8)):
@@ -64,7 +64,7 @@ def through_gets(db: str, seq: int, target) -> None:
     for name, cfg in variants:
         for u, value in enumerate(tuner.unroll_values):
             cand = tuner._cand(cfg, unroll=u)
-            if not _built(tuner, cand):
+            if not built_candidate(tuner, cand):
                 print(f"{name}, unroll {value}: not built")
                 continue
             t = min(_time(build(cand.sch.mod, target), inputs, alpha) for _ in range(2))

@@ -1,4 +1,4 @@
-"""Root polish (eto.polish): how much a self-reuse improves MetaSchedule's program of a root.
+"""Root polish (eto.runs.polish): how much a self-reuse improves MetaSchedule's program of a root.
 
 Per operator and seed: MetaSchedule tunes the operator alone (N trials, eto's root settings), then
 the reuse tuner searches from its best program (α = β); both best programs are re-measured side
@@ -30,13 +30,13 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
 
-    from eto.database import Database
-    from eto.opsets import builtin_opset
+    from eto.store.database import Database
+    from eto.operators.opsets import builtin_opset
     from eto.target import export_threads, parse_target
-    from eto.tuning import tune_with_backend
-    from tuner.apply import scheduled_module
-    from tuner.measure import MeasureConfig, Measurer
-    from tuner.reuse import reuse_tune
+    from eto.runs.tuning import tune_with_backend
+    from tuner.measure.apply import scheduled_module
+    from tuner.measure.measurer import MeasureConfig, Measurer
+    from tuner.reuse.search import reuse_tune
 
     target = parse_target("cpu")
     export_threads()

@@ -35,8 +35,8 @@ def time_in_fresh_processes(mods: list, target, *, processes: int, again: int, e
     """``[program][process]`` -> the process's medians (its first and ``again`` more), each process new."""
     from tvm.s_tir import meta_schedule as ms
 
-    from tuner.builder import PersistentBuilder
-    from tuner.measure import MeasureConfig, Measurer
+    from tuner.measure.builder import PersistentBuilder
+    from tuner.measure.measurer import MeasureConfig, Measurer
 
     config = MeasureConfig(settle_processes=1)
     builder = PersistentBuilder(timeout_sec=config.build_timeout_s)
@@ -73,9 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         ap.error(f"--env takes NAME=VALUE: got {', '.join(bad)}")
 
-    from eto.database import Database
+    from eto.store.database import Database
     from eto.target import parse_target
-    from tuner.apply import scheduled_module
+    from tuner.measure.apply import scheduled_module
 
     target = parse_target("cpu")
     db = Database(args.db, readonly=True)

@@ -1,5 +1,5 @@
 """Does a learned ranker trained on β's programs order α's reuse candidates? (the evidence behind
-``tuner.cost_model.LearnedRanker.REACH``).
+``tuner.reuse.cost_model.LearnedRanker.REACH``).
 
 For one reuse pair taken from a database (β tuned there, usually by the backend), it enumerates
 every candidate Algorithm 1 could measure in rounds T and M together (each round-T slot with every
@@ -72,13 +72,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     os.environ.setdefault("TVM_NUM_THREADS", "2")
 
-    from eto.database import Database
+    from eto.store.database import Database
     from eto.operators import Operator
     from eto.target import parse_target
-    from tuner.intrinsics import register_tensor_intrinsics
-    from tuner.cost_model import LearnedRanker
-    from tuner.measure import MeasureConfig, Measurer
-    from tuner.reuse import ReuseTuner
+    from tuner.analysis.intrinsics import register_tensor_intrinsics
+    from tuner.reuse.cost_model import LearnedRanker
+    from tuner.measure.measurer import MeasureConfig, Measurer
+    from tuner.reuse.search import ReuseTuner
 
     target = parse_target(args.target)
     register_tensor_intrinsics(target)  # the intrinsics MetaSchedule's rules use
@@ -97,7 +97,7 @@ def main(argv=None) -> int:
     ranker = LearnedRanker(target)
     ranker.observe_records([p.tuning_record for p in progs])
     tuner = ReuseTuner(alpha.prim_func(), source.tuning_record, target)
-    space = tuner.space
+    space = tuner.reuse.space
     configs = []
     for bs, t in space.t_slots():
         first = space.tshape(t, bs, space.lshape(bs))
@@ -158,11 +158,11 @@ def compare_reuse(args, db, target, alpha, beta, source, progs) -> list[dict]:
     """α reuse-tuned from β's best twice: the ranker's order followed always, then eto's default."""
     import math
 
-    from eto.database import Database
-    from eto.leads import runner_ups
-    from tuner.cost_model import LearnedRanker
-    from tuner.measure import MeasureConfig, Measurer
-    from tuner.reuse import reuse_tune
+    from eto.store.database import Database
+    from eto.planning.lead_sources import runner_ups
+    from tuner.reuse.cost_model import LearnedRanker
+    from tuner.measure.measurer import MeasureConfig, Measurer
+    from tuner.reuse.search import reuse_tune
 
     reference = None
     if args.reference:

@@ -2,7 +2,7 @@
 
 Per new size (one value of ``--vary``), in one process, one-time costs outside both clocks:
 
-* eto: ``eto.retune.retune`` on a fresh copy of ``--db`` (only that size): instant programs first,
+* eto: ``eto.shapes.retune.retune`` on a fresh copy of ``--db`` (only that size): instant programs first,
   then reuse tuning planned over the database; its time, and the instant programs' time;
 * MetaSchedule: every operator of that size tuned from scratch with ``--trials`` trials each (or,
   with ``--metaschedule-from``, an earlier run's databases and seconds: eto's side measured anew);
@@ -40,14 +40,14 @@ def run(args: argparse.Namespace, done: list | None = None,
         save: Callable[[dict], None] | None = None) -> dict:
     """Every size of ``--vary`` not in ``done`` (sizes a stopped run already finished, kept as they
     were measured); ``save(result)`` is called after each size, so a stopped run loses at most one."""
-    from tuner.apply import scheduled_module
-    from tuner.measure import MeasureConfig, Measurer
+    from tuner.measure.apply import scheduled_module
+    from tuner.measure.measurer import MeasureConfig, Measurer
 
-    from eto.database import Database
-    from eto.opsets import OperatorSet, parse_vary, vary
-    from eto.retune import retune
+    from eto.store.database import Database
+    from eto.operators.opsets import OperatorSet, parse_vary, vary
+    from eto.shapes.retune import retune
     from eto.target import parse_target
-    from eto.tuning import tune_with_backend
+    from eto.runs.tuning import tune_with_backend
 
     target = parse_target("cpu")
     search = backend_search(args)
@@ -184,7 +184,7 @@ def resumable(out: str, args: argparse.Namespace) -> list:
 def padded_ops(opset: str, dim: str, value: int, pad_to: int | None) -> dict:
     """Each operator of a built-in set at ``dim=value`` -> the same layer at ``dim=pad_to`` (the
     program users run today on inputs padded to the size they tuned); empty when not applicable."""
-    from eto.zoo import BUILTIN
+    from eto.operators.zoo import BUILTIN
 
     b = BUILTIN.get(opset.lower().replace("-", "_")) if isinstance(opset, str) else None
     if b is None or dim not in b.dims:
@@ -249,12 +249,12 @@ def main(argv=None) -> int:
 def plot(result: dict, path: str) -> None:
     """E7's figure: per new size, MetaSchedule's time over eto's (and over the instant programs'), and
     the weighted throughput of eto, the instant programs and the padded program against MetaSchedule."""
-    from eto.plots import _figure, ratio_axis
+    from eto.plots import new_figure, ratio_axis
 
     shapes = sorted(result["shapes"], key=lambda s: (not isinstance(s["value"], (int, float)), s["value"]))
     xs = [str(s["value"]) for s in shapes]
     dim = str(result["vary"]).split("=")[0]  # the sizes are the axis's ticks, in order
-    fig = _figure(8.0, 3.6)
+    fig = new_figure(8.0, 3.6)
     left, right = fig.subplots(1, 2)
     left.plot(xs, [s["time_ratio_metaschedule_over_eto"] for s in shapes], "o-", label="eto (instant + reuse)")
     left.plot(xs, [s["time_ratio_metaschedule_over_instant"] for s in shapes], "s--", label="instant only")

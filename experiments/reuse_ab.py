@@ -1,12 +1,12 @@
 """Does a reuse-search feature pay? Each reuse pair tuned with it and without it, side by side.
 
 ``--switch`` picks the feature: ``set-safe``, round T's lead whose register rows do not collide in
-L1 (:mod:`tuner.cachesets`), ``vector``, round T's lead with a native-width vector tile
-(:func:`tuner.leads.vector_tiles`), ``register``, round T's lead with the register block a
-register model prefers (:mod:`tuner.registers`), ``kept``, β's kept tiles as round T's lead also where round T
-holds them (:meth:`tuner.space.ReuseSpace.kept_lead`; off: left to round T's rank, as before), or
+L1 (:mod:`tuner.reuse.cachesets`), ``vector``, round T's lead with a native-width vector tile
+(:func:`tuner.reuse.leads.vector_tiles`), ``register``, round T's lead with the register block a
+register model prefers (:mod:`tuner.reuse.registers`), ``kept``, β's kept tiles as round T's lead also where round T
+holds them (:meth:`tuner.reuse.space.ReuseSpace.kept_lead`; off: left to round T's rank, as before), or
 ``stage``, the round that tries round T's best on α's sibling write-stage sketches
-(:meth:`tuner.reuse.ReuseTuner._stage_round`). For each ``--pair ALPHA BETA``,
+(:meth:`tuner.reuse.search.ReuseTuner._stage_round`). For each ``--pair ALPHA BETA``,
 or every reuse an eto database recorded (``--reuses-of DB``: α and the source it was derived from),
 the reuse tuner derives α twice from β's best program in ``--db``, as ``eto tune`` does (ranked, the
 ranker trained on β's records): with the feature and with it switched off. Both results and, where
@@ -36,23 +36,23 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _experiment import ab_parser, ab_target, write_json  # noqa: E402
 
 SWITCHES = ("set-safe", "vector", "register", "kept", "stage")
-#: the round T leads (tuner.leads) a switch turns off
+#: the round T leads (tuner.reuse.leads) a switch turns off
 LEADS = {"set-safe": "set_safe_tiles", "vector": "vector_tiles", "register": "register_tiles"}
 
 
 def applies(switch: str, tuner) -> bool:
     """Whether the feature can change this pair's search (else both runs are the same search)."""
-    import tuner.leads as leads
+    import tuner.reuse.leads as leads
 
     if switch in LEADS:
-        name, on = LEADS[switch], leads.lead_tiles(tuner.space)
+        name, on = LEADS[switch], leads.lead_tiles(tuner.reuse.space)
         lead, _ = getattr(leads, name), setattr(leads, name, lambda space, **kw: None)
         try:
-            return leads.lead_tiles(tuner.space) != on
+            return leads.lead_tiles(tuner.reuse.space) != on
         finally:
             setattr(leads, name, lead)
     if switch == "kept":
-        return tuner.space.kept_lead() is not None and tuner.space.kept_in_t_round()
+        return tuner.reuse.space.kept_lead() is not None and tuner.reuse.space.kept_in_t_round()
     return bool(tuner.siblings)
 
 
@@ -64,11 +64,11 @@ def _kept_only_outside_t_round(space):
 
 def tune_pair(func, beta_records, target, measurer, *, switch: str, on: bool) -> dict:
     """One ranked reuse of α from β's best, with the feature ``switch`` on or off."""
-    import tuner.leads as leads
-    import tuner.reuse as reuse
-    from tuner.cost_model import LearnedRanker
-    from tuner.sketch import Sketch
-    from tuner.space import ReuseSpace
+    import tuner.reuse.leads as leads
+    import tuner.reuse.search as reuse
+    from tuner.reuse.cost_model import LearnedRanker
+    from tuner.analysis.sketch import Sketch
+    from tuner.reuse.space import ReuseSpace
 
     stage_round, kept_lead = reuse.ReuseTuner._stage_round, ReuseSpace.kept_lead
     lead = getattr(leads, LEADS.get(switch, ""), None)
@@ -95,7 +95,7 @@ def tune_pair(func, beta_records, target, measurer, *, switch: str, on: bool) ->
 def pairs_of(args, target) -> list[tuple]:
     """(α, β, α's function): ``--pair`` given, then every reuse ``--reuses-of`` recorded (its best
     program's source; α's function from its record, so a model's fused tasks are paired too)."""
-    from eto.database import Database
+    from eto.store.database import Database
     from eto.operators import Operator
 
     pairs = [(a, Operator.parse(b), a.prim_func()) for a, b in ((Operator.parse(a), b) for a, b in args.pair or ())]
@@ -119,10 +119,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     target = ab_target(args)
 
-    from eto.database import Database
-    from tuner.apply import scheduled_module
-    from tuner.measure import Measurer
-    from tuner.reuse import ReuseTuner
+    from eto.store.database import Database
+    from tuner.measure.apply import scheduled_module
+    from tuner.measure.measurer import Measurer
+    from tuner.reuse.search import ReuseTuner
 
     db = Database(args.db, readonly=True)
     ref_db = Database(args.reference, readonly=True) if args.reference else None

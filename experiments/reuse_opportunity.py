@@ -3,7 +3,7 @@
 For every reuse pair (α, β) of a backend database's operators (same type and sketch set, one loop
 nest dominating the other: Definition 2), the programs of α within ``t`` = 90% of α's best
 (G_α(90%)) are compared with β's best program S*_β by the features the reuse tuner searches
-(:mod:`tuner.features`; on CPU B = parallel tasks, T = B x sub-tasks, M = bytes staged per cache
+(:mod:`tuner.analysis.features`; on CPU B = parallel tasks, T = B x sub-tasks, M = bytes staged per cache
 block x B):
 
     Φ_B = {S_α in G_α : B(S_α) / B(S*_β) in [r1, r2]},  Φ_T and Φ_M with the window [1, r2],
@@ -70,9 +70,9 @@ def pair_row(alpha, beta, programs: dict) -> dict:
 def analyse(db, opset, target) -> list[dict]:
     """Every ordered reuse pair of the set's operators that the database has programs for."""
     from selector import is_reuse_pair
-    from tuner.features import kind_of, program_features
+    from tuner.analysis.features import kind_of, program_features
 
-    from eto.plan import loop_nest_op
+    from eto.planning.planner import loop_nest_op
 
     kind = kind_of(target)
     programs = {}
@@ -100,9 +100,9 @@ def summary(rows: list[dict]) -> dict:
 
 
 def plot(result: dict, path: str) -> None:
-    from eto.plots import _figure
+    from eto.plots import new_figure
 
-    fig = _figure(6.4, 3.4)
+    fig = new_figure(6.4, 3.4)
     ax = fig.add_subplot()
     keys = ["B", "T", "M"]
     s = result["summary"]
@@ -128,9 +128,9 @@ def main(argv=None) -> int:
     add_search_option(ap)
     args = ap.parse_args(argv)
     cfg, opset, target, work, out = setup(args, SCALES, "reuse_opportunity")
-    from eto.database import Database
-    from eto.tuning import tune_with_backend
-    from tuner.features import kind_of
+    from eto.store.database import Database
+    from eto.runs.tuning import tune_with_backend
+    from tuner.analysis.features import kind_of
 
     trials = args.trials or cfg["trials"]
     if args.db:

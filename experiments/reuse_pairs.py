@@ -26,7 +26,7 @@ Clocks (BENCHMARKS.md, "Clocks you can trust"):
 - One-time costs (``tvm.s_tir.tensor_intrin``, xgboost, a 2-trial MetaSchedule run of a tiny
   operator, the measurer's worker pools) are paid before any stage starts.
 - Design-space generation is on both clocks. The reuse tuner's seconds count from before
-  ``ReuseTuner`` is built (α's design space and β's sketch, ``tuner.reuse.reuse_tune``).
+  ``ReuseTuner`` is built (α's design space and β's sketch, ``tuner.reuse.search.reuse_tune``).
   MetaSchedule's seconds are its batches' times, and the first batch's starts when the backend's
   batch clock is made, before ``ms.tune.tune_tasks``, whose task scheduler generates the design
   spaces (building a TuneContext does not: 8 ms, against 21 ms for a C2D's
@@ -60,8 +60,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _bench import (SESSION, add_search_option, backend_search, open_run, search_settings,  # noqa: E402
                     warm_measurer, warm_up)
 from _env import environment  # noqa: E402
-from tuner.ranked import DEFAULT_TOP_K  # noqa: E402
-from tuner.space import DEFAULT_STRATEGY, default_ranges  # noqa: E402
+from tuner.reuse.ranked import DEFAULT_TOP_K  # noqa: E402
+from tuner.reuse.space import DEFAULT_STRATEGY, default_ranges  # noqa: E402
 
 # (type, params) lists per scale. Conv2d operators are chosen so that many ordered pairs satisfy
 # the reuse conditions (domination), for the feature-range analysis.
@@ -88,7 +88,7 @@ RANGE_WIDENINGS = (1.0, 2.0, 4.0)
 def reuse_pairs(ops, per_type: int) -> list[tuple[int, int]]:
     """Ordered (α, β) index pairs satisfying the reuse conditions, at most ``per_type`` per type."""
     from selector import LoopNestOp
-    from selector.reuse import is_reuse_pair
+    from selector.reuse_pairs import is_reuse_pair
 
     nodes = [LoopNestOp(name=str(i), type=op.type, sketch=op.sketch_key(), space=tuple(op.space),
                         reduction=tuple(op.reduction)) for i, op in enumerate(ops)]
@@ -111,7 +111,7 @@ def backend_stage(op, target, trials: int, measurer, work: str, search="evolutio
     """Tune ``op`` with MetaSchedule alone (``search``); cache every measured program in a JSONDatabase."""
     from tvm.s_tir.meta_schedule.database import JSONDatabase
 
-    from tuner.backend import BackendTask, tune_backend
+    from tuner.measure.backend import BackendTask, tune_backend
 
     d = os.path.join(work, "backend", op.key)
     meta = os.path.join(d, "result.json")
@@ -141,7 +141,7 @@ def records_of(op, work: str) -> list:
     from tvm.ir import IRModule
     from tvm.s_tir.meta_schedule.database import JSONDatabase
 
-    from tuner.trajectory import median_secs
+    from tuner.measure.trajectory import median_secs
 
     d = os.path.join(work, "backend", op.key)
     db = JSONDatabase(os.path.join(d, "workloads.json"), os.path.join(d, "records.json"))
@@ -150,7 +150,7 @@ def records_of(op, work: str) -> list:
     return sorted(recs, key=lambda r: median_secs(r.run_secs))
 
 
-STRATEGIES = ("per-b", "global", "topk")  # topk: Selective Tuning's baseline (tuner.topk), not a search
+STRATEGIES = ("per-b", "global", "topk")  # topk: Selective Tuning's baseline (tuner.reuse.topk), not a search
 
 
 def _reuse_dir(work: str, strategy: str, ranges: str, top_k: int | None = None) -> str:
@@ -166,8 +166,8 @@ def reuse_stage(alpha, beta, target, measurer, work: str, strategy: str, ranges:
     run first (what eto's database holds after β is tuned), on the reuse clock."""
     from tvm.s_tir.meta_schedule.database import JSONDatabase
 
-    from tuner.cost_model import LearnedRanker
-    from tuner.reuse import reuse_tune
+    from tuner.reuse.cost_model import LearnedRanker
+    from tuner.reuse.search import reuse_tune
 
     d = os.path.join(_reuse_dir(work, strategy, ranges, top_k), f"{alpha.key}__from__{beta.key}")
     meta = os.path.join(d, "result.json")
@@ -177,7 +177,7 @@ def reuse_stage(alpha, beta, target, measurer, work: str, strategy: str, ranges:
     os.makedirs(d, exist_ok=True)
     beta_records = records_of(beta, work)
     if strategy == "topk":  # β's best 3 programs applied to α, the fastest that runs
-        from tuner.topk import topk_tune
+        from tuner.reuse.topk import topk_tune
 
         res = topk_tune(alpha.prim_func(), beta_records, target, measurer)
     else:
@@ -212,7 +212,7 @@ def reuse_record(alpha, beta, work: str, strategy: str, ranges: str, top_k: int 
 
 def remeasure(records: list, target, measurer, rounds: int) -> list[float]:
     """Median seconds of each record's program, measured ``rounds`` times interleaved."""
-    from tuner.apply import scheduled_module
+    from tuner.measure.apply import scheduled_module
 
     return measurer.remeasure([scheduled_module(r) for r in records], target, rounds=rounds)
 
@@ -220,8 +220,8 @@ def remeasure(records: list, target, measurer, rounds: int) -> list[float]:
 # -- feature ranges -------------------------------------------------------------------------------
 def range_evidence(ops, pairs, work: str, kind: str = "cpu") -> dict:
     """Section 3: is a near-best program of α inside the B/T/M ranges set by β's best?"""
-    from tuner.trajectory import median_secs
-    from tuner.features import program_features
+    from tuner.measure.trajectory import median_secs
+    from tuner.analysis.features import program_features
 
     feats = {}
     for i, op in enumerate(ops):
@@ -322,9 +322,9 @@ def run_reuse(ops, pairs, target, kind: str, measurer, work: str, strategies, ra
               top_k: int | None = None) -> list[dict]:
     """Stage 2 and 3: each pair tuned by the reuse tuner per strategy, with the trial estimator's numbers
     (candidates, and seconds by eto's default time model for the target kind)."""
-    from eto.time_model import learn_time_model
-    from tuner.estimate import estimate_trials, trials_for_config
-    from tuner.features import program_features
+    from eto.planning.time_model import learn_time_model
+    from tuner.reuse.estimate import estimate_trials, trials_for_config
+    from tuner.analysis.features import program_features
 
     time_model = learn_time_model(None, target, kind)
     rows = []
@@ -451,11 +451,11 @@ def write_result(result: dict, ranges: dict, out_path: str) -> None:
 def write_plot(result: dict, path: str) -> None:
     """E2's figure (paper figures 7 and 8): per operator type, the median throughput of each strategy
     against MetaSchedule's best, and the median speed-up over MetaSchedule's time to its best."""
-    from eto.plots import _figure, ratio_axis
+    from eto.plots import new_figure, ratio_axis
 
     summary = result["summary"]
     types = sorted({t for s in summary.values() for t in s if t != "all"}) + ["all"]
-    fig = _figure(max(6.4, 0.9 * len(types) + 2), 5.2)
+    fig = new_figure(max(6.4, 0.9 * len(types) + 2), 5.2)
     top, bottom = fig.subplots(2, 1, sharex=True)
     width = 0.8 / max(len(summary), 1)
     for i, (strategy, per_type) in enumerate(summary.items()):
@@ -480,7 +480,7 @@ def main(argv=None) -> int:
     os.environ.setdefault("TVM_NUM_THREADS", "2")
     from eto import Operator
     from eto.target import parse_target, target_kind
-    from tuner.measure import MeasureConfig, Measurer
+    from tuner.measure.measurer import MeasureConfig, Measurer
 
     spec, trials, per_type = SCALES[args.scale]
     trials = args.trials or trials

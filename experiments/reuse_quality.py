@@ -1,5 +1,5 @@
 """Where do reuses lose quality? Every reused operator of set-benchmark results, by how much larger
-α is than its source β: in FLOPs, and in reduction iterations (what ``eto.plan.MAX_REDUCTION_RATIO``
+α is than its source β: in FLOPs, and in reduction iterations (what ``eto.planning.planner.MAX_REDUCTION_RATIO``
 caps).
 
 Reads ``experiments/set_bench.py`` result files (any number; every seed of each), takes each operator
@@ -35,7 +35,7 @@ REDUCTION_BINS = (0.0, 4.0, 8.0)
 def reuse_rows(result: dict, path: str = "") -> list[dict]:
     """One row per reused operator and seed of a ``set_bench`` result."""
     from eto.operators.base import Operator
-    from eto.opsets import load_opset
+    from eto.operators.opsets import load_opset
 
     by_name = {e.op.name: e.op for e in load_opset(result["opset"])}
     rows = []

@@ -4,7 +4,7 @@ For every reuse result in ``--db`` (or the ``--limit`` first), the reuse tuner d
 same source program twice, as ``eto tune`` does (ranked, the ranker trained on the database's other
 backend programs of α's type, one ranker per arm kept across the pairs; α's own programs left out):
 once screening every candidate (3 repeats of >= 10 ms) and re-timing its 3 best in full
-(:mod:`tuner.finalists`, the default), once timing every candidate in full (``finalists=0``, as
+(:mod:`tuner.measure.finalists`, the default), once timing every candidate in full (``finalists=0``, as
 before). The order alternates per pair. Both results
 are then re-measured side by side (interleaved rounds).
 
@@ -35,13 +35,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     target = ab_target(args)
 
-    from eto.database import Database
+    from eto.store.database import Database
     from eto.operators import Operator
-    from eto.pipeline import RANKER_METHODS
-    from tuner.apply import scheduled_module
-    from tuner.cost_model import LearnedRanker
-    from tuner.measure import Measurer
-    from tuner.reuse import reuse_tune
+    from eto.runs.pipeline import RANKER_METHODS
+    from tuner.measure.apply import scheduled_module
+    from tuner.reuse.cost_model import LearnedRanker
+    from tuner.measure.measurer import Measurer
+    from tuner.reuse.search import reuse_tune
 
     db = Database(args.db, readonly=True)
     pairs = [(Operator.from_dict(r["op"]), Operator.parse(r["source"])) for r in db.results()

@@ -35,7 +35,7 @@ if str(ROOT_DIR) not in sys.path:
 
 from selector import (LoopNestOp, analytic_cost_fn, bridge_operators, build_oc_graph,  # noqa: E402
                       solve)
-from selector.plan import select_reuse_pairs  # noqa: E402
+from selector.select import select_reuse_pairs  # noqa: E402
 
 BUDGET = 1000.0
 
@@ -160,7 +160,7 @@ def main(argv=None) -> None:
     api_seconds = run_api(ops)
     out = {
         "experiment": "selector_scale", "scale": args.scale, "budget_per_operator": BUDGET,
-        "cost_model": "selector.costs.analytic_cost (placeholder for the tuner's estimator)",
+        "cost_model": "selector.analytic_cost.analytic_cost (placeholder for the tuner's estimator)",
         "operator_set": {"operators": len(ops), "composition": composition, "batches": BATCHES},
         "machine": _machine(),
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -180,10 +180,10 @@ def main(argv=None) -> None:
 def plot(result: dict, path: str) -> None:
     """E6's figure: per bridge mode, seconds for bridges, OC graph and solve (stacked), and the plan's
     cost against tuning everything with the backend."""
-    from eto.plots import _figure
+    from eto.plots import new_figure
 
     runs = result["runs"]
-    fig = _figure(7.0, 3.4)
+    fig = new_figure(7.0, 3.4)
     left, right = fig.subplots(1, 2)
     names = [r["bridges"] for r in runs]
     bottom = [0.0] * len(runs)

@@ -72,11 +72,11 @@ VARIANTS = {"plain": {}, "hot": {"hot_share": 0.3, "hot_factor": 1.5}, "evolve":
             "st": {"method": "st"}, "topk": {"method": "topk"},
             # E4, the bridge ablation (paper figure 11): plain eto uses 1-hop bridges
             "nobridges": {"bridges": "none"}, "allbridges": {"bridges": "all"},
-            # the plan without its cap on a reuse's reduction growth (eto.plan.MAX_REDUCTION_RATIO)
+            # the plan without its cap on a reuse's reduction growth (eto.planning.planner.MAX_REDUCTION_RATIO)
             "nocap": {"max_reduction_ratio": None},
-            # the plan by cost alone, without its preference for near sources (eto.plan.DISTANCE_WEIGHT)
+            # the plan by cost alone, without its preference for near sources (eto.planning.planner.DISTANCE_WEIGHT)
             "nodistance": {"distance_weight": 0.0},
-            # the roots as MetaSchedule leaves them, not polished by a self-reuse (eto.polish)
+            # the roots as MetaSchedule leaves them, not polished by a self-reuse (eto.runs.polish)
             "nopolish": {"polish": False},
             # the paper's BShape cost (all blocks' cache-line requests) instead of the per-core one
             "paperbshape": {"env": {"ETO_CPU_CACHE_BYTES": "0"}},
@@ -129,7 +129,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def load_set(args):
     """The operator set, limited to ``--pick``'s operators or its first ``--limit``."""
-    from eto.opsets import OperatorSet, load_opset
+    from eto.operators.opsets import OperatorSet, load_opset
 
     opset = load_opset(args.opset)
     entries = [opset.entries[i] for i in args.pick] if args.pick else opset.entries[: args.limit or None]
@@ -174,10 +174,10 @@ def run_method(kind: str, opset, target, db_dir: str, trials: int, seed: int, pl
                search="evolutionary") -> dict:
     """Tune ``opset`` into an empty database with MetaSchedule (``kind`` "metaschedule") or an eto variant,
     every backend run with ``search``."""
-    from eto.database import Database
-    from eto.pipeline import tune
-    from eto.tuning import tune_with_backend
-    from tuner.measure import MeasureConfig, Measurer
+    from eto.store.database import Database
+    from eto.runs.pipeline import tune
+    from eto.runs.tuning import tune_with_backend
+    from tuner.measure.measurer import MeasureConfig, Measurer
 
     db = Database(db_dir)
     options = {} if kind == MS else dict(VARIANTS[kind.partition("_")[2] or "plain"])
@@ -271,8 +271,8 @@ def remeasure(progs: dict[str, list], opset, target, rounds: int,
     0.64 or 1.11 ms; experiments README, ``process_lottery.py``), so one process would settle a
     comparison by its lottery. ``per_round``: filled with each round's (process's) median per
     program, ``per_round[run][op]``, to show it."""
-    from tuner.apply import scheduled_module
-    from tuner.measure import MeasureConfig, Measurer
+    from tuner.measure.apply import scheduled_module
+    from tuner.measure.measurer import MeasureConfig, Measurer
 
     mods = {u: [None if p is None else scheduled_module(p.tuning_record) for p in ps] for u, ps in progs.items()}
     samples = {u: [[] for _ in opset] for u in progs}
@@ -323,7 +323,7 @@ def reuse_rows(db, target) -> list[dict]:
 
 
 def polish_rows(db, target) -> list[dict]:
-    """Per polished root (eto.polish): what the polish measured and cost, and its side-by-side gain."""
+    """Per polished root (eto.runs.polish): what the polish measured and cost, and its side-by-side gain."""
     from eto.target import target_key
 
     tk = target_key(target)
@@ -361,7 +361,7 @@ def _div(a: float | None, b: float | None) -> float | None:
 # -- the result --------------------------------------------------------------------------------------
 def seed_summary(group: dict, folder: str, progs: dict, lat: dict, opset, target) -> dict:
     """One seed's row: times, re-measured and recorded weighted latencies, speed-ups, estimator accuracy."""
-    from eto.database import Database
+    from eto.store.database import Database
 
     runs = group["runs"]
     w = {m: weighted(opset, lat[m]) for m in runs}
@@ -491,7 +491,7 @@ def write_result(args, result: dict) -> str:
 
 def write_plot(out: str, seeds: dict, work: str, opset, target) -> None:
     """``<result>.png``: each run's best weighted latency so far against its seconds (every seed)."""
-    from eto.database import Database
+    from eto.store.database import Database
 
     curves = {}
     for seed, group in seeds.items():
@@ -514,7 +514,7 @@ def main(argv=None) -> int:
     """Warm up, tune every seed (and the control) or load the finished ones, re-measure, compare, write."""
     args = parse_args(argv)
     os.environ.setdefault("TVM_NUM_THREADS", "2")
-    from eto.database import Database
+    from eto.store.database import Database
     from eto.target import parse_target
 
     opset = load_set(args)

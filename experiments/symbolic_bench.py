@@ -3,13 +3,13 @@
 For each operator (``--op TEXT@PARAM=NAME[,PARAM=NAME]``), from a database holding its programs at a
 few sizes of the dimension (``eto tune`` / ``eto retune --vary``):
 
-* ``dispatch``: :func:`eto.dispatch.build_dispatch` times every stored program (padded to its tile
+* ``dispatch``: :func:`eto.shapes.dispatch.build_dispatch` times every stored program (padded to its tile
   multiple, and masked) at ``--choose`` sizes, picks the buckets and builds one Relax function;
   its build time is reported;
 * at every ``--sizes`` size (other sizes than the ones the buckets were chosen on), side by side in
   this process, interleaved over ``--rounds`` rounds (median): the dispatch function; the
   **per-size program** a static-shape deployment would compile for exactly that size (eto's
-  instant program: the nearest stored program's tiles on that size, :func:`tuner.predict.predict`,
+  instant program: the nearest stored program's tiles on that size, :func:`tuner.reuse.predict.predict`,
   no measurement); the **tuned program** where the database holds that exact size; the **padded**
   program users run without eto (the stored program of the next larger stored size, on inputs
   padded to it; the copy not counted); and **TVM without eto**: the same symbolic function
@@ -56,10 +56,10 @@ def bench_op(op, symbolic, db, target, args, cfg) -> dict:
     import tvm
     from tvm.ir import IRModule
 
-    from eto.dispatch import at_size, build_dispatch, candidates, parse_sizes, size_of
-    from eto.instant import nearest_source
-    from tuner.apply import build, scheduled_module
-    from tuner.predict import predict
+    from eto.shapes.dispatch import at_size, build_dispatch, candidates, parse_sizes, size_of
+    from eto.shapes.instant import nearest_source
+    from tuner.measure.apply import build, scheduled_module
+    from tuner.reuse.predict import predict
 
     dev = tvm.cpu()
     choose, sizes = parse_sizes(args.choose or cfg["choose"]), parse_sizes(args.sizes or cfg["sizes"])
@@ -160,8 +160,8 @@ def plot(result: dict, png: str) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from eto.database import Database
-    from eto.dispatch import parse_symbolic, symbolic_dims
+    from eto.store.database import Database
+    from eto.shapes.dispatch import parse_symbolic, symbolic_dims
     from eto.operators import Operator
     from eto.target import parse_target
 

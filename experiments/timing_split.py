@@ -3,7 +3,7 @@
 Takes up to ``--limit`` programs of a database (spread over its operators), builds them once with the
 persistent builder, then times the same batch in ``--rounds`` rounds, each round every configuration
 in turn: ``full`` (``MeasureConfig()``: the records eto stores and compares), ``screened`` (its
-screening repeats, :mod:`tuner.finalists`) and ``bare`` (one run of one call, no minimum time). Per
+screening repeats, :mod:`tuner.measure.finalists`) and ``bare`` (one run of one call, no minimum time). Per
 configuration: seconds per candidate (the builds timed apart), and how far each program's median
 is from its full median in the same round, against how far the full timing is from itself one round
 later (the noise any timing has here). This is the split behind the screening default.
@@ -59,9 +59,9 @@ def main(argv=None) -> int:
 
     from tvm.s_tir.meta_schedule.builder import BuilderInput
 
-    from eto.database import Database
-    from tuner.apply import scheduled_module
-    from tuner.measure import MeasureConfig, Measurer, remove_artifact
+    from eto.store.database import Database
+    from tuner.measure.apply import scheduled_module
+    from tuner.measure.measurer import MeasureConfig, Measurer, remove_artifact
 
     db = Database(args.db, readonly=True)
     picked = spread(list(db.programs(target=target)), args.limit)

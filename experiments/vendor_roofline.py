@@ -77,7 +77,7 @@ def tvm_call(record, op, inputs, target):
     """The database program built, as a no-argument callable on ``inputs``."""
     import tvm
 
-    from tuner.apply import build, scheduled_module
+    from tuner.measure.apply import build, scheduled_module
 
     lib = build(scheduled_module(record), target)
     dev = tvm.cpu()
@@ -154,11 +154,11 @@ def summary(rows: list[dict], names: list[str]) -> dict:
 
 
 def plot(result: dict, path: str) -> None:
-    from eto.plots import _figure
+    from eto.plots import new_figure
 
     rows = result["rows"]
     names = list(rows[0]["gflops"]) if rows else []
-    fig = _figure(max(6.4, 0.5 * len(rows) + 2), 4.0)
+    fig = new_figure(max(6.4, 0.5 * len(rows) + 2), 4.0)
     ax = fig.add_subplot()
     width = 0.8 / max(len(names), 1)
     for i, k in enumerate(names):
@@ -182,7 +182,7 @@ def main(argv=None) -> int:
     ap.add_argument("--fma-units", type=int, default=2, help="FMA units per core (for the peak)")
     args = ap.parse_args(argv)
     cfg, opset, target, work, out = setup(args, SCALES, "vendor_roofline")
-    from eto.database import Database
+    from eto.store.database import Database
     from eto.target import cpu_info
 
     dbs = {}
@@ -192,7 +192,7 @@ def main(argv=None) -> int:
             ap.error(f"--db {spec!r}: expected NAME=DIR with an existing database directory")
         dbs[label] = Database(folder, readonly=True)
     if not dbs:
-        from eto.pipeline import tune
+        from eto.runs.pipeline import tune
 
         dbs["eto"] = Database(os.path.join(work, "eto"))
         tune(opset, target, dbs["eto"], trials=args.trials or cfg["trials"], plan_budget=max(64, args.trials or 0),

@@ -20,8 +20,8 @@ from typing import Literal, Optional, Union
 
 import numpy as np
 
-from .loopnest import LoopNestOp
-from .reuse import _row_block, comparable_mask, dominates, group_by_class
+from selector.loopnest import LoopNestOp
+from selector.reuse_pairs import row_block, comparable_mask, dominates, group_by_class
 
 __all__ = ["bridge_of", "bridge_operators", "bridge_name", "SketchCheck", "Hops"]
 
@@ -69,7 +69,7 @@ def _make(template: LoopNestOp, ext: tuple[int, ...], with_sketch: bool) -> Loop
 def _candidates(new: np.ndarray, pool: np.ndarray) -> set[tuple[int, ...]]:
     """Distinct element-wise minima over pairs (new[i], pool[j]) that violate domination."""
     found: set[tuple[int, ...]] = set()
-    step = _row_block(len(pool), pool.shape[1])
+    step = row_block(len(pool), pool.shape[1])
     for start in range(0, len(new), step):
         block = new[start:start + step]
         incomparable = ~comparable_mask(block, pool)

@@ -64,7 +64,7 @@ class LoopNestOp:
     sketch_count:
         Number of sketches in the sketch set |𝕂|.  When it is larger than one the selector cannot
         estimate a reuse cost until one operator of this (type, sketch) has been tuned and its
-        chosen sketch is known (paper, Section 6.1); see :func:`selector.plan.select_reuse_pairs`.
+        chosen sketch is known (paper, Section 6.1); see :func:`selector.select.select_reuse_pairs`.
     """
 
     name: str

@@ -23,8 +23,8 @@ from typing import Callable, Union
 
 import networkx as nx
 
-from .loopnest import LoopNestOp
-from .reuse import reuse_pair_indices
+from selector.loopnest import LoopNestOp
+from selector.reuse_pairs import reuse_pair_indices
 
 __all__ = ["ROOT", "CostFn", "BackendCost", "Preference", "build_oc_graph", "check_cost", "distance_preference"]
 

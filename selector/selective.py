@@ -2,7 +2,7 @@
 
 ST clusters operators by the overlap of their tuning spaces and tunes one representative per
 cluster with the backend; every other member applies the representative's top programs (TopK,
-:mod:`tuner.topk`). Unlike ETO's OC graph it has no bridges, no chains (a member only reuses its
+:mod:`tuner.reuse.topk`). Unlike ETO's OC graph it has no bridges, no chains (a member only reuses its
 cluster's representative) and no cost model: the clusters follow from a similarity threshold.
 
 * :func:`similarity_rate` -- ST's similarity rate of two operators: the product over knobs of
@@ -25,10 +25,10 @@ from functools import lru_cache
 
 import networkx as nx
 
-from .loopnest import LoopNestOp
-from .ocgraph import ROOT
-from .plan import Plan, PlanEdge
-from .solution import TreeSolution
+from selector.loopnest import LoopNestOp
+from selector.ocgraph import ROOT
+from selector.select import Plan, PlanEdge
+from selector.solvers.solution import TreeSolution
 
 __all__ = ["SIMILARITY_THRESHOLD", "similarity_rate", "selective_clusters", "selective_plan"]
 

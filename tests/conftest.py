@@ -3,7 +3,7 @@ import os
 import numpy as np
 import pytest
 
-# Reuse finalists and backend roots are settled in one runner process (tuner.measure's default; a
+# Reuse finalists and backend roots are settled in one runner process (tuner.measure.measurer's default; a
 # developer's ETO_SETTLE_PROCESSES does not reach the suite): tests/tuner/test_finalists.py checks the
 # two-process settling with settle_processes given explicitly. Subprocesses inherit it.
 os.environ["ETO_SETTLE_PROCESSES"] = "1"
@@ -11,7 +11,7 @@ os.environ["ETO_SETTLE_PROCESSES"] = "1"
 
 @pytest.fixture(autouse=True, scope="session")
 def _small_evolutionary_population():
-    """MetaSchedule's evolutionary search, in this process, is :func:`tuner.backend.light_search` with a
+    """MetaSchedule's evolutionary search, in this process, is :func:`tuner.measure.backend.light_search` with a
     population of 128 instead of 512. The suite's backend runs measure 2-64 trials: at that budget the population's
     sampling and evolution, not the measured candidates, take most of a run (8 trials of a 3x3
     convolution: 31 s, 14 s with a population of 64). What the tests check (programs correct, results
@@ -19,7 +19,7 @@ def _small_evolutionary_population():
     defaults. Subprocesses (``eto`` commands run by a test) keep them too."""
     from tvm.s_tir.meta_schedule.search_strategy import SearchStrategy
 
-    from tuner.backend import light_search
+    from tuner.measure.backend import light_search
 
     create = SearchStrategy.create
 

@@ -9,12 +9,12 @@ Run by tests/test_faults.py, or by hand for the README's figures::
 single-threaded process that forks its runs, since a run keeps about one core busy.)
 
 TVM is imported once; each run is a forked child in its own process group (its build and run
-workers die with it) that runs the pipeline (`eto tune`'s job, :func:`eto.pipeline.tune`) with a
+workers die with it) that runs the pipeline (`eto tune`'s job, :func:`eto.runs.pipeline.tune`) with a
 fast measurement setting, so a case costs a few seconds, not a fresh interpreter. After each kill
 the database must load in eto; the rerun must exit 0 without redoing finished work; afterwards
 the database must load in eto and in MetaSchedule's ``JSONDatabase``, every result committed
 before the kill must still be there, every operator must have exactly one result (the root one
-more: its polish, :mod:`eto.polish`, whose kill points are the reuse search's), and no root may
+more: its polish, :mod:`eto.runs.polish`, whose kill points are the reuse search's), and no root may
 have measured more than one batch beyond its budget.
 """
 
@@ -28,7 +28,7 @@ from collections import Counter
 from pathlib import Path
 
 TRIALS, BATCH = 4, 2
-#: (ETO_KILL_AT, where) -- every point of tuner.faults.POINTS, some at a later visit
+#: (ETO_KILL_AT, where) -- every point of tuner.measure.faults.POINTS, some at a later visit
 CASES = [
     "plan.before", "plan.after", "backend.built", "backend.ran", "backend.measured", "backend.checkpointed",
     "backend.checkpointed:2", "backend.result", "reuse.start", "reuse.measured", "reuse.checkpointed",
@@ -43,11 +43,11 @@ CI_CASES = ["plan.after", "backend.checkpointed:2", "reuse.measured", "gate.chec
 
 def tune(db: Path, set_file: Path) -> None:
     """The job every case kills and reruns: a root by the backend, the other operator by reuse."""
-    from eto.database import Database
-    from eto.opsets import OperatorSet
-    from eto.pipeline import tune as pipeline_tune
-    from tuner.backend import light_search
-    from tuner.measure import MeasureConfig, Measurer
+    from eto.store.database import Database
+    from eto.operators.opsets import OperatorSet
+    from eto.runs.pipeline import tune as pipeline_tune
+    from tuner.measure.backend import light_search
+    from tuner.measure.measurer import MeasureConfig, Measurer
 
     with Measurer.local(MeasureConfig(number=1, repeat=2, min_repeat_ms=1, builder_workers=1)) as m:
         pipeline_tune(OperatorSet.load(set_file), "cpu", Database(db), trials=TRIALS, plan_budget=1000,
@@ -82,7 +82,7 @@ def _child(db: Path, set_file: Path, kill_at: str | None) -> int:
 
 
 def _snapshot(db_dir: Path) -> dict:
-    from eto.database import Database
+    from eto.store.database import Database
 
     db = Database(db_dir, readonly=True) if db_dir.exists() else None
     if db is None:
@@ -100,7 +100,7 @@ def run_case(root: Path, set_file: Path, ops: list, kill_at: str) -> dict:
     """One kill and its rerun; returns what was checked (``failures`` lists what did not hold)."""
     from tvm.s_tir import meta_schedule as ms
 
-    from eto.database import Database
+    from eto.store.database import Database
     from eto.target import parse_target
 
     db_dir = root / kill_at.replace(":", "_")
@@ -160,12 +160,12 @@ def run_case(root: Path, set_file: Path, ops: list, kill_at: str) -> dict:
 
 def run_suite(root: Path, cases: list[str] = CASES) -> dict:
     """Every case in ``cases``; a summary with the per-case checks."""
-    from tuner.intrinsics import register_tensor_intrinsics
+    from tuner.analysis.intrinsics import register_tensor_intrinsics
 
     register_tensor_intrinsics()  # once, before forking
 
     from eto.operators import Operator
-    from eto.opsets import OperatorSet
+    from eto.operators.opsets import OperatorSet
 
     root.mkdir(parents=True, exist_ok=True)
     ops = [Operator.create("DENSE", M=m, N=32, K=32) for m in (16, 32)]

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from eto.database import Database
+from eto.store.database import Database
 from eto.operators import Operator
 from eto.target import parse_target
 
@@ -18,7 +18,7 @@ def target():
 
 @pytest.fixture(scope="module")
 def measurer():
-    from tuner.measure import MeasureConfig, Measurer
+    from tuner.measure.measurer import MeasureConfig, Measurer
 
     m = Measurer.local(MeasureConfig(number=2, repeat=3, min_repeat_ms=5, run_timeout_s=5))
     yield m
@@ -83,7 +83,7 @@ def test_a_reuse_search_drops_a_candidate_llvm_cannot_compile_in_its_short_build
 
     from tvm.script import from_source
 
-    from tuner.measure import MeasureConfig, Measurer
+    from tuner.measure.measurer import MeasureConfig, Measurer
 
     slow = from_source(SLOW_TO_COMPILE)
     fast = from_source(SLOW_TO_COMPILE.replace('"pragma_auto_unroll_max_step": 512', '"pragma_auto_unroll_max_step": 0'))
@@ -113,7 +113,7 @@ def test_cut_builds_run_in_a_forked_build_server_that_reports_failures_crashes_a
     import tvm
     from tvm import te
 
-    import tuner.builder as measure
+    import tuner.measure.builder as measure
 
     def new_server():  # the next build forks a server that sees what was patched until then
         if measure._SERVER is not None:
@@ -162,7 +162,7 @@ def test_a_killed_builders_artifact_folder_is_removed_by_the_next_builder(tmp_pa
     import subprocess
     import sys
 
-    from tuner.builder import BUILD_DIR_PREFIX, remove_orphans
+    from tuner.measure.builder import BUILD_DIR_PREFIX, remove_orphans
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True).stdout.strip()
@@ -187,8 +187,8 @@ def test_etos_backend_roots_cut_llvm_builds_at_the_search_timeout_and_the_baseli
     from tvm.script import from_source
     from tvm.target import Target
 
-    from tuner.backend import _BatchClock, _TimedBuilder
-    from tuner.measure import MeasureConfig, Measurer
+    from tuner.measure.backend import _BatchClock, _TimedBuilder
+    from tuner.measure.measurer import MeasureConfig, Measurer
 
     slow = from_source(SLOW_TO_COMPILE)
     fast = from_source(SLOW_TO_COMPILE.replace('"pragma_auto_unroll_max_step": 512', '"pragma_auto_unroll_max_step": 0'))
@@ -214,7 +214,7 @@ def test_etos_roots_cut_each_tasks_builds_at_4x_its_median_after_one_build_per_w
     from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult
     from tvm_ffi import structural_hash
 
-    from tuner.backend import _BatchClock, _TimedBuilder
+    from tuner.measure.backend import _BatchClock, _TimedBuilder
 
     def task(n, c):  # candidates of one task: same parameters, different code
         a = te.placeholder((n,), name="a")
@@ -249,8 +249,8 @@ def test_etos_roots_cut_each_tasks_builds_at_4x_its_median_after_one_build_per_w
 def test_backend_programs_from_the_database_match_numpy(tmp_path, target, measurer, monkeypatch):
     import tempfile
 
-    from eto.tuning import tune_with_backend
-    from eto.verify import check_record
+    from eto.runs.tuning import tune_with_backend
+    from eto.runs.verify import check_record
 
     ops = [
         Operator.create("C2D", N=1, CI=16, H=10, W=10, CO=16, KH=3, KW=3, padding=1),
@@ -258,7 +258,7 @@ def test_backend_programs_from_the_database_match_numpy(tmp_path, target, measur
         Operator.create("BMM", B=2, M=16, N=24, K=32),
     ]
     db = Database(tmp_path / "db")
-    from tuner.backend import light_search
+    from tuner.measure.backend import light_search
 
     scratch = tmp_path / "scratch"
     scratch.mkdir()
@@ -292,7 +292,7 @@ def test_tuning_completes_when_candidates_crash_or_hang(target, measurer):
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.builder import BuilderInput, PyBuilder
 
-    from tuner.backend import BackendTask, light_search, tune_backend
+    from tuner.measure.backend import BackendTask, light_search, tune_backend
 
     @derived_object
     class Saboteur(PyBuilder):
@@ -310,7 +310,7 @@ def test_tuning_completes_when_candidates_crash_or_hang(target, measurer):
                           BuilderInput(_sabotage(inputs[1].mod, "hang"), inputs[1].target)] + list(inputs[2:])
             return self.inner.build(inputs)
 
-    from tuner.measure import Measurer
+    from tuner.measure.measurer import Measurer
 
     sabotaged = Measurer(Saboteur(measurer.builder), measurer.runner, measurer.config)
     op = Operator.create("DENSE", M=16, N=16, K=16)
@@ -334,8 +334,8 @@ def test_warm_start_programs_join_the_search_database_and_train_its_model(target
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.builder import PyBuilder
 
-    from tuner.backend import BackendTask, light_search, tune_backend
-    from tuner.measure import Measurer
+    from tuner.measure.backend import BackendTask, light_search, tune_backend
+    from tuner.measure.measurer import Measurer
 
     op = Operator.create("DENSE", M=32, N=32, K=32)
     ctx = ms.TuneContext(mod=IRModule({"main": op.prim_func()}), target=target, space_generator="post-order-apply",
@@ -382,7 +382,7 @@ def test_a_task_tuned_alone_is_ranked_by_a_trained_model_from_its_second_batch(t
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 
-    from tuner.backend import BackendTask, light_search, tune_backend, warmup_samples
+    from tuner.measure.backend import BackendTask, light_search, tune_backend, warmup_samples
 
     created = []
     create = ms.CostModel.create

@@ -64,7 +64,7 @@ def test_candidate_costs_counts_the_register_blocks_vector_accumulators():
     (BERT's 768-wide matmul: 4 rows of 64 columns in 16 lanes, 16; 32 rows of 32 columns, 64)."""
     from types import SimpleNamespace
 
-    from tuner.features import TileConfig
+    from tuner.analysis.features import TileConfig
 
     nest = SimpleNamespace(space=(128, 768))
 
@@ -125,7 +125,7 @@ def test_scale_defaults_and_explicit_options():
 
 
 def test_a_variants_environment_holds_while_its_measurer_is_made_and_is_restored(monkeypatch):
-    from tuner.measure import MeasureConfig
+    from tuner.measure.measurer import MeasureConfig
 
     monkeypatch.setenv("ETO_SETTLE_PROCESSES", "1")
     monkeypatch.delenv("ETO_CPU_CACHE_BYTES", raising=False)
@@ -279,7 +279,7 @@ def test_e1_and_e8_at_scale_ci(tmp_path):
     assert (tmp_path / "e1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     from eto.operators import Operator
-    from eto.opsets import OperatorSet
+    from eto.operators.opsets import OperatorSet
 
     out = tmp_path / "e8.json"
     ms = tmp_path / "work" / "metaschedule"
@@ -340,10 +340,10 @@ def test_e5_fits_the_time_model_on_pooled_databases_counting_a_copy_once(tmp_pat
     (a retune's copy of its source) is one result, and two targets' results are refused."""
     import estimate_accuracy
 
-    from eto.database import Database
+    from eto.store.database import Database
     from eto.operators import Operator
     from eto.target import parse_target
-    from eto.time_model import fit_time_model
+    from eto.planning.time_model import fit_time_model
     from tests.test_database import make_records
 
     cpu = parse_target("cpu")
@@ -413,7 +413,7 @@ def test_e3_e4_set_bench_and_the_bridge_ablation_at_scale_ci(tmp_path):
 def test_searches_are_named_once_for_commands_and_benchmarks():
     from tvm.s_tir.meta_schedule.search_strategy import EvolutionarySearch
 
-    from tuner.backend import search_strategy
+    from tuner.measure.backend import search_strategy
 
     assert search_strategy("evolutionary") == "evolutionary"
     assert isinstance(search_strategy("light"), EvolutionarySearch)

@@ -11,9 +11,9 @@ import shutil
 
 import pytest
 
-from eto.database import Database
+from eto.store.database import Database
 from eto.operators import Operator
-from eto.opsets import OperatorSet
+from eto.operators.opsets import OperatorSet
 from eto.target import parse_target
 
 pytestmark = [pytest.mark.slow,
@@ -27,8 +27,8 @@ def test_cuda_set_plans_tunes_and_reuses_with_real_builds(tmp_path, monkeypatch)
 
     import tvm
 
-    from eto.pipeline import tune
-    from tuner.apply import scheduled_module
+    from eto.runs.pipeline import tune
+    from tuner.measure.apply import scheduled_module
 
     ran = []
 
@@ -51,7 +51,7 @@ def test_cuda_set_plans_tunes_and_reuses_with_real_builds(tmp_path, monkeypatch)
     report = tune(OperatorSet.from_layers("cuda", [small, large]), target, db, trials=8, plan_budget=64,
                   bridges="none", seed=0)
     methods = {row.op: (row.status, row.method) for row in report.rows}
-    # the root's best: the backend's program or its polish's (eto.polish: a reuse search on CUDA too)
+    # the root's best: the backend's program or its polish's (eto.runs.polish: a reuse search on CUDA too)
     assert sorted((s, "root" if m in ("backend", "polish") else m) for s, m in methods.values()) == [
         ("tuned", "reuse"), ("tuned", "root")], methods
     assert ran and all(inp.device_type == "cuda" for inp in ran)  # real artifacts were handed to the runner

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from eto.database import CORRUPT, META, RECORDS, WORKLOADS, Database, DatabaseError
+from eto.store.database import CORRUPT, META, RECORDS, WORKLOADS, Database, DatabaseError
 from eto.operators import Operator
 from eto.target import parse_target
 
@@ -149,7 +149,7 @@ def test_progress_batches_are_durable_and_invisible_to_metaschedule(tmp_path, ta
     """A run in flight checkpoints each batch; a rerun reads them back; TVM never sees them."""
     from tvm.s_tir import meta_schedule as ms
 
-    from eto.database import PROGRESS
+    from eto.store.database import PROGRESS
 
     op = Operator.create("DENSE", M=4, N=8, K=16)
     db = Database(tmp_path / "db")
@@ -174,7 +174,7 @@ def test_progress_batches_are_durable_and_invisible_to_metaschedule(tmp_path, ta
 def test_a_reload_reads_each_line_once_and_sees_other_writers(tmp_path, target, monkeypatch):
     """Every write reloads first (other processes may have appended): that must cost the new lines,
     not the whole database, or checkpointing a run slows down as the database grows."""
-    import eto.database as database
+    import eto.store.database as database
 
     a, b, c = (Operator.create("DENSE", M=m, N=8, K=16) for m in (4, 5, 6))
     db = Database(tmp_path / "db")

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from eto.cli import main
-from eto.database import Database
-from eto.dispatch import parse_sizes, parse_symbolic, symbolic_dims
+from eto.store.database import Database
+from eto.shapes.dispatch import parse_sizes, parse_symbolic, symbolic_dims
 from eto.operators import Operator
-from tuner.symbolic import choose_buckets
+from tuner.analysis.symbolic import choose_buckets
 
 
 # -- the choice of buckets (no TVM) --------------------------------------------------------------
@@ -77,7 +77,7 @@ def test_weighted_choice_with_sizes_a_candidate_cannot_run_is_the_brute_force_op
 
 
 def test_traffic_weights_give_each_sampled_size_the_requests_it_stands_for():
-    from tuner.symbolic import traffic_weights
+    from tuner.analysis.symbolic import traffic_weights
 
     # 1..8 -> 8, 9..64 -> 64, beyond 64 -> 64 as well (the largest bucket serves larger sizes)
     assert traffic_weights([8, 64], {1: 5, 8: 1, 9: 2, 64: 3, 500: 4}) == [6.0, 9.0]
@@ -144,9 +144,9 @@ def two_sizes_db(tmp_path_factory):
 def test_a_dispatch_over_two_programs_matches_numpy_in_every_bucket(two_sizes_db):
     """Both ways of running a program at any size (padded to its tile multiple, masked), in one
     function that branches on the size, checked against numpy on both sides of the split."""
-    from eto.dispatch import at_size, candidates, check, compile_dispatch
+    from eto.shapes.dispatch import at_size, candidates, check, compile_dispatch
     from eto.target import parse_target
-    from tuner.symbolic import tile_multiples
+    from tuner.analysis.symbolic import tile_multiples
 
     target = parse_target("cpu")
     cands = candidates(SMALL, SEQ, Database(two_sizes_db, readonly=True), target)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner import faults
+from tuner.measure import faults
 
 
 def test_kill_points_are_inert_unless_named(monkeypatch):

@@ -29,7 +29,7 @@ from eto.models import (
 )
 from eto.models.load import exported_program_to_relax
 from eto.operators import Operator
-from eto.opsets import OperatorSet, builtin_opset
+from eto.operators.opsets import OperatorSet, builtin_opset
 
 
 def op(type_, **params) -> Operator:
@@ -526,7 +526,7 @@ def test_cli_tune_model_bad_input_exit_2(capsys, tmp_path):
 
 @pytest.mark.slow
 def test_cli_tune_model_tunes_its_operator_set(capsys, tmp_path):
-    from eto.database import Database
+    from eto.store.database import Database
     from eto.models import extract_from_file
     from eto.target import parse_target
 

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from eto.cli import main
 from eto.operators import operator_types
-from eto.opsets import builtin_opset
+from eto.operators.opsets import builtin_opset
 
 CASES: Counter[str] = Counter()
 TRACEBACKS: Counter[str] = Counter()

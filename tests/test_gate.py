@@ -2,10 +2,10 @@
 
 import pytest
 
-from eto.database import Database
+from eto.store.database import Database
 from eto.operators import Operator
 from eto.target import parse_target
-from eto.tuning import gated
+from eto.runs.tuning import gated
 from tests.test_database import make_records
 
 

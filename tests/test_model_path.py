@@ -136,7 +136,7 @@ def test_bare_convolution_tasks_get_bridges(cpu):
     """Bridges (section 6) for fused tasks: a convolution alone (no epilogue)."""
     from eto.models.load import torch_to_relax
     from eto.models.tasks import bridge_task, model_tasks
-    from eto.plan import plan_operator_set
+    from eto.planning.planner import plan_operator_set
 
     net = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, 1, 1, bias=False), torch.nn.Conv2d(16, 32, 3, 1, 1, bias=False),
                               torch.nn.Conv2d(32, 32, 1, 1, 0, bias=False))
@@ -198,7 +198,7 @@ def test_one_bridge_kind_serves_every_epilogue_of_an_anchor(files, cpu):
 
     from eto.models import load_relax
     from eto.models.tasks import model_tasks
-    from eto.plan import BridgeCatalogue
+    from eto.planning.planner import BridgeCatalogue
 
     ops = [t.op for t in model_tasks(load_relax(files["tiny_transformer"]), cpu).catalogue]
     assert {op.fusion for op in ops} == {"matmul", "matmul+add"} and len({op.sketch_key() for op in ops}) == 1
@@ -260,7 +260,7 @@ def test_kernel_times_attribute_a_models_time_to_its_fused_tasks(cpu):
 def test_tune_build_and_run_a_model_matches_pytorch(name, files, tuned, cpu, capsys, tmp_path):
     from tvm.s_tir import meta_schedule as ms
 
-    from eto.database import Database
+    from eto.store.database import Database
     from eto.models import load_relax
     from eto.models.build import build_model, model_inputs
 
@@ -288,7 +288,7 @@ def test_tune_build_and_run_a_model_matches_pytorch(name, files, tuned, cpu, cap
     row = next(r for r in report["operators"] if r["key"] == task.op.key)
     assert row["method"] == "backend" and 1 < row["candidates"] <= 4  # the reduction: a search
     # an element-wise or layout function's design space is one program: measured once, no search
-    from tuner.backend import single_program
+    from tuner.measure.backend import single_program
 
     rows = {r["key"]: r for r in report["operators"]}
     plain = [t for t in built.tasks.backend_only if single_program(t.op.prim_func(), cpu)]
@@ -298,7 +298,7 @@ def test_tune_build_and_run_a_model_matches_pytorch(name, files, tuned, cpu, cap
 
 @pytest.mark.slow
 def test_a_task_without_a_program_builds_with_a_warning_and_correct_outputs(files, cpu, capsys, tmp_path):
-    from eto.database import Database
+    from eto.store.database import Database
     from eto.models import load_relax
     from eto.models.build import build_model, model_inputs
     from eto.models.tasks import model_tasks

@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 
 from eto.operators import Operator
-from eto.opsets import OperatorSet, builtin_opset, builtin_opsets, load_opset
+from eto.operators.opsets import OperatorSet, builtin_opset, builtin_opsets, load_opset
 
 # [CO, OH, OW, CI, KH, KW] and stride, from the reference (N = 1).
 RESNET50 = [

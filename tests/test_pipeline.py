@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from eto.cli import main
-from eto.database import Database
+from eto.store.database import Database
 from eto.operators import Operator
-from eto.opsets import OperatorSet
+from eto.operators.opsets import OperatorSet
 from eto.target import parse_target
-from eto.verify import check_record
+from eto.runs.verify import check_record
 
 pytestmark = pytest.mark.slow
 
@@ -108,14 +108,14 @@ def test_eto_tune_reuses_and_every_program_matches_numpy(capsys, tmp_path):
 
 
 def test_roots_are_polished_and_a_root_left_unpolished_by_a_kill_is_polished_next(tmp_path):
-    """A plan root's program is polished by a self-reuse (eto.polish): its row counts both searches,
+    """A plan root's program is polished by a self-reuse (eto.runs.polish): its row counts both searches,
     the polish's records sit on the backend's scale (the database's best is the program that won side
     by side), and a root whose run stopped before its polish is polished by the next run, not tuned
     again; a program tuned outside a plan (MetaSchedule's own run) is never polished."""
-    from eto.pipeline import tune
-    from eto.polish import needs_polish
-    from eto.tuning import tune_with_backend
-    from tuner.backend import light_search
+    from eto.runs.pipeline import tune
+    from eto.runs.polish import needs_polish
+    from eto.runs.tuning import tune_with_backend
+    from tuner.measure.backend import light_search
 
     target = parse_target("cpu")
     op = Operator.create("BMM", B=2, M=32, N=32, K=32)
@@ -151,12 +151,12 @@ def test_roots_are_polished_and_a_root_left_unpolished_by_a_kill_is_polished_nex
 
 def test_prior_database_operators_are_free_reuse_sources(tmp_path):
     """An operator tuned earlier is a zero-cost root: the new operator is tuned by reuse from it."""
-    from eto.pipeline import tune
+    from eto.runs.pipeline import tune
 
     target = parse_target("cpu")
     db = Database(tmp_path / "db")
     first = OperatorSet.from_layers("first", [Operator.create("BMM", B=2, M=32, N=32, K=32)])
-    from tuner.backend import light_search
+    from tuner.measure.backend import light_search
 
     tune(first, target, db, trials=8, num_trials_per_iter=8, search=light_search(), seed=0, bridges="none")
     new = Operator.create("BMM", B=2, M=32, N=32, K=16)
@@ -188,7 +188,7 @@ def test_hot_share_evolve_and_prior_databases(capsys, tmp_path):
     then evolved by MetaSchedule from the reuse tuner's best; a second --db is a prior database."""
     big = Operator.create("BMM", B=2, M=32, N=32, K=32)
     small = Operator.create("BMM", B=2, M=32, N=32, K=16)
-    from eto.opsets import OperatorEntry
+    from eto.operators.opsets import OperatorEntry
 
     set_file = tmp_path / "s.json"
     OperatorSet("s", (OperatorEntry(big, 1), OperatorEntry(small, 20))).save(set_file)
@@ -240,9 +240,9 @@ def test_hot_share_evolve_and_prior_databases(capsys, tmp_path):
 def test_multi_sketch_kind_is_tuned_first_then_replanned(tmp_path):
     """Section 6.1: FRB has two sketches, so its reuse cost is unknown until one FRB is tuned; the
     pipeline tunes that one with the backend, plans again and derives the rest by reuse."""
-    from eto.pipeline import tune
-    from eto.plan import plan_operator_set
-    from tuner.backend import light_search
+    from eto.runs.pipeline import tune
+    from eto.planning.planner import plan_operator_set
+    from tuner.measure.backend import light_search
 
     ops = [Operator.create("FRB", B=4, M=32, N=32), Operator.create("FRB", B=4, M=32, N=64),
            Operator.create("FRB", B=8, M=32, N=64)]
@@ -269,7 +269,7 @@ def test_baselines_topk_and_selective_tuning(capsys, tmp_path):
     a new operator planned over a prior database) and applies the parent's top programs."""
     from selector import selective_clusters
 
-    from eto.plan import loop_nest_op
+    from eto.planning.planner import loop_nest_op
 
     bmms = [Operator.create("BMM", B=2, M=32, N=32, K=16), Operator.create("BMM", B=2, M=32, N=32, K=32)]
     new = Operator.create("BMM", B=2, M=64, N=32, K=32)
@@ -313,8 +313,8 @@ def test_a_function_outside_the_catalogue_is_reused_from_itself_at_another_size(
     from tvm import te, topi
 
     from eto.operators.task import model_function, same_function_sources
-    from eto.pipeline import tune
-    from tuner.backend import light_search
+    from eto.runs.pipeline import tune
+    from tuner.measure.backend import light_search
 
     def softmax(n: int) -> Operator:
         x = te.placeholder((8, n), "float32", name="x")

@@ -31,7 +31,7 @@ def test_bert_reuse_pairs(capsys):
 
 
 def test_plan_is_a_tree_over_the_set(capsys):
-    from eto.opsets import builtin_opset
+    from eto.operators.opsets import builtin_opset
 
     d = plan_json(capsys, "--opset", "resnet50", "--bridges", "1hop")
     children = [c for _, c in d["edges"]]
@@ -49,8 +49,8 @@ def test_plan_is_a_tree_over_the_set(capsys):
 
 
 def test_prior_database_makes_operators_free(capsys, tmp_path):
-    from eto.database import Database
-    from eto.opsets import builtin_opset
+    from eto.store.database import Database
+    from eto.operators.opsets import builtin_opset
     from eto.target import parse_target
     from tests.test_database import make_records
 
@@ -99,14 +99,14 @@ def test_plan_with_the_tuners_trial_estimator(capsys, strategy):
     in seconds by the time model, and a root edge the backend budget in seconds."""
     from tvm.ir import IRModule
 
-    from eto.leads import LeadCount
-    from eto.opsets import builtin_opset
+    from eto.planning.lead_sources import LeadCount
+    from eto.operators.opsets import builtin_opset
     from eto.target import parse_target
-    from eto.time_model import default_lines
-    from tuner.estimate import estimate_trials
-    from tuner.features import loop_nest_of, major_block
-    from tuner.ranked import DEFAULT_TOP_K
-    from tuner.space import target_limits
+    from eto.planning.time_model import default_lines
+    from tuner.reuse.estimate import estimate_trials
+    from tuner.analysis.features import loop_nest_of, major_block
+    from tuner.reuse.ranked import DEFAULT_TOP_K
+    from tuner.reuse.space import target_limits
 
     d = plan_json(capsys, "--opset", "bert_base", "--bridges", "none", "--cost", "estimate", "--strategy", strategy)
     limits = target_limits("cpu", parse_target("cpu"))  # the plan's: num-cores of the target it tunes for
@@ -131,7 +131,7 @@ def test_plan_with_the_tuners_trial_estimator(capsys, strategy):
         assert ranked < estimate_trials("cpu", nest(ops[c]), nest(ops[p]), samples=8, strategy=strategy,
                                         **limits).mean
     roots = [c for p, c, _ in d["edge_costs"] if p == "root"]
-    # a root: the backend's budget, then its polish (eto.polish), estimated as a reuse from itself
+    # a root: the backend's budget, then its polish (eto.runs.polish), estimated as a reuse from itself
     polish = {c: estimate_trials("cpu", nest(ops[c]), nest(ops[c]), samples=8, strategy=strategy,
                                  top_k=DEFAULT_TOP_K, **limits).mean + leads(ops[c], ops[c]) for c in roots}
     assert all(candidates[("root", c)] == pytest.approx(1000 + polish[c]) for c in roots)
@@ -143,8 +143,8 @@ def test_plan_with_the_tuners_trial_estimator(capsys, strategy):
 def test_hot_operators_are_backend_roots_with_extra_budget():
     """Frequency-aware planning: a dominant operator is never derived by reuse and costs more budget."""
     from eto.operators import Operator
-    from eto.opsets import OperatorEntry, OperatorSet
-    from eto.plan import hot_operators, plan_operator_set
+    from eto.operators.opsets import OperatorEntry, OperatorSet
+    from eto.planning.planner import hot_operators, plan_operator_set
 
     small = Operator.create("BMM", B=2, M=32, N=32, K=16)
     big = Operator.create("BMM", B=2, M=32, N=32, K=32)
@@ -171,8 +171,8 @@ def test_a_models_functions_outside_the_catalogue_are_never_planned():
     nothing reuses them and the pipeline tunes them with their own budget; the plan of the rest is
     the plan without them."""
     from eto.operators import Operator
-    from eto.opsets import OperatorEntry, OperatorSet
-    from eto.plan import plan_operator_set
+    from eto.operators.opsets import OperatorEntry, OperatorSet
+    from eto.planning.planner import plan_operator_set
 
     bmms = [OperatorEntry(Operator.create("BMM", B=2, M=32, N=32, K=k), 1) for k in (16, 32)]
     task = Operator.parse("TASK(size=2048,hash=99)+softmax")
@@ -185,9 +185,9 @@ def test_a_models_functions_outside_the_catalogue_are_never_planned():
 
 def test_subtrees_are_balanced_over_devices():
     """Scale-out: each subtree goes whole to one worker, parents first, largest estimated cost first."""
-    from eto.opsets import load_opset
-    from eto.pipeline import balance_subtrees
-    from eto.plan import plan_operator_set
+    from eto.operators.opsets import load_opset
+    from eto.runs.pipeline import balance_subtrees
+    from eto.planning.planner import plan_operator_set
 
     plan = plan_operator_set(load_opset("resnet50"), budget=1000, bridges="none", cost="analytic").plan
     trees = plan.subtrees()
@@ -206,8 +206,8 @@ def test_subtrees_are_balanced_over_devices():
 def test_replan_after_a_multi_sketch_kind_is_tuned():
     """Section 6.1: a kind with two sketches costs the backend budget until one of its operators is
     tuned; planning again makes that operator a free root and its kind reusable at estimated cost."""
-    from eto.opsets import load_opset
-    from eto.plan import plan_operator_set
+    from eto.operators.opsets import load_opset
+    from eto.planning.planner import plan_operator_set
 
     planned = plan_operator_set(load_opset("mobilenetv2"), budget=1000, bridges="none", cost="analytic")
     (first,) = planned.plan.replan_after
@@ -224,21 +224,21 @@ def test_plans_cost_the_strategy_that_tuning_runs(tmp_path):
     and the pipeline hands its strategy to the planner (so a plan never costs other rounds than run)."""
     import inspect
 
-    import eto.pipeline
+    import eto.runs.pipeline
     from eto.cli import build_parser
-    from eto.plan import plan_operator_set
-    from tuner.estimate import estimate_trials
-    from tuner.ranked import DEFAULT_TOP_K
-    from tuner.reuse import reuse_tune
-    from tuner.space import DEFAULT_STRATEGY
+    from eto.planning.planner import plan_operator_set
+    from tuner.reuse.estimate import estimate_trials
+    from tuner.reuse.ranked import DEFAULT_TOP_K
+    from tuner.reuse.search import reuse_tune
+    from tuner.reuse.space import DEFAULT_STRATEGY
 
     defaults = {f.__name__: inspect.signature(f).parameters["strategy"].default
-                for f in (reuse_tune, estimate_trials, plan_operator_set, eto.pipeline.tune)}
+                for f in (reuse_tune, estimate_trials, plan_operator_set, eto.runs.pipeline.tune)}
     parser = build_parser()
     defaults["eto tune"] = parser.parse_args(["tune"]).strategy
     defaults["eto plan"] = parser.parse_args(["plan"]).strategy
     assert set(defaults.values()) == {DEFAULT_STRATEGY}, defaults
-    top_k = {f.__name__: inspect.signature(f).parameters["top_k"].default for f in (reuse_tune, eto.pipeline.tune)}
+    top_k = {f.__name__: inspect.signature(f).parameters["top_k"].default for f in (reuse_tune, eto.runs.pipeline.tune)}
     top_k["eto tune"] = parser.parse_args(["tune"]).top_k
     top_k["eto plan"] = parser.parse_args(["plan"]).top_k
     assert set(top_k.values()) == {"auto"}, top_k
@@ -249,22 +249,22 @@ def test_plans_cost_the_strategy_that_tuning_runs(tmp_path):
     def plan_and_stop(*args, **kwargs):
         raise Planned(kwargs.get("strategy"), kwargs.get("top_k"))
 
-    from eto.database import Database
-    from eto.opsets import load_opset
+    from eto.store.database import Database
+    from eto.operators.opsets import load_opset
 
     for strategy in ("per-b", "global"):
         with pytest.MonkeyPatch.context() as mp, pytest.raises(Planned) as planned:
-            mp.setattr(eto.pipeline, "plan_operator_set", plan_and_stop)
-            eto.pipeline.tune(load_opset("bert_base"), "cpu", Database(tmp_path / strategy), strategy=strategy,
+            mp.setattr(eto.runs.pipeline, "plan_operator_set", plan_and_stop)
+            eto.runs.pipeline.tune(load_opset("bert_base"), "cpu", Database(tmp_path / strategy), strategy=strategy,
                               top_k=3)
         assert planned.value.args == (strategy, 3)
     # "auto": the planner gets the number the reuse tuner will run on that target
     for target, workers, k in (("cpu", 16, DEFAULT_TOP_K), ("nvidia/nvidia-h100", 16, 16),
                                ("nvidia/nvidia-h100", 2, DEFAULT_TOP_K)):
         with pytest.MonkeyPatch.context() as mp, pytest.raises(Planned) as planned:
-            mp.setattr(eto.pipeline, "plan_operator_set", plan_and_stop)
-            mp.setattr("tuner.ranked.physical_cores", lambda: workers)
-            eto.pipeline.tune(load_opset("bert_base"), target, Database(tmp_path / f"{workers}"))
+            mp.setattr(eto.runs.pipeline, "plan_operator_set", plan_and_stop)
+            mp.setattr("tuner.reuse.ranked.physical_cores", lambda: workers)
+            eto.runs.pipeline.tune(load_opset("bert_base"), target, Database(tmp_path / f"{workers}"))
         assert planned.value.args == (DEFAULT_STRATEGY, k), (target, workers)
 
 
@@ -284,9 +284,9 @@ def test_the_plan_roots_the_operator_whose_backend_trials_are_cheap():
     """A backend trial of a big operator costs more seconds (each candidate runs longer): with reuse
     equally cheap both ways, the backend tunes the small operator and the big one is derived."""
     from eto.operators import Operator
-    from eto.opsets import OperatorEntry, OperatorSet
-    from eto.plan import plan_operator_set
-    from eto.time_model import Line, TimeModel
+    from eto.operators.opsets import OperatorEntry, OperatorSet
+    from eto.planning.planner import plan_operator_set
+    from eto.planning.time_model import Line, TimeModel
 
     small = Operator.create("BMM", B=1, M=128, N=128, K=64)
     big = Operator.create("BMM", B=1, M=128, N=3072, K=256)  # K within the reduction cap of small's
@@ -309,11 +309,11 @@ def test_the_plan_roots_the_operator_whose_backend_trials_are_cheap():
 
 def test_a_polished_root_costs_its_backend_budget_and_a_self_reuse():
     """With ``polish`` (the pipeline's default) a root edge costs the backend's trials plus the
-    self-reuse that polishes the root (eto.polish), estimated like any reuse: α = β."""
+    self-reuse that polishes the root (eto.runs.polish), estimated like any reuse: α = β."""
     from eto.operators import Operator
-    from eto.opsets import OperatorEntry, OperatorSet
-    from eto.plan import plan_operator_set
-    from eto.time_model import Line, TimeModel
+    from eto.operators.opsets import OperatorEntry, OperatorSet
+    from eto.planning.planner import plan_operator_set
+    from eto.planning.time_model import Line, TimeModel
 
     small = Operator.create("BMM", B=1, M=128, N=128, K=64)
     big = Operator.create("BMM", B=1, M=128, N=3072, K=256)
@@ -345,8 +345,8 @@ def test_no_reuse_edge_grows_the_reduction_past_the_cap(capsys):
     its large 1x1 convolutions from a 64-channel bridge, its 3x3 ones from a 3-channel bridge)."""
     import math
 
-    from eto.opsets import load_opset
-    from eto.plan import MAX_REDUCTION_RATIO, MINOR_SHARE, plan_operator_set
+    from eto.operators.opsets import load_opset
+    from eto.planning.planner import MAX_REDUCTION_RATIO, MINOR_SHARE, plan_operator_set
 
     def worst(planned, but=None):
         ops = planned.operators
@@ -376,8 +376,8 @@ def test_the_estimator_is_not_asked_for_edges_the_cap_removes():
     """Planning's cost is the trial estimator over every pair; pairs over the reduction cap (a
     quarter of ResNet-50's) never become edges, so they are not estimated, except the relaxed
     minor roots' pairs within twice the cap (asked for once more, in the second selection)."""
-    from eto.opsets import load_opset
-    from eto.plan import MAX_REDUCTION_RATIO, carries_reduction, plan_operator_set, reduction_ratio
+    from eto.operators.opsets import load_opset
+    from eto.planning.planner import MAX_REDUCTION_RATIO, carries_reduction, plan_operator_set, reduction_ratio
 
     asked: list[list] = []
 
@@ -402,8 +402,8 @@ def test_a_minor_root_the_cap_isolates_reuses_within_twice_the_cap():
     The same stem carrying most of the set's work stays a backend root."""
     import math
 
-    from eto.opsets import OperatorSet, load_opset
-    from eto.plan import MAX_REDUCTION_RATIO, MINOR_SHARE, minor_roots, plan_operator_set
+    from eto.operators.opsets import OperatorSet, load_opset
+    from eto.planning.planner import MAX_REDUCTION_RATIO, MINOR_SHARE, minor_roots, plan_operator_set
 
     opset = load_opset("resnet50")
     stem = next(e.op for e in opset if dict(e.op.params)["KH"] == 7)
@@ -424,11 +424,11 @@ def test_a_minor_root_the_cap_isolates_reuses_within_twice_the_cap():
 def test_distance_weight_takes_the_near_source_at_about_the_same_cost(capsys):
     """A matmul at a new length, a wider one beside it, and the matmul at the old length: by cost
     alone the plan derives the matmul from the wider one (10 candidates against 10.5); preferring
-    near sources (eto.plan.DISTANCE_WEIGHT) from the old length (1.5x away, not 4x). Costs stay
+    near sources (eto.planning.planner.DISTANCE_WEIGHT) from the old length (1.5x away, not 4x). Costs stay
     seconds."""
     from eto.operators import Operator
-    from eto.opsets import OperatorSet, load_opset
-    from eto.plan import DISTANCE_WEIGHT, plan_operator_set
+    from eto.operators.opsets import OperatorSet, load_opset
+    from eto.planning.planner import DISTANCE_WEIGHT, plan_operator_set
 
     old, new, wide = (Operator.create("BMM", B=1, M=m, N=n, K=768) for m, n in ((128, 768), (192, 768), (192, 3072)))
     opset = OperatorSet.from_layers("lengths", [old, new, wide])

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from eto.database import PROGRESS, Database
+from eto.store.database import PROGRESS, Database
 from eto.operators import Operator
-from eto.opsets import OperatorSet
+from eto.operators.opsets import OperatorSet
 from eto.target import parse_target
 from tests.stand_ins import StandInMeasurer
 
@@ -103,12 +103,12 @@ def test_two_writers_on_one_database_tune_each_operator_once(tmp_path):
 
 
 def test_a_claim_dies_with_its_process(tmp_path):
-    from eto.claims import claim
+    from eto.store.claims import claim
 
     db = Database(tmp_path / "db")
     op = Operator.create("DENSE", M=8, N=32, K=32)
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from eto.claims import claim; from eto.database import Database; "
+        "import sys, time; from eto.store.claims import claim; from eto.store.database import Database; "
         "from eto.operators import Operator; "
         f"c = claim(Database({str(db.path)!r}), Operator.create('DENSE', M=8, N=32, K=32), 'llvm'); "
         "c.__enter__(); print('held', flush=True); time.sleep(600)")], stdout=subprocess.PIPE, text=True,
@@ -136,7 +136,7 @@ class _DryMeasurer(StandInMeasurer):
     def measure(self, mods, target, screen=False, search=False, spread=False, build_cap=None):
         import zlib
 
-        from tuner.measure import MeasureResult
+        from tuner.measure.measurer import MeasureResult
 
         if screen:
             self.measured += len(mods)
@@ -150,7 +150,7 @@ def test_an_interrupted_reuse_search_is_not_measured_again(tmp_path):
     ends where an uninterrupted run ends."""
     from eto.target import cpu_target
     from tests.tuner.test_reuse_tuner import sampled_record
-    from tuner.reuse import reuse_tune, trace_key
+    from tuner.reuse.search import reuse_tune, trace_key
 
     target = cpu_target()
     alpha, beta = Operator.create("BMM", B=2, M=64, N=32, K=64), Operator.create("BMM", B=4, M=64, N=64, K=64)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from eto.cli import main
-from eto.database import Database
+from eto.store.database import Database
 from eto.operators import Operator
-from eto.opsets import OperatorSet, builtin_opset, parse_vary, vary
+from eto.operators.opsets import OperatorSet, builtin_opset, parse_vary, vary
 
 
 # -- new shapes from what users have (no TVM) ---------------------------------------------------
@@ -62,9 +62,9 @@ def tuned_db(tmp_path_factory):
 def test_instant_program_is_checked_served_and_not_a_tuning_result(tuned_db, tmp_path):
     import shutil
 
-    from eto.instant import instant
+    from eto.shapes.instant import instant
     from eto.target import parse_target
-    from eto.verify import check_record
+    from eto.runs.verify import check_record
 
     db_dir = tmp_path / "db"
     shutil.copytree(tuned_db, db_dir)
@@ -75,11 +75,11 @@ def test_instant_program_is_checked_served_and_not_a_tuning_result(tuned_db, tmp
     # β's tiles, M's growth in the outermost or (the faster of the two, both timed) the parallel loop's level 1
     assert r.by in ("kept", "kept-parallel") and r.ranked == 1
     assert [r["timed"] for r in db.results() if r["op_key"] == new.key] == [2]
-    from tuner.reuse import ReuseTuner, config_of
+    from tuner.reuse.search import ReuseTuner, config_of
 
     tuner = ReuseTuner(new.prim_func(), db.best(KNOWN, target).tuning_record, target)
     growth = "outer" if r.by == "kept" else "parallel"
-    assert config_of(r.program.tuning_record, tuner) == tuner.space.kept_tiles(growth=growth)  # a reuse seed
+    assert config_of(r.program.tuning_record, tuner) == tuner.reuse.space.kept_tiles(growth=growth)  # a reuse seed
     assert check_record(new, r.program.tuning_record, target).ok  # TVM reads it back; it matches numpy
     assert db.best(new, target) == r.program  # served at once...
     assert not db.attempted(new, target) and new not in db.tuned(target)  # ...but still to be tuned
@@ -94,12 +94,12 @@ def test_instant_program_also_times_the_widest_panel_where_one_applies(tuned_db,
     so the instant program times its widest block beside β's kept tiles, and keeps the fastest."""
     import shutil
 
-    from eto.instant import instant
+    from eto.shapes.instant import instant
     from eto.target import parse_target
-    from eto.verify import check_record
-    from tuner.panel import widest_panel
-    from tuner.predict import predict
-    from tuner.reuse import ReuseTuner, config_of
+    from eto.runs.verify import check_record
+    from tuner.reuse.panel import widest_panel
+    from tuner.reuse.predict import predict
+    from tuner.reuse.search import ReuseTuner, config_of
 
     monkeypatch.setenv("ETO_CPU_CACHE_BYTES", str(16 << 10))
     db_dir = tmp_path / "db"
@@ -110,7 +110,7 @@ def test_instant_program_also_times_the_widest_panel_where_one_applies(tuned_db,
     pred = predict(new.prim_func(), source, target)
     by = {p.by: p for p in (pred, *pred.alternatives)}
     tuner = ReuseTuner(new.prim_func(), source, target)
-    panel = widest_panel(tuner.space.panel_round())
+    panel = widest_panel(tuner.reuse.space.panel_round())
     assert "panel" in by and by["panel"].config == panel
     assert panel.space[1] == (1, 1, 16, 1) and panel.space[2][1:] == (1, 2, 16)  # rows whole, 2 x 2 vectors
     r = instant(new, db, target)
@@ -125,17 +125,17 @@ def test_instant_program_also_times_the_widest_panel_where_one_applies(tuned_db,
 def test_instant_program_follows_a_ranker_only_where_it_knows_the_shape(tuned_db, monkeypatch):
     """Where β's kept tiles do not build, round T is ranked only by a ranker that knows α's shape
     (a ranker trained far from it orders worse than chance); otherwise the nearest BShape wins."""
-    import tuner.predict as predict_mod
+    import tuner.reuse.predict as predict_mod
     from eto.target import parse_target
 
     target = parse_target("cpu")
     source = Database(tuned_db).best(KNOWN, target).tuning_record
     new = Operator.create("BMM", B=2, M=96, N=32, K=16)
-    real_built, calls = predict_mod._built, []
+    real_built, calls = predict_mod.built_candidate, []
 
     def kept_fails(tuner, cand):  # pretend β's kept tiles (either placement of the growth) fail
         calls.append(cand)
-        kept = [tuner.space.kept_tiles(growth=g) for g in ("outer", "parallel")]
+        kept = [tuner.reuse.space.kept_tiles(growth=g) for g in ("outer", "parallel")]
         return cand.cfg not in kept and real_built(tuner, cand)
 
     class Ranker:
@@ -151,7 +151,7 @@ def test_instant_program_follows_a_ranker_only_where_it_knows_the_shape(tuned_db
 
     for knows, by in ((False, "nearest"), (True, "ranker")):
         calls.clear()
-        monkeypatch.setattr(predict_mod, "_built", kept_fails)
+        monkeypatch.setattr(predict_mod, "built_candidate", kept_fails)
         ranker = Ranker(knows)
         pred = predict_mod.predict(new.prim_func(), source, target, ranker=ranker)
         assert pred.by == by and (ranker.asked > 0) == knows and pred.ranked > 1
@@ -193,7 +193,7 @@ def test_eto_retune_refuses_a_database_tuned_for_another_thread_count(tuned_db, 
     assert main(["plan", "--opset", "bert_base", "--db", str(tuned_db), "--target", other]) == 0
     assert f"warning: {tuned_db}: no program for this target" in capsys.readouterr().err
     # the Python API warns (and goes on: a user may mean to tune everything anew)
-    from eto.retune import retune
+    from eto.shapes.retune import retune
     from eto.target import parse_target
 
     with pytest.warns(RuntimeWarning, match=f"num-cores {stored['num-cores']} there"):
@@ -210,7 +210,7 @@ def test_program_cache_serves_at_once_under_concurrent_requests_and_after_restar
 
     import tvm
 
-    from eto.serve import ProgramCache
+    from eto.shapes.serve import ProgramCache
 
     db_dir = tmp_path / "db"
     shutil.copytree(tuned_db, db_dir)
@@ -249,8 +249,8 @@ def test_a_tuned_program_runs_at_every_size_of_a_symbolic_dimension(tuned_db):
     """The tuned trace replayed with literal splits, the outer factor symbolic: one compiled
     function, correct at sizes the tiles divide and sizes they do not."""
     from eto.target import parse_target
-    from tuner.apply import build, run_once
-    from tuner.symbolic import symbolic_module
+    from tuner.measure.apply import build, run_once
+    from tuner.analysis.symbolic import symbolic_module
 
     target = parse_target("cpu")
     record = Database(tuned_db, readonly=True).best(KNOWN, target).tuning_record

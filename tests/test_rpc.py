@@ -2,7 +2,7 @@
 
 import pytest
 
-from eto.database import Database
+from eto.store.database import Database
 from eto.operators import Operator
 from eto.target import parse_target
 
@@ -28,10 +28,10 @@ def test_tuning_through_rpc_devices(tmp_path, tracker):
 
     from tvm import rpc
 
-    from eto.tuning import tune_with_backend
-    from eto.verify import check_record
-    from tuner.backend import light_search
-    from tuner.measure import MeasureConfig, Measurer
+    from eto.runs.tuning import tune_with_backend
+    from eto.runs.verify import check_record
+    from tuner.measure.backend import light_search
+    from tuner.measure.measurer import MeasureConfig, Measurer
 
     client = rpc.connect_tracker("127.0.0.1", tracker.port)
     for _ in range(50):  # servers register asynchronously
@@ -65,8 +65,8 @@ def test_scale_out_tunes_independent_subtrees_on_two_devices(tmp_path, tracker, 
     from tvm import rpc
 
     from eto.cli import main
-    from eto.opsets import OperatorSet
-    from eto.verify import check_record
+    from eto.operators.opsets import OperatorSet
+    from eto.runs.verify import check_record
 
     client = rpc.connect_tracker("127.0.0.1", tracker.port)
     for _ in range(50):

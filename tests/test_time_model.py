@@ -2,7 +2,8 @@
 
 import pytest
 
-from eto.time_model import CPU_DEFAULTS, DEFAULTS, MIN_FIT, Line, default_lines, fit_line, fit_time_model, learn_time_model
+from eto.planning.time_model import (CPU_DEFAULTS, DEFAULTS, MIN_FIT, Line, default_lines, fit_line,
+    fit_time_model, learn_time_model)
 
 
 def test_fit_line_recovers_a_line_and_falls_back_on_little_data():
@@ -38,7 +39,7 @@ def test_fit_line_learns_how_a_candidate_grows_with_the_operator():
 
 
 def test_time_model_learns_from_the_targets_results_only(tmp_path):
-    from eto.database import Database
+    from eto.store.database import Database
     from eto.operators import Operator
     from eto.target import parse_target
     from tests.test_database import make_records
@@ -62,7 +63,7 @@ def test_time_model_learns_from_the_targets_results_only(tmp_path):
     per = 300 / (100 * (1 + k * gf[0]) + 300 * (1 + k * gf[1]))
     assert tm.backend_seconds(100, gf[0]) == pytest.approx(100 * per * (1 + k * gf[0]))
     assert (tm.reuse.fixed, tm.reuse.per) == (pytest.approx(3.0), pytest.approx(0.5))
-    polished = Database(tmp_path / "polished")  # a root's polish (eto.polish) is a reuse search: it teaches that line
+    polished = Database(tmp_path / "polished")  # a root's polish (eto.runs.polish) is a reuse search: it teaches that line
     for i, op in enumerate(ops[2:]):
         n = 8 + 4 * i
         polished.commit(op, cpu, make_records(op, [[1e-3]], cpu), method="polish", candidates=n, seconds=2.0 + 0.25 * n)

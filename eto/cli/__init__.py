@@ -11,9 +11,9 @@ import argparse
 import sys
 from typing import Sequence
 
-from .. import __version__
-from . import db, model, ops, plan, retune, target, tune
-from .errors import run_command, usage
+from eto import __version__
+from eto.cli import db, model, ops, plan, retune, target, tune
+from eto.cli.errors import run_command, usage
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,16 +10,16 @@ import sys
 from collections import Counter
 from typing import TYPE_CHECKING, Collection
 
-from ..report import format_table
-from .errors import EXIT_OK, CLIError, usage
-from .format import short_target
+from eto.report import format_table
+from eto.cli.errors import EXIT_OK, CLIError, usage
+from eto.cli.format import short_target
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..database import ProgramRecord
+    from eto.store.database import ProgramRecord
 
 
 def _show(args: argparse.Namespace) -> int:
-    from ..database import Database
+    from eto.store.database import Database
 
     db = Database(args.db, readonly=True)
     programs = db.programs() if args.all else db.best_programs()
@@ -49,7 +49,7 @@ def _show(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     """The best program per operator and target as TVMScript, and as a shared library with --lib."""
-    from ..database import Database
+    from eto.store.database import Database
 
     best = Database(args.db, readonly=True).best_programs(args.target)
     if not best:
@@ -66,9 +66,9 @@ def _export(args: argparse.Namespace) -> int:
 
 def _export_program(p: "ProgramRecord", out: str, stem: str, *, lib: bool) -> dict:
     """Write ``stem.py`` (and ``stem.so``, compiled by the tuner's build); the program's index entry."""
-    from tuner.apply import build, scheduled_module
+    from tuner.measure.apply import build, scheduled_module
 
-    from ..target import parse_target
+    from eto.target import parse_target
 
     mod = scheduled_module(p.tuning_record)
     files = {"tvmscript": f"{stem}.py"}
@@ -100,7 +100,7 @@ def _file_name(text: str) -> str:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from ..database import Database
+    from eto.store.database import Database
 
     dest = Database(args.dest)
     total = {"results": 0, "records": 0, "orphans": 0, "problems": 0}

@@ -10,12 +10,12 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Callable
 
-from ..models import MissingExtraError
+from eto.models import MissingExtraError
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
 
-    from ..database import Database
+    from eto.store.database import Database
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -32,7 +32,7 @@ def check_target(db: "Database", target: "Target", *, fatal: bool) -> None:
     The warning is only for targets of the same kind: one database may well hold CPU and GPU programs."""
     import json
 
-    from ..target import target_mismatch
+    from eto.target import target_mismatch
 
     stored = {p.target for p in db.programs()}
     if not fatal:

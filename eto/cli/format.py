@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..operators import Operator
-from ..opsets import OperatorSet
-from ..report import format_table
+from eto.operators import Operator
+from eto.operators.opsets import OperatorSet
+from eto.report import format_table
 
 
 def opset_summary(opset: OperatorSet) -> str:

@@ -16,19 +16,19 @@ import tempfile
 import zipfile
 from typing import TYPE_CHECKING
 
-from ..report import format_table
-from .errors import EXIT_OK, CLIError, check_target
-from .ops import add_dim_option, add_fast_math_option, parse_dims
+from eto.report import format_table
+from eto.cli.errors import EXIT_OK, CLIError, check_target
+from eto.cli.ops import add_dim_option, add_fast_math_option, parse_dims
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..models.bench import BenchReport
+    from eto.models.bench import BenchReport
 
 
 def _load(args: argparse.Namespace):
-    from ..database import Database
-    from ..models import load_relax
-    from ..models.fast_math import fast_math
-    from ..target import parse_target
+    from eto.store.database import Database
+    from eto.models import load_relax
+    from eto.models.fast_math import fast_math
+    from eto.target import parse_target
 
     if not os.path.isdir(args.db):
         raise CLIError(f"--db {args.db}: no such database directory")
@@ -41,7 +41,7 @@ def _load(args: argparse.Namespace):
 
 
 def _build(args: argparse.Namespace) -> int:
-    from ..models.build import build_model
+    from eto.models.build import build_model
 
     model, db, target = _load(args)
     built = build_model(model, db, target)
@@ -61,8 +61,8 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from ..models.bench import bench_model, join_processes, onnxruntime_session
-    from ..target import num_threads
+    from eto.models.bench import bench_model, join_processes, onnxruntime_session
+    from eto.target import num_threads
 
     if args.onnx and not os.path.isfile(args.onnx):
         raise CLIError(f"--onnx {args.onnx}: no such file")
@@ -90,7 +90,7 @@ def _bench(args: argparse.Namespace) -> int:
         if args.processes > 1:
             report = join_processes([report, *(_bench_elsewhere(args, ms_work, k) for k in range(2, args.processes + 1))])
     if args.plot:
-        from ..plots import model_bench_figure
+        from eto.plots import model_bench_figure
 
         model_bench_figure(report).savefig(args.plot, dpi=120)
     if args.json:
@@ -102,7 +102,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _bench_elsewhere(args: argparse.Namespace, ms_work: str | None, k: int) -> "BenchReport":
     """The same builds timed in a fresh process (``eto bench --processes 1``; MetaSchedule's run reused)."""
-    from ..models.bench import BenchReport
+    from eto.models.bench import BenchReport
 
     cmd = [sys.executable, "-m", "eto", "bench", "--model", str(args.model), "--db", str(args.db), "--target",
            args.target, "--rounds", str(args.rounds), "--processes", "1", "--json",
@@ -136,7 +136,7 @@ def _torch_module(path: str):
         return None
     if not zipfile.is_zipfile(path):
         return None
-    from ..target import num_threads
+    from eto.target import num_threads
 
     torch.set_num_threads(num_threads())
     return torch.export.load(path).module()

@@ -10,12 +10,12 @@ import argparse
 import json
 from typing import Sequence
 
-from ..models import ModelOperators, extract_from_file, operator_item
-from ..operators import operator_types
-from ..opsets import builtin_opset, builtin_opsets, load_opset
-from ..report import format_table, plural
-from .errors import EXIT_OK, CLIError, usage
-from .format import operator_table, opset_summary
+from eto.models import ModelOperators, extract_from_file, operator_item
+from eto.operators import operator_types
+from eto.operators.opsets import builtin_opset, builtin_opsets, load_opset
+from eto.report import format_table, plural
+from eto.cli.errors import EXIT_OK, CLIError, usage
+from eto.cli.format import operator_table, opset_summary
 
 
 def _types(args: argparse.Namespace) -> int:

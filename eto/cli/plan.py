@@ -11,16 +11,16 @@ import math
 
 from typing import get_args
 
-from tuner.space import DEFAULT_STRATEGY, Strategy
+from tuner.reuse.space import DEFAULT_STRATEGY, Strategy
 
-from ..opsets import load_opset
-from ..plan import DISTANCE_WEIGHT, MAX_REDUCTION_RATIO
-from .errors import EXIT_OK, CLIError, check_target
+from eto.operators.opsets import load_opset
+from eto.planning.planner import DISTANCE_WEIGHT, MAX_REDUCTION_RATIO
+from eto.cli.errors import EXIT_OK, CLIError, check_target
 
 
 def add_strategy_option(p: argparse.ArgumentParser, *, suffix: str = "") -> None:
     """``--strategy`` and ``--top-k``: one copy for ``eto tune`` and ``eto plan``, so plans cost what tuning runs."""
-    from tuner.ranked import DEFAULT_TOP_K
+    from tuner.reuse.ranked import DEFAULT_TOP_K
 
     p.add_argument("--strategy", default=DEFAULT_STRATEGY, choices=list(get_args(Strategy)),
                    help="reuse tuner: rounds after T once (global) or per block count as in the paper (per-b); "
@@ -101,21 +101,21 @@ def _plan(args: argparse.Namespace) -> int:
         if args.opset:
             raise CLIError("give either --graph or --opset, not both")
         return _solve_graph(args)
-    from ..plan import plan_operator_set, plan_selective
+    from eto.planning.planner import plan_operator_set, plan_selective
 
     opset = load_opset(args.opset or "resnet50")
     db = target = None
     if args.db or args.cost == "estimate":
-        from ..target import parse_target
+        from eto.target import parse_target
 
         target = parse_target(args.target)
     if args.db:
-        from ..database import Database
+        from eto.store.database import Database
 
         db = Database(args.db, readonly=True)
         check_target(db, target, fatal=False)
     if args.method == "st":
-        from tuner.topk import DEFAULT_K
+        from tuner.reuse.topk import DEFAULT_K
 
         result = plan_selective(opset, budget=args.budget, k=DEFAULT_K, database=db, target=target)
     else:

@@ -11,13 +11,13 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ..opsets import OperatorSet, parse_vary, vary
-from ..report import format_table
-from .errors import EXIT_FAILED, EXIT_OK, CLIError, check_target
-from .ops import parse_dims
-from .plan import add_strategy_option, distance_weight_of, max_reduction_ratio_of, top_k_of
-from .tune import (DEFAULT_DB, _operators, add_finalists_option, add_function_trials_option, add_operator_options,
-                   finalists_of, function_trials_of, tasks_opset)
+from eto.operators.opsets import OperatorSet, parse_vary, vary
+from eto.report import format_table
+from eto.cli.errors import EXIT_FAILED, EXIT_OK, CLIError, check_target
+from eto.cli.ops import parse_dims
+from eto.cli.plan import add_strategy_option, distance_weight_of, max_reduction_ratio_of, top_k_of
+from eto.cli.tune import (DEFAULT_DB, operators_from_args, add_finalists_option, add_function_trials_option,
+    add_operator_options, finalists_of, function_trials_of, tasks_opset)
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
@@ -32,14 +32,14 @@ def _retune(args: argparse.Namespace) -> int:
     if args.fast_math and not args.model:
         raise CLIError("--fast-math applies to --model (it rewrites the model's functions)")
     finalists, function_trials = finalists_of(args), function_trials_of(args)
-    from ..database import Database
-    from ..retune import retune
-    from ..target import parse_target
+    from eto.store.database import Database
+    from eto.shapes.retune import retune
+    from eto.target import parse_target
 
     target = parse_target(args.target)
     shapes = _model_shapes(args, dim, values, target)
     if shapes is None:
-        base: str | OperatorSet = args.opset if args.opset and not (args.op or args.model) else _operators(args)
+        base: str | OperatorSet = args.opset if args.opset and not (args.op or args.model) else operators_from_args(args)
         shapes = vary(base, dim, values)
     db = Database(args.db)
     for p in db.problems:
@@ -71,7 +71,7 @@ def _model_shapes(args: argparse.Namespace, dim: str, values: list[int], target:
     it: then operator parameters vary."""
     if not args.model or args.opset or args.op:
         return None
-    from ..models import bind_dims, load_relax, symbolic_dims
+    from eto.models import bind_dims, load_relax, symbolic_dims
 
     model, fixed = load_relax(args.model), parse_dims(args.dim)
     names = symbolic_dims(model)
@@ -102,8 +102,8 @@ def _table(report) -> str:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    from ..dispatch import build_dispatch, parse_sizes, parse_symbolic, save, symbolic_dims
-    from ..operators import Operator
+    from eto.shapes.dispatch import build_dispatch, parse_sizes, parse_symbolic, save, symbolic_dims
+    from eto.operators import Operator
 
     op = Operator.parse(args.op)
     symbolic = symbolic_dims(op, parse_symbolic(args.symbolic))
@@ -112,8 +112,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         raise CLIError(f"--db {args.db}: no such database directory (tune the operator at some sizes first)")
     if args.max_buckets is not None and args.max_buckets < 1:
         raise CLIError(f"--max-buckets must be positive, got {args.max_buckets}")
-    from ..database import Database
-    from ..target import parse_target
+    from eto.store.database import Database
+    from eto.target import parse_target
 
     target = parse_target(args.target)
     if target.kind.name != "llvm":

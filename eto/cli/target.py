@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..target import hardware_info, parse_target
-from .errors import EXIT_OK
+from eto.target import hardware_info, parse_target
+from eto.cli.errors import EXIT_OK
 
 
 def _show(args: argparse.Namespace) -> int:

@@ -11,26 +11,26 @@ import os
 import sys
 from typing import TYPE_CHECKING, Sequence
 
-from ..models import extract_from_file
-from ..operators import Operator
-from ..operators.task import FUNCTION_TRIALS
-from ..opsets import OperatorSet, load_opset
-from ..report import format_table
-from .errors import EXIT_FAILED, EXIT_OK, CLIError, check_target
-from .ops import add_dim_option, add_fast_math_option, parse_dims
-from .plan import add_strategy_option, distance_weight_of, max_reduction_ratio_of, top_k_of
+from eto.models import extract_from_file
+from eto.operators import Operator
+from eto.operators.task import FUNCTION_TRIALS
+from eto.operators.opsets import OperatorSet, load_opset
+from eto.report import format_table
+from eto.cli.errors import EXIT_FAILED, EXIT_OK, CLIError, check_target
+from eto.cli.ops import add_dim_option, add_fast_math_option, parse_dims
+from eto.cli.plan import add_strategy_option, distance_weight_of, max_reduction_ratio_of, top_k_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
 
-    from ..database import Database
-    from ..models.load import RelaxModel
-    from ..tuning import TuneReport
+    from eto.store.database import Database
+    from eto.models.load import RelaxModel
+    from eto.runs.tuning import TuneReport
 
 DEFAULT_DB = "eto-db"
 
 
-def _operators(args: argparse.Namespace) -> OperatorSet:
+def operators_from_args(args: argparse.Namespace) -> OperatorSet:
     """The set to tune from ``--opset``, ``--op`` or ``--model`` (at most one; default quickstart)."""
     given = [flag for flag, v in (("--opset", args.opset), ("--op", args.op), ("--model", args.model)) if v]
     if len(given) > 1:
@@ -46,7 +46,7 @@ def _operators(args: argparse.Namespace) -> OperatorSet:
 
 
 def add_operator_options(p: argparse.ArgumentParser) -> None:
-    """``--opset``, ``--op`` and ``--model`` (read by :func:`_operators`): one copy for tune and retune."""
+    """``--opset``, ``--op`` and ``--model`` (read by :func:`operators_from_args`): one copy for tune and retune."""
     p.add_argument("--opset", help="built-in set name or JSON file (default: quickstart)")
     p.add_argument("--op", action="append", help="one operator, e.g. 'BMM(B=1,M=128,N=768,K=768)' (repeatable)")
     p.add_argument("--model", help="an ONNX model or torch.export .pt2 file: eto tune tunes the fused tasks Relax "
@@ -57,7 +57,7 @@ def add_operator_options(p: argparse.ArgumentParser) -> None:
 
 def _open_database(paths: Sequence[str]) -> "Database":
     """The first ``--db`` directory, with every further (prior) database's programs merged into it."""
-    from ..database import Database
+    from eto.store.database import Database
 
     db = Database(paths[0])
     for p in db.problems:
@@ -77,8 +77,8 @@ def tasks_opset(model: "RelaxModel", target: "Target", *, fast_math: bool = Fals
     """The fused tasks Relax compiles for ``model`` (:mod:`eto.models.tasks`), ``fast_math`` applied
     first; those without a catalogue type (TASK operators, tuned after the plan) and those left alone
     are named on stderr, after ``label``."""
-    from ..models.fast_math import fast_math as approximate
-    from ..models.tasks import model_tasks
+    from eto.models.fast_math import fast_math as approximate
+    from eto.models.tasks import model_tasks
 
     tasks = model_tasks(approximate(model, fast_math), target)
     for t in tasks.left_alone:
@@ -92,19 +92,19 @@ def tasks_opset(model: "RelaxModel", target: "Target", *, fast_math: bool = Fals
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from ..target import parse_target
-    from ..tuning import progress_printer, tune_with_backend
+    from eto.target import parse_target
+    from eto.runs.tuning import progress_printer, tune_with_backend
 
     target = parse_target(args.target)
     if args.fast_math and not args.model:
         raise CLIError("--fast-math applies to --model (it rewrites the model's functions)")
     if args.model and not (args.op or args.opset):
-        from ..models import load_relax
+        from eto.models import load_relax
 
         opset = tasks_opset(load_relax(args.model, dims=parse_dims(args.dim)), target, fast_math=args.fast_math,
                             label=args.model)
     else:
-        opset = _operators(args)
+        opset = operators_from_args(args)
     if args.trials < 1:
         raise CLIError(f"--trials must be positive, got {args.trials}")
     if args.method == "ansor" and (args.hot_share is not None or args.evolve or args.rpc or args.devices != 1):
@@ -126,7 +126,7 @@ def _tune(args: argparse.Namespace) -> int:
            "st": "Selective Tuning (baseline)"}[args.method]
     print(f"eto: {opset.name}: {len(opset)} operators, {len(opset) - len(todo)} already in {paths[0]}; "
           f"tuning {len(todo)} with {how}, backend budget {args.trials} trials, target {target}", file=sys.stderr)
-    from tuner.backend import search_strategy
+    from tuner.measure.backend import search_strategy
 
     search = search_strategy(args.search)
     on_batch = None if args.json or args.quiet else progress_printer()
@@ -136,9 +136,9 @@ def _tune(args: argparse.Namespace) -> int:
             strategy=search, on_batch=on_batch, verbose=args.verbose,
         )
     else:
-        from ..pipeline import tune
+        from eto.runs.pipeline import tune
 
-        from tuner.measure import Measurer
+        from tuner.measure.measurer import Measurer
 
         measurers = None if devices is None else [Measurer.rpc(*devices[:3]) for _ in range(devices[3])]
         try:
@@ -160,7 +160,7 @@ def _tune(args: argparse.Namespace) -> int:
 
 def add_finalists_option(p: argparse.ArgumentParser) -> None:
     """``--finalists``: one copy for ``eto tune`` and ``eto retune``."""
-    from tuner.finalists import DEFAULT_FINALISTS
+    from tuner.measure.finalists import DEFAULT_FINALISTS
 
     p.add_argument("--finalists", type=int, default=DEFAULT_FINALISTS, metavar="F",
                    help=f"reuse tuner: time every candidate briefly (3 runs of >= 10 ms) and the F best again in "

@@ -7,26 +7,10 @@ Nothing here imports TVM or the optional ``onnx``/``torch`` packages until a mod
 nothing here knows about the command line (``eto ops from-model`` lives in :mod:`eto.cli.ops`).
 """
 
-from .extract import (
-    ModelOperators,
-    UnsupportedCall,
-    extract_from_exported_program,
-    extract_from_file,
-    extract_from_onnx,
-    extract_from_relax,
-    extract_from_torch,
-    load_model_opset,
-    operator_item,
-)
-from .load import (
-    MissingExtraError,
-    ModelFileError,
-    ModelImportError,
-    RelaxModel,
-    bind_dims,
-    load_relax,
-    symbolic_dims,
-)
+from eto.models.extract import (ModelOperators, UnsupportedCall, extract_from_exported_program, extract_from_file,
+    extract_from_onnx, extract_from_relax, extract_from_torch, load_model_opset, operator_item)
+from eto.models.load import (MissingExtraError, ModelFileError, ModelImportError, RelaxModel, bind_dims,
+    load_relax, symbolic_dims)
 
 __all__ = [
     "MissingExtraError",

@@ -9,7 +9,7 @@ scheduler; optional, it takes as long as MetaSchedule takes), and PyTorch eager 
 (for ``torch.export`` programs; oneDNN on the CPU) and ONNX Runtime (for ONNX files, where it is
 installed). Every output is compared with PyTorch's (or, for ONNX files, with the untuned build's). Tuning time per method: eto's is the sum of the seconds its
 database recorded for the model's tasks; MetaSchedule's is its wall time in this process, measuring
-with eto's builder and runner (:class:`tuner.measure.Measurer`, as ``eto tune --method ansor``).
+with eto's builder and runner (:class:`tuner.measure.measurer.Measurer`, as ``eto tune --method ansor``).
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
-from .build import BuiltModel, build_model, model_inputs
-from .tasks import ModelTasks, model_tasks
+from eto.models.build import BuiltModel, build_model, model_inputs
+from eto.models.tasks import ModelTasks, model_tasks
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
 
-    from ..database import Database
-    from .load import RelaxModel
+    from eto.store.database import Database
+    from eto.models.load import RelaxModel
 
 #: The file in a MetaSchedule work directory that keeps its tuning time, so a rerun reuses the run.
 MS_TIME_FILE = "eto_tuning_time.json"
@@ -95,8 +95,8 @@ def bench_model(model: "RelaxModel", target: "Target", *, database: "Database | 
                 log: Callable[[str], None] = lambda m: None) -> BenchReport:
     """Build and time ``model`` every way that applies; see the module docstring. ``others``: more
     databases, each built and timed as a method of that name (e.g. a database of instant programs).
-    ``ms_search``: MetaSchedule's search, its default or :func:`tuner.backend.light_search` (a quick look)."""
-    from ..target import use_threads
+    ``ms_search``: MetaSchedule's search, its default or :func:`tuner.measure.backend.light_search` (a quick look)."""
+    from eto.target import use_threads
 
     use_threads()  # TVM's builds are timed in this process, beside PyTorch on as many threads
     tasks = model_tasks(model, target)
@@ -164,13 +164,13 @@ def tune_metaschedule(tasks: ModelTasks, target: "Target", trials: int, work_dir
                       search: Literal["evolutionary", "light"] = "evolutionary",
                       log: Callable[[str], None] = lambda m: None):
     """MetaSchedule's own tuning of the tasks eto tunes; reuses a finished run in ``work_dir``."""
-    from tuner.backend import search_strategy
-    from tuner.intrinsics import register_tensor_intrinsics
+    from tuner.measure.backend import search_strategy
+    from tuner.analysis.intrinsics import register_tensor_intrinsics
 
     register_tensor_intrinsics(target)  # before any TuneContext, off the clock
     from tvm.s_tir import meta_schedule as ms
 
-    from tuner.measure import MeasureConfig, Measurer
+    from tuner.measure.measurer import MeasureConfig, Measurer
 
     if work_dir and os.path.exists(os.path.join(work_dir, MS_TIME_FILE)):
         with open(os.path.join(work_dir, MS_TIME_FILE)) as f:
@@ -209,7 +209,7 @@ def build_with_metaschedule(ms_db, tasks: ModelTasks, target: "Target") -> Built
 
 def _eto_seconds(database: "Database", tasks: ModelTasks, target: "Target") -> float:
     """The tuning seconds the database recorded for the model's operators."""
-    from ..target import target_key
+    from eto.target import target_key
 
     keys, tk = {t.op.key for t in tasks.tasks if t.op is not None}, target_key(target)
     return sum(float(r.get("seconds", 0.0)) for r in database.results()

@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from ..database import PREDICTED
-from ..target import warn_target_mismatch
-from .tasks import ModelTask, ModelTasks, model_tasks
+from eto.store.database import PREDICTED
+from eto.target import warn_target_mismatch
+from eto.models.tasks import ModelTask, ModelTasks, model_tasks
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
 
-    from ..database import Database
-    from .load import RelaxModel
+    from eto.store.database import Database
+    from eto.models.load import RelaxModel
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Every tunable call is mapped to a catalogue :class:`~eto.operators.Operator`
 (:mod:`eto.models.mapping`); the distinct operators with their counts form the
-:class:`~eto.opsets.OperatorSet`. Calls of a tunable kind that cannot be mapped are listed in
+:class:`~eto.operators.opsets.OperatorSet`. Calls of a tunable kind that cannot be mapped are listed in
 :attr:`ModelOperators.unsupported` with a count and a reason, never dropped silently.
 Element-wise, pooling and normalisation ops are not tunable operator types and are not listed.
 
@@ -21,18 +21,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from ..operators import Operator
-from ..opsets import OperatorSet
-from ..report import plural
-from .load import (
-    ModelImportError,
-    RelaxModel,
-    exported_program_to_relax,
-    load_relax,
-    onnx_to_relax,
-    torch_to_relax,
-)
-from .mapping import Unmapped, call_operators, describe_call
+from eto.operators import Operator
+from eto.operators.opsets import OperatorSet
+from eto.report import plural
+from eto.models.load import (ModelImportError, RelaxModel, exported_program_to_relax, load_relax, onnx_to_relax,
+    torch_to_relax)
+from eto.models.mapping import Unmapped, call_operators, describe_call
 
 if TYPE_CHECKING:  # pragma: no cover
     import tvm

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from .load import RelaxModel
+from eto.models.load import RelaxModel
 
 if TYPE_CHECKING:  # pragma: no cover
     import tvm

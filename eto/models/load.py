@@ -223,7 +223,7 @@ def symbolic_dims(model: RelaxModel) -> dict[str, str]:
     it first appears (``"input x, axis 1"``), in the order of the inputs."""
     from tvm import tirx
 
-    from .mapping import relax_type
+    from eto.models.mapping import relax_type
 
     found: dict[str, str] = {}
     main = model.mod["main"] if "main" in [gv.name_hint for gv in model.mod.functions] else None

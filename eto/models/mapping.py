@@ -12,7 +12,7 @@ Operand layouts are fixed by eto's programs, so only the loop nest of a call mat
 
   - rank-2 x rank-2 -> ``DENSE(M, N, K)`` (a classifier on pooled features, BERT's pooler);
   - a linear layer on a token tensor ``[..., S, K]`` (B unbatched, or batched with only unit batch
-    axes) -> ``BMM(1, tokens, N, K)``, as :func:`eto.zoo.bert_layers` models BERT. This holds
+    axes) -> ``BMM(1, tokens, N, K)``, as :func:`eto.operators.zoo.bert_layers` models BERT. This holds
     whether the frontend keeps the rank (ONNX MatMul) or flattens the tokens first (torch's
     decomposition of ``aten.linear`` into ``view`` + ``addmm``): a rank-2 matmul whose left operand
     is a reshape merging the leading axes of a rank>=3 tensor and keeping its last axis counts as
@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..operators import Operator
+from eto.operators import Operator
 
 #: The dtype eto's operator programs are written in (``Operator.prim_func`` default).
 SUPPORTED_DTYPE = "float32"

@@ -15,7 +15,7 @@ extents (unit loops ignored) to one of the catalogue operators the frontend walk
 (:mod:`eto.models.extract`) found in the same model; the task becomes that operator with the task's
 fusion and PrimFunc (:meth:`~eto.operators.Operator.with_fusion`), weighted by how often the model
 calls it. The selector and the reuse tuner then work on it as on any operator (reuse also across
-epilogues: the tuner maps the write stage, :attr:`tuner.sketch.Sketch.family`); :func:`bridge_task` rebuilds a fused
+epilogues: the tuner maps the write stage, :attr:`tuner.analysis.sketch.Sketch.family`); :func:`bridge_task` rebuilds a fused
 task at a bridge's loop nest, epilogue included. A task without a catalogue operator (pooling,
 softmax, normalisation, element-wise) becomes a TASK operator (:mod:`eto.operators.task`, the
 reason kept): the backend tunes its function, outside the plan (:attr:`ModelTasks.backend_only`).
@@ -31,12 +31,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ..operators import Operator
-from ..operators.task import model_function
-from ..opsets import OperatorSet
-from .extract import extract_from_relax
-from .load import RelaxModel
-from .mapping import relax_type
+from eto.operators import Operator
+from eto.operators.task import model_function
+from eto.operators.opsets import OperatorSet
+from eto.models.extract import extract_from_relax
+from eto.models.load import RelaxModel
+from eto.models.mapping import relax_type
 
 if TYPE_CHECKING:  # pragma: no cover
     import tvm
@@ -221,7 +221,7 @@ def bridge_task(anchor: Operator, template: Operator, target: "Target | None" = 
 
 
 def _cpu():
-    from ..target import cpu_target
+    from eto.target import cpu_target
 
     return cpu_target()
 
@@ -296,7 +296,7 @@ def _anchor_inputs(anchor: Operator, template: Operator, kind: str) -> list[tupl
     from tvm.ir import IRModule
     from tvm.s_tir.analysis import find_anchor_sblock
 
-    from tuner.features import region_buffer
+    from tuner.analysis.features import region_buffer
 
     func = template.prim_func()
     block = find_anchor_sblock(IRModule({"main": func}))

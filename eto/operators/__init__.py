@@ -6,17 +6,10 @@
 (1, 128, 28, 28, 512, 1, 1)
 """
 
-from .base import (
-    DEFAULT_PARALLEL_LIMIT,
-    MAX_PARAM,
-    Operator,
-    OperatorType,
-    Param,
-    operator_type,
-    operator_types,
-)
-from . import conv, matmul, norm, task, winograd  # noqa: F401  (registers the types)
-from .winograd import transform_weight
+from eto.operators.base import (DEFAULT_PARALLEL_LIMIT, MAX_PARAM, Operator, OperatorType, Param, operator_type,
+    operator_types)
+from eto.operators import conv, matmul, norm, task, winograd  # noqa: F401  (registers the types)
+from eto.operators.winograd import transform_weight
 
 __all__ = [
     "DEFAULT_PARALLEL_LIMIT",

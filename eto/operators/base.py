@@ -200,7 +200,7 @@ class Operator:
     #: A model's fused task (:mod:`eto.models.tasks`): the Relax ops fused into the function that
     #: Relax compiles, e.g. ``"conv2d+add+relu"``; empty for the bare operator (the catalogue's TE
     #: program). Part of identity, not of the sketch key: a program of one epilogue is reused for
-    #: another (the tuner maps the write stage, :attr:`tuner.sketch.Sketch.family`).
+    #: another (the tuner maps the write stage, :attr:`tuner.analysis.sketch.Sketch.family`).
     fusion: str = ""
     #: The fused task's PrimFunc (what Relax compiles); not part of identity: a database reloads the
     #: operator without it, and the model supplies it again.
@@ -350,7 +350,7 @@ class Operator:
 
     def sketch_key(self, parallel_limit: int = DEFAULT_PARALLEL_LIMIT) -> str:
         """A TVM-free stand-in for the sketch set K: operators whose design spaces have the same
-        sketch families (:attr:`tuner.sketch.Sketch.family`) have the same key. The fusion is not
+        sketch families (:attr:`tuner.analysis.sketch.Sketch.family`) have the same key. The fusion is not
         part of it: an epilogue changes how a tiled block's result is written back, which the
         reuse tuner maps, not how the anchor's loops are tiled."""
         return self.spec.sketch_key(self._p, parallel_limit)
@@ -390,7 +390,7 @@ class Operator:
         """The naive program (Figure 2a) as a TIR PrimFunc, ready for MetaSchedule.
 
         ``symbolic`` makes parameters symbolic: ``{"M": "seq", "N": "seq"}`` gives M and N one
-        int64 variable ``seq`` (what :func:`tuner.symbolic.symbolic_module` schedules).
+        int64 variable ``seq`` (what :func:`tuner.analysis.symbolic.symbolic_module` schedules).
         """
         from tvm import te, tirx
 
@@ -422,8 +422,8 @@ class Operator:
             return self.spec.reference(self._p, *inputs)
         from tvm.ir import IRModule
 
-        from tuner.apply import build, run_once
-        from ..target import cpu_target
+        from tuner.measure.apply import build, run_once
+        from eto.target import cpu_target
 
         lib = build(IRModule({"main": self.prim_func()}), cpu_target())
         return run_once(lib, inputs, self.output_shape, self.dtypes[-1])

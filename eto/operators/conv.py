@@ -7,7 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .base import OperatorType, Param, ParamValue, register
+from eto.operators.base import OperatorType, Param, ParamValue, register
 
 _AXES = {1: ("L",), 2: ("H", "W"), 3: ("D", "H", "W")}
 

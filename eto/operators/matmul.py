@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import OperatorType, Param, register
+from eto.operators.base import OperatorType, Param, register
 
 
 @register

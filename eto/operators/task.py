@@ -3,7 +3,7 @@
 Relax compiles such functions beside a model's convolutions and matmuls, and untuned they run TVM's
 default schedules: one thread, scalar loops (a BERT-Base layer's softmax, layer norms and GELU take
 about a fifth of its time that way). eto has no loop-nest model for them, so the plan never pairs
-two (:func:`eto.pipeline.tune` keeps them out of it); the backend tunes each, except where the
+two (:func:`eto.runs.pipeline.tune` keeps them out of it); the backend tunes each, except where the
 database holds the same function at another size (:func:`same_function_sources`: a model retuned
 at a new sequence length), which the reuse tuner derives it from. The result is stored like any
 operator's, so ``eto build`` applies it.
@@ -19,13 +19,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Iterable, Sequence
 
-from .base import MAX_PARAM, Operator, OperatorType, Param, register
+from eto.operators.base import MAX_PARAM, Operator, OperatorType, Param, register
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm import tirx
 
 #: Backend trials per TASK operator by default (one where its design space holds one program, as an
-#: element-wise function's does: :func:`tuner.backend.single_program`). Such functions are
+#: element-wise function's does: :func:`tuner.measure.backend.single_program`). Such functions are
 #: memory-bound and their spaces small: on the BERT-Base layer MetaSchedule's 200-trial searches of
 #: the softmax and the layer norm took 370 s, more than half of what its five matmuls took, and the
 #: best of their first 32 trials was within 1.16x (softmax: 238 against 206 us) and 1.6x (layer

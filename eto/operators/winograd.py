@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import OperatorType, Param, register
-from .conv import conv_flops_direct
+from eto.operators.base import OperatorType, Param, register
+from eto.operators.conv import conv_flops_direct
 
 
 def winograd_matrices(tile_size: int, kernel: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

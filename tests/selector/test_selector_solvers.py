@@ -176,7 +176,7 @@ def test_decomposition_into_components():
 def test_a_known_solution_spares_the_components_a_change_left_alone(monkeypatch):
     """A re-selection (minor roots, replan) changes one component; the others keep their trees
     without being solved again, and the result equals a fresh solve's."""
-    import selector.steiner as steiner
+    import selector.solvers.steiner as steiner
 
     def component(G, tag, wmax, rng):
         for i in range(4):
@@ -285,9 +285,9 @@ def test_empty_terminal_set():
 
 def test_mip_alone_equals_brute_force():
     """The flow MIP on its own (solve() skips it when the heuristic meets the bound)."""
-    from selector._indexed import IndexedGraph
-    from selector._trees import is_tree, tree_cost
-    from selector.steiner_mip import flow_variable_count, mip
+    from selector.solvers.indexed import IndexedGraph
+    from selector.solvers.trees import is_tree, tree_cost
+    from selector.solvers.mip import flow_variable_count, mip
 
     for G, T, S in instances(seed=7, count=40):
         g = IndexedGraph.from_networkx(G, "r", T)
@@ -304,9 +304,9 @@ def test_mip_branches_where_the_lp_relaxation_is_fractional():
     import numpy as np
     from scipy.optimize import Bounds, milp
 
-    from selector._indexed import IndexedGraph
-    from selector._trees import is_tree, tree_cost
-    from selector.steiner_mip import _model, mip
+    from selector.solvers.indexed import IndexedGraph
+    from selector.solvers.trees import is_tree, tree_cost
+    from selector.solvers.mip import _model, mip
 
     fractional = 0
     for seed in (8, 11):
@@ -326,8 +326,8 @@ def test_mip_branches_where_the_lp_relaxation_is_fractional():
 
 def test_steiner_module_keeps_its_public_names():
     import selector
-    import selector.steiner as steiner
-    from selector.dual_ascent import dual_ascent_bound
+    import selector.solvers.steiner as steiner
+    from selector.solvers.dual_ascent import dual_ascent_bound
 
     for name in steiner.__all__:
         assert hasattr(steiner, name), name

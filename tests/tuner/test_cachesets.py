@@ -7,9 +7,9 @@ import pytest
 
 from eto.operators import Operator
 from eto.target import cpu_target
-from tuner.cachesets import colliding_rows, set_safe_config, set_safe_tiles
-from tuner.features import TileConfig
-from tuner.host import CacheGeometry
+from tuner.reuse.cachesets import colliding_rows, set_safe_config, set_safe_tiles
+from tuner.analysis.features import TileConfig
+from tuner.analysis.host import CacheGeometry
 
 tvm = pytest.importorskip("tvm")
 
@@ -19,7 +19,7 @@ L1 = CacheGeometry(32 << 10, 8, 64)  # 4 KB set span
 def nest(op: Operator):
     from tvm.ir import IRModule
 
-    from tuner.features import loop_nest_of, major_block
+    from tuner.analysis.features import loop_nest_of, major_block
 
     mod = IRModule({"main": op.prim_func()})
     return loop_nest_of(mod, major_block(mod))
@@ -45,7 +45,7 @@ def test_set_safe_cuts_the_row_tile_to_the_ways_and_chunks_the_contiguous_reduct
     alpha = nest(one_by_one(1024))
     kept = TileConfig("cpu", ((1, 1, 1, 1), (16, 1, 1, 16), (2, 1, 7, 1), (1, 1, 2, 7)), ((512, 2), (1, 1), (1, 1)))
     safe = set_safe_config("cpu", alpha, kept, L1)
-    # MetaSchedule's program of ResNet-50's C2D[1,256,14,14,1024,1,1] (tuner/cachesets.py): 2 x 8 rows
+    # MetaSchedule's program of ResNet-50's C2D[1,256,14,14,1024,1,1] (tuner/reuse/cachesets.py): 2 x 8 rows
     assert safe.space == ((1, 1, 1, 1), (16, 1, 2, 8), (2, 1, 7, 1), (1, 1, 2, 7))
     assert safe.reduction == ((64, 16), (1, 1), (1, 1))  # one 64-byte line of each weight row per step
     assert all(math.prod(f) == e for f, e in zip(safe.space + safe.reduction, alpha.extents))
@@ -65,16 +65,16 @@ def test_set_safe_cuts_the_row_tile_to_the_ways_and_chunks_the_contiguous_reduct
 def test_a_set_safe_program_builds_and_matches_numpy(monkeypatch):
     """The lead is a real program of α: β's sketch replayed with its tiles, checked against numpy."""
     from tests.tuner.test_reuse_tuner import sampled_record
-    from eto.verify import check_record
-    from tuner import cachesets
-    from tuner.reuse import ReuseTuner
+    from eto.runs.verify import check_record
+    from tuner.reuse import cachesets
+    from tuner.reuse.search import ReuseTuner
 
     target = cpu_target()
     alpha, beta = one_by_one(1024), Operator.create("C2D", N=1, CI=512, H=14, W=14, CO=128, KH=1, KW=1)
     tuner = ReuseTuner(alpha.prim_func(), sampled_record(beta, target), target)
     b = tuner.beta_cfg  # β as if its register block had 16 output channels: (8, 1, 1, 16) of 128
     wide = TileConfig("cpu", tuple((8, 1, 1, 16) if d == 1 else f for d, f in enumerate(b.space)), b.reduction)
-    space = dataclasses.replace(tuner.space, beta_cfg=wide)
+    space = dataclasses.replace(tuner.reuse.space, beta_cfg=wide)
     assert space.kept_tiles().space[1] == (16, 1, 1, 16)
     monkeypatch.setattr(cachesets, "cpu_cache", lambda level=1: L1)
     safe = set_safe_tiles(space)

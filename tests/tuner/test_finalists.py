@@ -1,4 +1,4 @@
-"""Screened measurement and finalists (tuner.finalists): the search ranks by short timings, the
+"""Screened measurement and finalists (tuner.measure.finalists): the search ranks by short timings, the
 result is decided and recorded by full ones."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from eto.operators import Operator
 from eto.target import cpu_target
 from tests.stand_ins import StandInMeasurer
-from tuner.finalists import settle
+from tuner.measure.finalists import settle
 
 pytestmark = pytest.mark.serial  # runner processes, build cuts timed
 
@@ -54,7 +54,7 @@ def test_settle_drops_finalists_that_fail_in_full():
 
 
 def test_a_screened_measurement_runs_the_short_configuration_and_restores_the_full_one():
-    from tuner.measure import MeasureConfig, Measurer
+    from tuner.measure.measurer import MeasureConfig, Measurer
     from tvm.ir import IRModule
 
     target = cpu_target()
@@ -81,7 +81,7 @@ class Hashed(StandInMeasurer):
         return 1e-6 * (1 + zlib.crc32(text.encode()) % 1_000_000)
 
     def measure(self, mods, target, screen=False, search=False, spread=False, build_cap=None):
-        from tuner.measure import MeasureResult
+        from tuner.measure.measurer import MeasureResult
 
         texts = [m.script() for m in mods]
         (self.screened if screen else self.full).extend(texts)
@@ -93,7 +93,7 @@ class Hashed(StandInMeasurer):
 
 def test_a_reuse_search_screens_every_candidate_and_returns_the_finalist_that_won_in_full():
     from tests.tuner.test_reuse_tuner import sampled_record
-    from tuner.reuse import reuse_tune
+    from tuner.reuse.search import reuse_tune
 
     target = cpu_target()
     alpha, beta = Operator.create("BMM", B=2, M=64, N=32, K=64), Operator.create("BMM", B=4, M=64, N=64, K=64)
@@ -123,7 +123,7 @@ class CutBuilds(Hashed):
     def measure(self, mods, target, screen=False, search=False, spread=False, build_cap=None):
         from dataclasses import replace
 
-        from tuner.measure import MeasureResult
+        from tuner.measure.measurer import MeasureResult
 
         out = []
         for r, m in zip(super().measure(mods, target, screen, search, spread), mods):
@@ -136,7 +136,7 @@ class CutBuilds(Hashed):
 
 
 def test_search_build_cap_is_a_multiple_of_the_median_build_with_a_floor():
-    from tuner.measure import SEARCH_BUILD_FACTOR, SEARCH_BUILD_FLOOR_S, search_build_cap
+    from tuner.measure.measurer import SEARCH_BUILD_FACTOR, SEARCH_BUILD_FLOOR_S, search_build_cap
 
     assert search_build_cap([]) is None
     assert search_build_cap([0.1, 0.2]) == SEARCH_BUILD_FLOOR_S == 2.0
@@ -144,7 +144,7 @@ def test_search_build_cap_is_a_multiple_of_the_median_build_with_a_floor():
 
 
 def test_a_build_cut_probes_until_a_build_succeeded_then_cuts_at_the_cap_of_those_that_did():
-    from tuner.measure import BuildCut
+    from tuner.measure.measurer import BuildCut
 
     cut = BuildCut(probe=2)
     assert cut.parts([]) == [] and cut.parts([1]) == [[1]]  # a lone candidate is its own probe
@@ -169,7 +169,7 @@ def test_a_reuse_search_builds_one_candidate_first_then_cuts_builds_at_4x_the_me
     import statistics
 
     from tests.tuner.test_reuse_tuner import sampled_record
-    from tuner.reuse import reuse_tune
+    from tuner.reuse.search import reuse_tune
 
     target = cpu_target()
     alpha, beta = Operator.create("BMM", B=2, M=64, N=32, K=64), Operator.create("BMM", B=4, M=64, N=64, K=64)
@@ -199,7 +199,7 @@ class RoundsDown(Hashed):
         return self.BEST if t == self.screened[0] else self.BEST * (2 + zlib.crc32(t.encode()) % 1000)
 
     def measure(self, mods, target, screen=False, search=False, spread=False, build_cap=None):
-        from tuner.measure import MeasureResult
+        from tuner.measure.measurer import MeasureResult
 
         texts = [m.script() for m in mods]
         (self.screened if screen else self.full).extend(texts)
@@ -219,7 +219,7 @@ def test_the_best_so_far_curve_on_the_full_scale_never_rises():
     point the scaled screened best can land one ulp below the winner (6% of random pairs), which
     made the curve rise at its last point."""
     from tests.tuner.test_reuse_tuner import sampled_record
-    from tuner.reuse import reuse_tune
+    from tuner.reuse.search import reuse_tune
 
     target = cpu_target()
     alpha, beta = Operator.create("BMM", B=2, M=64, N=32, K=64), Operator.create("BMM", B=4, M=64, N=64, K=64)
@@ -234,7 +234,7 @@ class FailsInFull(Hashed):
     times out; in full, the screened best crashes."""
 
     def measure(self, mods, target, screen=False, search=False, spread=False, build_cap=None):
-        from tuner.measure import MeasureResult
+        from tuner.measure.measurer import MeasureResult
 
         texts = [m.script() for m in mods]
         (self.screened if screen else self.full).extend(texts)
@@ -249,7 +249,7 @@ class FailsInFull(Hashed):
 
 def test_a_reuse_search_records_why_candidates_failed_in_the_screening_and_among_the_finalists():
     from tests.tuner.test_reuse_tuner import sampled_record
-    from tuner.reuse import reuse_tune
+    from tuner.reuse.search import reuse_tune
 
     target = cpu_target()
     alpha, beta = Operator.create("BMM", B=2, M=64, N=32, K=64), Operator.create("BMM", B=4, M=64, N=64, K=64)
@@ -267,7 +267,7 @@ def _worker_pids(runner) -> set[int]:
 
 def test_a_spread_measurement_times_each_program_in_every_runner_process():
     """Finalists are timed in ``settle_processes`` processes, one after the other (the process lottery)."""
-    from tuner.measure import MeasureConfig, Measurer
+    from tuner.measure.measurer import MeasureConfig, Measurer
     from tvm.ir import IRModule
 
     target = cpu_target()
@@ -288,7 +288,7 @@ def test_a_spread_measurement_times_each_program_in_every_runner_process():
 
 
 def test_the_settling_processes_default_to_one_or_the_environment(monkeypatch):
-    from tuner.measure import MeasureConfig
+    from tuner.measure.measurer import MeasureConfig
 
     monkeypatch.delenv("ETO_SETTLE_PROCESSES", raising=False)
     assert MeasureConfig().settle_processes == 1
@@ -305,13 +305,13 @@ class _Queued:
     spare = object()
 
     def __init__(self, times, processes: int = 2):
-        from tuner.measure import MeasureConfig
+        from tuner.measure.measurer import MeasureConfig
 
         self.config = MeasureConfig(settle_processes=processes)
         self.times, self.calls = list(times), []
 
     def measure(self, mods, target, screen=False, search=False, spread=False, build_cap=None):
-        from tuner.measure import MeasureResult
+        from tuner.measure.measurer import MeasureResult
 
         self.calls.append((len(mods), spread))
         return [MeasureResult((t,)) if math.isfinite(t) else MeasureResult(None, "crashed", "run")
@@ -340,8 +340,8 @@ def _which(record) -> int:
 
 
 def test_the_backends_best_few_are_settled_in_every_process_and_the_rest_keep_their_place():
-    from tuner.finalists import settle_records
-    from tuner.trajectory import median_secs
+    from tuner.measure.finalists import settle_records
+    from tuner.measure.trajectory import median_secs
 
     ms = 1e-3
     records = _records([1 * ms, 2 * ms, 3 * ms, 4 * ms, 5 * ms])

@@ -1,4 +1,4 @@
-"""Round T's leads from β's tiles (tuner.leads): the native-width vector lead, and one list for the
+"""Round T's leads from β's tiles (tuner.reuse.leads): the native-width vector lead, and one list for the
 tuner and the trial estimator."""
 
 import dataclasses
@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from tuner.estimate import count_trials
-from tuner.features import LoopNest, TileConfig
-from tuner.leads import lead_tiles, vector_tiles
-from tuner.space import ReuseSpace
+from tuner.reuse.estimate import count_trials
+from tuner.analysis.features import LoopNest, TileConfig
+from tuner.reuse.leads import lead_tiles, vector_tiles
+from tuner.reuse.space import ReuseSpace
 
 OPTIONS = dict(unroll_values=[0, 16, 64, 512], fetch_lanes=[], n_fetch=0)
 # a 14x14 1x1 bridge whose best program split its 14 columns 2 x 7 (MobileNetV2's, seed 0)
@@ -46,7 +46,7 @@ def test_no_vector_lead_where_there_is_nothing_wider():
 
 def test_the_estimator_counts_each_distinct_lead_once():
     """The vector leads add one candidate each to the estimate; where one equals another lead (a 7x7
-    bridge whose capped 7-wide tile is grown to 14, tuner.space.grown_tiles) it is measured once
+    bridge whose capped 7-wide tile is grown to 14, tuner.reuse.space.grown_tiles) it is measured once
     and counted once."""
     s = space(28)
     assert vector_tiles(s) != vector_tiles(s, same_block=True) is not None

@@ -1,4 +1,4 @@
-"""Round "panel" (beyond the paper, tuner.panel): which nests get it, its tilings, its unroll, and that
+"""Round "panel" (beyond the paper, tuner.reuse.panel): which nests get it, its tilings, its unroll, and that
 the trial estimator counts what the tuner measures with it."""
 
 import math
@@ -7,8 +7,8 @@ import pytest
 
 from eto.operators import Operator
 from eto.target import cpu_target
-from tuner.estimate import trials_for_config
-from tuner.panel import panel_configs, unroll_covering
+from tuner.reuse.estimate import trials_for_config
+from tuner.reuse.panel import panel_configs, unroll_covering
 
 tvm = pytest.importorskip("tvm")
 
@@ -21,7 +21,7 @@ FFN_SOURCE = Operator.create("BMM", B=1, M=128, N=768, K=3072)
 
 def _tuner(monkeypatch, alpha, beta):
     from tests.tuner.test_reuse_tuner import sampled_record
-    from tuner.reuse import ReuseTuner
+    from tuner.reuse.search import ReuseTuner
 
     monkeypatch.setenv("ETO_CPU_CACHE_BYTES", str(1 << 20))
     target = cpu_target()
@@ -63,7 +63,7 @@ def test_panel_keeps_the_rows_whole_and_tiles_alpha_exactly(ffn_tuner, monkeypat
 def test_attention_matmuls_get_no_panel(monkeypatch):
     """A head's operands (12 x 256 x 64 floats, 786 KB) fit the cache: nothing for a panel to keep."""
     from tests.tuner.test_reuse_tuner import sampled_record
-    from tuner.reuse import ReuseTuner
+    from tuner.reuse.search import ReuseTuner
 
     monkeypatch.setenv("ETO_CPU_CACHE_BYTES", str(1 << 20))
     target = cpu_target()
@@ -72,7 +72,7 @@ def test_attention_matmuls_get_no_panel(monkeypatch):
 
 
 def test_the_largest_blocked_panel_leads_round_panel(ffn_tuner):
-    from tuner.panel import blocked_lead
+    from tuner.reuse.panel import blocked_lead
 
     configs = ffn_tuner.space.panel_round()
     lead = blocked_lead(configs)
@@ -124,12 +124,12 @@ def test_the_tuner_measures_the_panel_round_and_the_estimator_counts_it(ffn_tune
 
 
 def test_a_panel_seed_leads_round_panel_even_when_ranked_last(ffn_tuner):
-    """α's instant program may be a panel (eto.instant): it is measured first in round "panel", not in
+    """α's instant program may be a panel (eto.shapes.instant): it is measured first in round "panel", not in
     round T's lead, so a round that stops at its first batch still measures what the database serves."""
-    from tuner.reuse import config_of
+    from tuner.reuse.search import config_of
 
     tuner, k = ffn_tuner, 2
-    seed = tuner.space.panel_round()[0]
+    seed = tuner.reuse.space.panel_round()[0]
 
     class Reversed:
         trained = True
@@ -157,7 +157,7 @@ def test_a_panel_seed_leads_round_panel_even_when_ranked_last(ffn_tuner):
     assert seeded.rounds["T"] == plain.rounds["T"]  # ...and round T did not measure the seed
     assert seed in {config_of(r, tuner) for r in seeded.records}  # ranked last, measured first
     assert seed not in {config_of(r, tuner) for r in plain.records}
-    from tuner.panel import blocked_lead  # the blocked lead too: ranked last as well, measured in both
+    from tuner.reuse.panel import blocked_lead  # the blocked lead too: ranked last as well, measured in both
 
-    lead = blocked_lead(tuner.space.panel_round())
+    lead = blocked_lead(tuner.reuse.space.panel_round())
     assert all(lead in {config_of(r, tuner) for r in res.records} for res in (plain, seeded))

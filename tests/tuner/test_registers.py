@@ -8,10 +8,10 @@ import pytest
 
 from eto.operators import Operator
 from eto.target import cpu_target
-from tuner.features import TileConfig
-from tuner.registers import best_register_block, covering_unroll, long_chunk, register_cost, register_tiles
-from tuner.tiling import vector_extent
-from tuner.tiling import divisors
+from tuner.analysis.features import TileConfig
+from tuner.reuse.registers import best_register_block, covering_unroll, long_chunk, register_cost, register_tiles
+from tuner.analysis.tiling import vector_extent
+from tuner.analysis.tiling import divisors
 
 tvm = pytest.importorskip("tvm")
 
@@ -23,7 +23,7 @@ def nest(op: Operator):
 def nest_of_func(func):
     from tvm.ir import IRModule
 
-    from tuner.features import loop_nest_of, major_block
+    from tuner.analysis.features import loop_nest_of, major_block
 
     mod = IRModule({"main": func})
     return loop_nest_of(mod, major_block(mod))
@@ -33,12 +33,12 @@ def lead_space(alpha: Operator, beta: Operator, kept: TileConfig):
     """A reuse tuner of α from a sampled β program, and its space with β's tiles set to ``kept``
     (16 lanes, 32 vector registers, 2 cores: an AVX-512 machine, whatever this host is)."""
     from tests.tuner.test_reuse_tuner import sampled_record
-    from tuner.reuse import ReuseTuner
+    from tuner.reuse.search import ReuseTuner
 
     target = cpu_target()
     func = alpha.prim_func() if isinstance(alpha, Operator) else alpha
     tuner = ReuseTuner(func, sampled_record(beta, target), target)
-    return tuner, dataclasses.replace(tuner.space, beta_cfg=kept, native_lanes=16, cores=2, registers=32)
+    return tuner, dataclasses.replace(tuner.reuse.space, beta_cfg=kept, native_lanes=16, cores=2, registers=32)
 
 
 #: ResNet-50's C2D[1,512,7,7,2048,1,1]: 2,048 input channels, 512 output channels, 7 x 7 outputs
@@ -56,7 +56,7 @@ def test_the_vector_is_the_innermost_tiles_fused_while_each_covers_its_loop():
 def test_the_model_prefers_metaschedules_block_of_x_to_the_reuses_and_counts_loads_by_layout():
     alpha = nest(X)
     # the reuse (8 channels x 7 columns: 9 loads, 8 multiply-adds of 7 lanes) against MetaSchedule's
-    # (4 channels x 49: 4 broadcasts + 4 vector loads, 16 multiply-adds): README / tuner/registers.py
+    # (4 channels x 49: 4 broadcasts + 4 vector loads, 16 multiply-adds): README / tuner/reuse/registers.py
     assert register_cost(alpha, (1, 8, 1, 7), 16) == pytest.approx(4.5 / 56)
     assert register_cost(alpha, (1, 4, 7, 7), 16) == pytest.approx(8 / 196)
     assert best_register_block(alpha, 16, 32) == (1, 4, 7, 7)
@@ -76,14 +76,14 @@ def test_the_model_prefers_metaschedules_block_of_x_to_the_reuses_and_counts_loa
 
 def test_the_lead_moves_the_block_onto_betas_kept_tiles_and_keeps_every_loops_extent():
     from tests.tuner.test_reuse_tuner import sampled_record
-    from tuner.reuse import ReuseTuner
+    from tuner.reuse.search import ReuseTuner
 
     target = cpu_target()
     beta = Operator.create("C2D", N=1, CI=1024, H=14, W=14, CO=512, KH=1, KW=1, stride=2)
     tuner = ReuseTuner(X.prim_func(), sampled_record(beta, target), target)
     # β as the set benchmark's reuse found it: 8 channels x 7 columns, the rows in the parallel loop
     kept = TileConfig("cpu", ((1, 1, 1, 1), (16, 2, 2, 8), (7, 1, 1, 1), (1, 1, 1, 7)), ((128, 16), (1, 1), (1, 1)))
-    space = dataclasses.replace(tuner.space, beta_cfg=kept, native_lanes=16, cores=2, registers=32)
+    space = dataclasses.replace(tuner.reuse.space, beta_cfg=kept, native_lanes=16, cores=2, registers=32)
     assert space.kept_tiles().space == kept.space
     lead = register_tiles(space)
     assert lead is not None and tuple(f[-1] for f in lead.space) == (1, 4, 7, 7)
@@ -118,8 +118,8 @@ def test_a_register_lead_where_betas_block_is_too_small_to_fill_the_multiply_add
     feed-forward matmuls reused from a root with one row of four vectors (README, "Register blocks of
     a latency-bound root"); not where the vector gathers the weights (the catalogue's BMM)."""
     from tests.tuner.test_reuse_tuner import layer_matmul
-    from tuner.registers import FMA_LATENCY, PORTS, latency_bound
-    from tuner.tiling import accumulators
+    from tuner.reuse.registers import FMA_LATENCY, PORTS, latency_bound
+    from tuner.analysis.tiling import accumulators
 
     alpha, beta = layer_matmul(1, 128, 3072, 768), layer_matmul(1, 128, 768, 768)
     one_row = TileConfig("cpu", ((1, 1, 1, 1), (1, 32, 4, 1), (16, 3, 1, 64)), ((96, 8),))
@@ -147,8 +147,8 @@ def test_a_register_lead_where_betas_block_is_too_small_to_fill_the_multiply_add
 
 def test_a_register_lead_builds_and_matches_numpy():
     """The lead is a real program of α: β's sketch replayed with its tiles, checked against numpy."""
-    from eto.verify import check_record
-    from tuner.leads import lead_tiles
+    from eto.runs.verify import check_record
+    from tuner.reuse.leads import lead_tiles
 
     target = cpu_target()
     alpha = Operator.create("C2D", N=1, CI=64, H=7, W=7, CO=64, KH=1, KW=1)
@@ -172,12 +172,12 @@ def test_the_lead_gives_the_innermost_reduction_loop_at_least_16_steps():
     assert long_chunk((7,), ((7, 1),)) == ((1, 7),)  # a short loop: all of it
     alpha = nest(X)
     from tests.tuner.test_reuse_tuner import sampled_record
-    from tuner.reuse import ReuseTuner
+    from tuner.reuse.search import ReuseTuner
 
     beta = Operator.create("C2D", N=1, CI=1024, H=14, W=14, CO=512, KH=1, KW=1, stride=2)
     tuner = ReuseTuner(X.prim_func(), sampled_record(beta, cpu_target()), cpu_target())
     kept = TileConfig("cpu", ((1, 1, 1, 1), (16, 2, 1, 16), (7, 1, 1, 1), (1, 1, 1, 7)), ((256, 4), (1, 1), (1, 1)))
-    space = dataclasses.replace(tuner.space, beta_cfg=kept, native_lanes=16, cores=2, registers=32)
+    space = dataclasses.replace(tuner.reuse.space, beta_cfg=kept, native_lanes=16, cores=2, registers=32)
     lead = register_tiles(space)
     assert lead.reduction[0][1] >= 32 and math.prod(lead.reduction[0]) == alpha.reduction[0]
     # measured with the unroll limit that covers 4 rows x 32 steps: 512 of MetaSchedule's options
@@ -191,7 +191,7 @@ def test_unrolled_gathers_count_what_tvm_unrolls_and_cap_the_unroll_limit():
     13 s on the first program below, which ran 4x slower than its reuse's best; the count matched
     the lowered code of 489 logged candidates exactly)."""
     from tests.tuner.test_reuse_tuner import layer_matmul
-    from tuner.gathers import MAX_UNROLLED_GATHERS, bounded_unroll, unrolled_gathers
+    from tuner.analysis.gathers import MAX_UNROLLED_GATHERS, bounded_unroll, unrolled_gathers
 
     ffn = nest(Operator.create("BMM", B=1, M=128, N=3072, K=768))
     # 4 rows x one 64-lane vector, a 32-step chunk: 512 unrolls rows x steps (128), 64 only the rows
@@ -213,7 +213,7 @@ def test_unrolled_gathers_count_what_tvm_unrolls_and_cap_the_unroll_limit():
 def test_the_unroll_round_and_every_candidate_keep_gathers_within_the_cap():
     """Round "unroll" does not try a limit over the cap, and GetS lowers any other candidate's
     (β's limit on α's tiles) to the largest option within it."""
-    from tuner.gathers import MAX_UNROLLED_GATHERS, unrolled_gathers
+    from tuner.analysis.gathers import MAX_UNROLLED_GATHERS, unrolled_gathers
 
     alpha, beta = Operator.create("BMM", B=1, M=128, N=3072, K=768), Operator.create("BMM", B=1, M=128, N=768, K=768)
     cfg = TileConfig("cpu", ((1, 1, 1, 1), (1, 1, 32, 4), (48, 1, 1, 64)), ((24, 32),))

@@ -14,12 +14,12 @@ from eto.target import cpu_target, cuda_target
 
 tvm = pytest.importorskip("tvm")
 
-from tuner.cost_model import LearnedRanker  # noqa: E402
-from tuner.estimate import estimate_trials, trials_for_config  # noqa: E402
-from tuner.features import LoopNest, TileConfig, loop_nest_of, lowered_btm  # noqa: E402
-from tuner.reuse import ReuseTuner, reuse_tune  # noqa: E402
-from tuner.space import ReuseSpace, target_limits  # noqa: E402
-from tuner.measure import MeasureResult  # noqa: E402
+from tuner.reuse.cost_model import LearnedRanker  # noqa: E402
+from tuner.reuse.estimate import estimate_trials, trials_for_config  # noqa: E402
+from tuner.analysis.features import LoopNest, TileConfig, loop_nest_of, lowered_btm  # noqa: E402
+from tuner.reuse.search import ReuseTuner, reuse_tune  # noqa: E402
+from tuner.reuse.space import ReuseSpace, target_limits  # noqa: E402
+from tuner.measure.measurer import MeasureResult  # noqa: E402
 
 from tests.stand_ins import StandInMeasurer  # noqa: E402
 
@@ -51,7 +51,7 @@ def sampled_record(op, target, index: int = 0):
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
-    from tuner.intrinsics import register_tensor_intrinsics
+    from tuner.analysis.intrinsics import register_tensor_intrinsics
 
     # a CUDA design space names tensor-core intrinsics: once eto has marked the intrinsics package
     # imported for a CPU target, a TuneContext no longer registers them itself
@@ -192,7 +192,7 @@ def test_an_inner_tile_beta_s_extent_capped_is_grown_for_alpha():
     """β (7 output columns) could tile them by 7 at most: α with 14 or 28 columns gets a lead with
     14-wide inner tiles (the outer factor takes the rest, every other loop kept), counted by the
     trial estimator; a loop β's tile did not fill, or an α no larger there, gets none."""
-    from tuner.estimate import count_trials
+    from tuner.reuse.estimate import count_trials
 
     beta_cfg = TileConfig("cpu", ((1, 1, 1, 1), (8, 1, 2, 4), (7, 1, 1, 1), (1, 1, 1, 7)), ((16, 4),))
     beta = LoopNest((1, 64, 7, 7), (64,), ())
@@ -222,7 +222,7 @@ def test_core_region_is_the_box_of_one_core_s_contiguous_chunk_of_blocks():
     chunk is a box, core_region is that box; where it wraps a row, it still holds as many blocks."""
     import itertools
 
-    from tuner.cost_model import core_region
+    from tuner.reuse.cost_model import core_region
 
     for counts in itertools.product((1, 2, 3, 4, 6), (1, 2, 4, 8), (1, 3, 5)):
         B = math.prod(counts)
@@ -243,9 +243,9 @@ def test_cpu_bshape_keeps_a_large_operand_split_between_cores():
     cache on either choice ties, and the tie goes to β's BShape."""
     from tvm.ir import IRModule
 
-    from tuner.cost_model import bshape_cost
-    from tuner.features import major_block
-    from tuner.space import _best_bshape
+    from tuner.reuse.cost_model import bshape_cost
+    from tuner.analysis.features import major_block
+    from tuner.reuse.space import _best_bshape
 
     mod = IRModule({"main": Operator.create("BMM", B=1, M=128, N=3072, K=768).prim_func()})
     ff1 = loop_nest_of(mod, major_block(mod))
@@ -352,8 +352,8 @@ CPU_PAIRS = [
 @pytest.mark.slow
 @pytest.mark.parametrize("op_type,alpha,beta", CPU_PAIRS, ids=[p[0] for p in CPU_PAIRS])
 def test_cpu_reuse_program_matches_numpy(op_type, alpha, beta):
-    from eto.verify import check_record
-    from tuner.measure import MeasureConfig, Measurer
+    from eto.runs.verify import check_record
+    from tuner.measure.measurer import MeasureConfig, Measurer
 
     target = cpu_target()
     a, b = Operator.create(op_type, **alpha), Operator.create(op_type, **beta)
@@ -378,7 +378,7 @@ def test_estimator_counts_what_the_tuner_measures():
     beta = Operator.create("C2D", N=1, CI=64, H=14, W=14, CO=64, KH=3, KW=3, padding=1)
     alpha = Operator.create("C2D", N=1, CI=32, H=14, W=14, CO=32, KH=3, KW=3, padding=1)
     tuner = ReuseTuner(alpha.prim_func(), sampled_record(beta, target), target, ranges="paper")
-    t_round = tuner.space.t_round()
+    t_round = tuner.reuse.space.t_round()
     winner = t_round[len(t_round) // 2]
     cfg_of, schedule = {}, tuner.schedule
 
@@ -390,7 +390,7 @@ def test_estimator_counts_what_the_tuner_measures():
 
     batches = []
 
-    lead = tuner.space.kept_lead() is not None  # β's kept tiles are measured first, on their own
+    lead = tuner.reuse.space.kept_lead() is not None  # β's kept tiles are measured first, on their own
 
     def dry_measure(schedules):  # round T: the median candidate wins; every later one is slower
         batches.append(len(schedules))
@@ -418,7 +418,7 @@ def test_estimate_many_in_worker_processes_gives_the_same_numbers(example3, monk
     (here: a broken interpreter path) leaves its share to this process."""
     import sys
 
-    import tuner.estimate as est
+    import tuner.reuse.estimate as est
 
     ops = [Operator.create("C2D", N=1, CI=ci, H=14, W=14, CO=co, KH=1, KW=1) for ci, co in ((64, 64), (128, 32), (96, 48))]
     nests = [nest(o) for o in ops] + [example3.alpha, example3.beta]
@@ -432,7 +432,7 @@ def test_estimate_many_in_worker_processes_gives_the_same_numbers(example3, monk
 
 # -- other sketch types (section 5.2) ------------------------------------------------------------
 def test_scaled_tiles_follow_beta_and_the_extent_ratio():
-    from tuner.subsketch import scaled_tiles
+    from tuner.analysis.subsketch import scaled_tiles
 
     # outer factor between β's (8) and β's scaled by the extent ratio (8 x 4 = 32); inner factor β's
     tiles = scaled_tiles(256, (8, 8))
@@ -450,8 +450,8 @@ SUB_PAIRS = [  # (type, alpha, beta)
 @pytest.mark.slow
 @pytest.mark.parametrize("op_type,alpha,beta", SUB_PAIRS, ids=[p[0] for p in SUB_PAIRS])
 def test_cpu_other_sketches_match_numpy(op_type, alpha, beta):
-    from eto.verify import check_record
-    from tuner.measure import MeasureConfig, Measurer
+    from eto.runs.verify import check_record
+    from tuner.measure.measurer import MeasureConfig, Measurer
 
     target = cpu_target()
     a, b = Operator.create(op_type, **alpha), Operator.create(op_type, **beta)
@@ -514,7 +514,7 @@ def test_mutated_parallel_extent_keeps_the_sketch_and_getS_takes_betas():
     from tvm.s_tir.meta_schedule.database import TuningRecord
     from tvm.s_tir.schedule import Trace
 
-    from tuner.sketch import Sketch, plain
+    from tuner.analysis.sketch import Sketch, plain
 
     target = cpu_target()
     a, b = Operator.create("BMM", B=1, M=32, N=32, K=64), Operator.create("BMM", B=1, M=32, N=32, K=128)
@@ -528,8 +528,8 @@ def test_mutated_parallel_extent_keeps_the_sketch_and_getS_takes_betas():
     mutated = TuningRecord(sch.trace, rec.workload, [1e-3], target, rec.args_info)
     assert Sketch(mutated.trace).signature == Sketch(rec.trace).signature
     tuner = ReuseTuner(a.prim_func(), mutated, target)
-    assert [i[1][1] for i in tuner.sketch.insts if i[0] == "Annotate" and i[2] == ["meta_schedule.parallel"]] == [7]
-    cand = tuner.schedule(tuner._cand(tuner.space.t_round()[0]))
+    assert [i[1][1] for i in tuner.analysis.sketch.insts if i[0] == "Annotate" and i[2] == ["meta_schedule.parallel"]] == [7]
+    cand = tuner.schedule(tuner._cand(tuner.reuse.space.t_round()[0]))
     insts, _ = plain(cand.trace.as_json())
     assert [i[1][1] for i in insts if i[0] == "Annotate" and i[2] == ["meta_schedule.parallel"]] == [7]
 
@@ -538,8 +538,8 @@ def test_a_padding_stage_beta_lacks_is_placed_at_the_root_then_tried_inlined():
     """α is padded, β (like a bridge) is not: β says nothing about where α's padding is computed.
     GetS computes it at the root by default (no bounds checks in the main loop nest), and one
     round tries it inlined and where α's design space sampled it; the programs stay correct."""
-    from eto.verify import check_record
-    from tuner.subsketch import INLINE, ROOT
+    from eto.runs.verify import check_record
+    from tuner.analysis.subsketch import INLINE, ROOT
 
     target = cpu_target()
     alpha = Operator.create("C2D", N=1, CI=3, H=16, W=16, CO=8, KH=3, KW=3, padding=1)
@@ -549,7 +549,7 @@ def test_a_padding_stage_beta_lacks_is_placed_at_the_root_then_tried_inlined():
     assert len(places) == 1 and places[0].default() == ROOT
     assert INLINE in places[0].alternatives(ROOT) and ROOT not in places[0].alternatives(ROOT)
     assert any(name.startswith("place") for name, _ in tuner.sub.rounds())
-    cand = tuner._cand(tuner.space.kept_tiles())
+    cand = tuner._cand(tuner.reuse.space.kept_tiles())
     sch = tuner.schedule(cand)
     assert sch is not None and cand.extra[places[0].inst] == ROOT
     inlined = tuner.schedule(cand.but(extra={**cand.extra, places[0].inst: INLINE}))
@@ -564,8 +564,8 @@ def test_a_padding_stage_beta_lacks_is_placed_at_the_root_then_tried_inlined():
     # the plan's estimate counts the placement round (two candidates) only where it runs
     from tvm.ir import IRModule
 
-    from tuner.estimate import placement_trials
-    from tuner.features import producer_count
+    from tuner.reuse.estimate import placement_trials
+    from tuner.analysis.features import producer_count
 
     pa, pb = (producer_count(IRModule({"main": op.prim_func()})) for op in (alpha, unpadded))
     assert (pa, pb) == (1, 0)
@@ -575,8 +575,8 @@ def test_a_padding_stage_beta_lacks_is_placed_at_the_root_then_tried_inlined():
 def test_alternate_sources_lead_round_t_with_their_tiles_kept_on_alpha():
     """Another operator's program (not β) gives α a lead candidate: its tile factors kept on α's
     loops. The search measures it in its first batch; a program of another tiling structure gives none."""
-    from tuner.features import program_features
-    from tuner.reuse import _kept_from
+    from tuner.analysis.features import program_features
+    from tuner.reuse.search import _kept_from
 
     target = cpu_target()
     alpha = Operator.create("C2D", N=1, CI=16, H=16, W=16, CO=32, KH=1, KW=1)
@@ -604,9 +604,9 @@ def test_alternate_sources_lead_round_t_with_their_tiles_kept_on_alpha():
     lead = tuner.schedule(tuner._cand(kept)).mod
     from tvm_ffi import structural_equal
 
-    from tuner.leads import lead_tiles
+    from tuner.reuse.leads import lead_tiles
 
-    first = len(lead_tiles(tuner.space)) + 1  # after β's own kept tiles and their variants
+    first = len(lead_tiles(tuner.reuse.space)) + 1  # after β's own kept tiles and their variants
     assert any(structural_equal(lead, mod) for mod in m.first[:first])
 
 
@@ -636,8 +636,8 @@ def test_a_program_with_an_epilogue_is_reused_for_a_bare_batch_matmul_of_another
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
-    from eto.verify import check_record
-    from tuner.sketch import Sketch
+    from eto.runs.verify import check_record
+    from tuner.analysis.sketch import Sketch
 
     target = cpu_target()
     beta_mod = IRModule({"main": _dense_bias_relu(32, 64, 48)})
@@ -648,9 +648,9 @@ def test_a_program_with_an_epilogue_is_reused_for_a_bare_batch_matmul_of_another
     alpha = Operator.create("BMM", B=3, M=32, N=64, K=48)
     tuner = ReuseTuner(alpha.prim_func(), record, target)
     beta = Sketch(record.trace)
-    assert tuner.sketch.signature != beta.signature and tuner.sketch.family == beta.family
+    assert tuner.analysis.sketch.signature != beta.signature and tuner.analysis.sketch.family == beta.family
     assert tuner.beta.space == (1, 32, 64) and tuner.beta_cfg.space[0] == (1, 1, 1, 1)
-    kept = tuner.space.kept_tiles()
+    kept = tuner.reuse.space.kept_tiles()
     assert kept.space[0][0] == 3 and kept.space[1:] == tuple(
         tuple(f) for f in beta.tile_decisions()[0])  # β's tiles on α's M and N, the batch outermost
 
@@ -667,7 +667,7 @@ def test_a_program_with_an_epilogue_is_reused_for_a_bare_batch_matmul_of_another
 def test_align_loops_adds_unit_loops_drops_extra_ones_and_refuses_other_reductions():
     """β's tiles on α's loop ranks: space loops pair from the innermost; a loop β lacks is a unit
     loop of β (its bytes unchanged), one α lacks is dropped; other reduction loops: no alignment."""
-    from tuner.features import Access, align_loops
+    from tuner.analysis.features import Access, align_loops
 
     dense = LoopNest((32, 64), (48,), (Access("X", (32, 48), ((1, 0, 0), (0, 0, 1))),
                                       Access("W", (48, 64), ((0, 0, 1), (0, 1, 0)))))
@@ -689,10 +689,10 @@ def test_runner_ups_bring_betas_other_inner_tiles_and_round_m_keeps_the_winners(
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
-    from eto.database import Database
-    from eto.leads import runner_ups
-    from tuner.features import program_features
-    from tuner.reuse import _kept_from
+    from eto.store.database import Database
+    from eto.planning.lead_sources import runner_ups
+    from tuner.analysis.features import program_features
+    from tuner.reuse.search import _kept_from
 
     target = cpu_target()
     beta = Operator.create("BMM", B=1, M=32, N=64, K=32)
@@ -730,12 +730,12 @@ def test_runner_ups_bring_betas_other_inner_tiles_and_round_m_keeps_the_winners(
     tuner = ReuseTuner(alpha.prim_func(), best.tuning_record, target)
     lead = _kept_from(ups[0], tuner)
     assert [f[-1] for f in lead.space] == list(records[1][1]) != [f[-1] for f in tuner.beta_cfg.space]
-    m_round = tuner.space.m_round(lead)
+    m_round = tuner.reuse.space.m_round(lead)
     assert m_round and all([f[-1] for f in cfg.space] == list(records[1][1]) for cfg in m_round)
 
-    # the plan counts these seeds as the pipeline will hand them over (eto.leads.LeadCount)
-    from eto.database import PREDICTED
-    from eto.leads import ALTERNATE_SOURCES, RUNNER_UPS, LeadCount
+    # the plan counts these seeds as the pipeline will hand them over (eto.planning.lead_sources.LeadCount)
+    from eto.store.database import PREDICTED
+    from eto.planning.lead_sources import ALTERNATE_SOURCES, RUNNER_UPS, LeadCount
 
     peers = [Operator.create("BMM", B=1, M=m, N=256, K=128) for m in (16, 32, 128)]
     unit = Operator.create("BMM", B=1, M=1, N=256, K=128)  # a loop of extent 1: never an alternate source
@@ -757,7 +757,7 @@ def test_runner_ups_bring_betas_other_inner_tiles_and_round_m_keeps_the_winners(
     assert LeadCount(db, target, [alpha, *peers])(alpha, beta) == 1 + ALTERNATE_SOURCES + 2  # α's instant program
 
     # once the peers are tuned, the records the pipeline hands the reuse tuner are the ones the plan counts
-    from eto.leads import leads
+    from eto.planning.lead_sources import leads
 
     for op in peers[:2]:
         commit_one(op, "backend")

@@ -1,5 +1,5 @@
 """Round "stage" of the reuse tuner: round T's best on α's sketches that write the tile back at
-another level, or not through a cache (:func:`tuner.reuse.write_stage_siblings`)."""
+another level, or not through a cache (:func:`tuner.reuse.search.write_stage_siblings`)."""
 
 import pytest
 
@@ -9,10 +9,10 @@ from eto.target import cpu_target, cuda_target
 tvm = pytest.importorskip("tvm")
 
 from tests.tuner.test_reuse_tuner import sampled_record  # noqa: E402
-from tuner.estimate import WRITE_STAGE_SIBLINGS  # noqa: E402
-from tuner.reuse import ReuseTuner  # noqa: E402
-from tuner.sketch import Sketch  # noqa: E402
-from tuner.trajectory import median_secs  # noqa: E402
+from tuner.reuse.estimate import WRITE_STAGE_SIBLINGS  # noqa: E402
+from tuner.reuse.search import ReuseTuner  # noqa: E402
+from tuner.analysis.sketch import Sketch  # noqa: E402
+from tuner.measure.trajectory import median_secs  # noqa: E402
 
 PAIRS = [
     (Operator.create("C2D", N=1, CI=32, H=14, W=14, CO=32, KH=3, KW=3, padding=1),
@@ -32,15 +32,15 @@ def test_the_tuner_finds_the_sibling_write_stages_the_estimator_counts(kind, ind
     for alpha, beta in PAIRS:
         tuner = ReuseTuner(alpha.prim_func(), sampled_record(beta, target, index), target)
         assert len(tuner.siblings) == WRITE_STAGE_SIBLINGS[kind], (alpha, beta)
-        signatures = {tuner.sketch.signature} | {sk.signature for sk, _ in tuner.siblings}
+        signatures = {tuner.analysis.sketch.signature} | {sk.signature for sk, _ in tuner.siblings}
         assert len(signatures) == 1 + len(tuner.siblings)  # each sibling another sketch
-        assert all(sk.stageless == tuner.sketch.stageless for sk, _ in tuner.siblings)
+        assert all(sk.stageless == tuner.analysis.sketch.stageless for sk, _ in tuner.siblings)
 
 
 def test_a_sibling_write_stage_that_wins_is_kept_through_the_later_rounds_and_matches_numpy():
     """The stage round puts round T's best decisions on each sibling sketch (the tiles land on the
     sibling's own tile instructions); when one wins, the rounds after it build on that sketch."""
-    from eto.verify import check_record
+    from eto.runs.verify import check_record
 
     target = cpu_target()
     alpha, beta = PAIRS[0]

@@ -9,7 +9,7 @@ from eto.target import cpu_target
 
 tvm = pytest.importorskip("tvm")
 
-from tuner.topk import topk_tune  # noqa: E402
+from tuner.reuse.topk import topk_tune  # noqa: E402
 
 
 def beta_records(op: Operator, target, n: int):
@@ -43,7 +43,7 @@ class Scripted:
 
 
 def test_topk_walks_down_past_failures_and_keeps_the_fastest_that_ran():
-    from eto.verify import check_record
+    from eto.runs.verify import check_record
 
     target = cpu_target()
     alpha = Operator.create("C2D", N=1, CI=16, H=14, W=14, CO=32, KH=3, KW=3, padding=1)

@@ -1,0 +1,241 @@
+"""What tuning costs in seconds on one target, learned from what the database has recorded.
+
+It also learns how far the trial estimator's counts were off (``TimeModel.count_scale``).
+
+The reuse pair selector minimises expected tuning *time*, not candidates: a backend trial (one
+MetaSchedule candidate, with its share of the evolutionary search and cost-model updates) and a
+reuse candidate (replay β's sketch with new tiles, build, run) do not cost the same, and neither
+costs the same on every operator: each candidate is run ``repeat`` x ``number`` times, so a
+candidate of a 0.6 GFLOP matmul takes seconds where one of a 0.03 GFLOP matmul takes under one.
+A plan that charged every backend trial alike would root its tree at a large operator as readily as
+at a small one. Each tuning result in the database records its operator, candidates and wall
+seconds, so the per-target model is, per method, a least-squares fit of
+
+    seconds = fixed + candidates x (per + per_gflop x GFLOPs of the operator),
+
+on that target's results. Until a target has results, defaults measured on this project's machines
+stand in (``DEFAULTS``, by target kind).
+
+Fitting is O(r) over the r results of the target.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Mapping
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tvm.target import Target
+
+    from eto.store.database import Database
+
+
+@dataclass(frozen=True)
+class Line:
+    """seconds = fixed + candidates x (per + per_gflop x GFLOPs), and how many results it was fitted on
+    (0: a default)."""
+
+    fixed: float
+    per: float
+    per_gflop: float = 0.0
+    samples: int = 0
+
+    def __call__(self, candidates: float, gflops: float = 0.0) -> float:
+        return self.fixed + candidates * self.per_candidate(gflops)
+
+    def per_candidate(self, gflops: float = 0.0) -> float:
+        return self.per + self.per_gflop * gflops
+
+
+#: Before a target has results. CPU: fitted (``python experiments/estimate_accuracy.py --fit``, see
+#: experiments/results/estimate_accuracy_time_fit_znver4.json) on the results of three runs on a 2-core
+#: znver4 machine after the database's incremental reload: the ResNet-50 set benchmark at N = 100 and
+#: the retune benchmarks of BERT-Base at 8 new lengths and ResNet-50's convolutions at 4 new batch
+#: sizes (28 MetaSchedule runs on 0.006-0.6 GFLOP operators: 0.52 s per trial plus 0.84 s per trial
+#: and GFLOP). The reuse line was refitted when reuses began to screen their candidates
+#: (tuner.measure.finalists), on the 27 reuses of ``eto tune --opset resnet50 --trials 100`` and ``--opset
+#: bert_base --trials 200`` (experiments/results/estimate_accuracy_time_fit_screened_znver4.json;
+#: 0.002-3.8 GFLOP): 2.89 s of set-up -- design space, ranker training, the finalists' builds and
+#: full runs -- plus 0.088 s per candidate and 0.23 s per candidate and GFLOP (before screening:
+#: 0.75 s + 0.38 s + 0.34 s / GFLOP). The earlier CPU defaults (0.68 + 1.8 / GFLOP, and 4.0 s + 0.45 +
+#: 0.4 / GFLOP), fitted before the database's incremental reload, over-costed ResNet-50's reuses
+#: 1.8x. Fitted on runs of 100 and 200 trials, the backend line under-costs short runs of tiny
+#: operators (the quick start's 64 trials: about 1 s a trial).
+#: CUDA: host-side search and nvcc dominate, not the operator's size; fitted on the BERT-Base set
+#: benchmark on an H200 with 16 host cores, reuses measuring 16 ranked candidates a batch
+#: (``top_k="auto"``; experiments/results/set_bench_bert_base_N64_h200.json: MetaSchedule 0.90 s per
+#: trial over 320; 4 reuses of 16-31 candidates, 15.2-25.0 s, least squares 4.3 s + 0.65 s each).
+DEFAULTS: Mapping[str, tuple[Line, Line]] = {
+    "cpu": (Line(0.0, 0.52, 0.84), Line(2.89, 0.088, 0.23)),
+    "cuda": (Line(0.0, 0.9), Line(4.3, 0.65)),
+}
+#: Before a target has results, on a CPU whose ``mcpu`` was measured: the same fit on that machine's
+#: own runs; other CPUs get ``DEFAULTS["cpu"]``. The CPU default above under-costed the 2-core Xeon
+#: TVM targets as ``emeraldrapids`` 1.48x per reuse (BERT-Base at N = 100). Its lines were refitted
+#: when eto's searches began to cut their builds at a multiple of their median
+#: (:class:`tuner.measure.measurer.BuildCut`) in a build server that survives a cut (stop 59): the fit before
+#: (stop 57's runs: backend 0.62 s + 0.74 s/GFLOP a trial, reuse 6.53 s + 0.089 s + 0.233 s/GFLOP a
+#: candidate) over-costed that code's reuses 1.25x at N = 200. Now the fit on its 9 BERT-Base
+#: databases (N = 200, 3 seeds, eto and MetaSchedule; N = 100, 3 eto runs;
+#: ``experiments/results/estimate_accuracy_time_fit_emeraldrapids59.json``: 21 backend runs, 36 reuses).
+#: The 2-core AMD EPYC TVM targets as ``znver3`` is slower per candidate than the ``znver4`` default,
+#: which under-costed its reuses 1.30x (BERT-Base at N = 100, stop 63); fitted on that run's 9
+#: databases (3 seeds of eto with and without root polish, and MetaSchedule:
+#: ``experiments/results/estimate_accuracy_time_fit_znver3.json``: 21 backend runs, 36 reuses, 3 polishes).
+CPU_DEFAULTS: Mapping[str, tuple[Line, Line]] = {
+    "znver4": DEFAULTS["cpu"],
+    "emeraldrapids": (Line(0.0, 0.566, 0.339), Line(5.95, 0.029, 0.148)),
+    "znver3": (Line(0.0, 0.566, 1.331), Line(3.03, 0.132, 0.376)),
+}
+#: Results needed before a fitted line replaces the default (fewer: the default's shape is kept
+#: and only the ratio of the recorded seconds to it is learned).
+MIN_FIT = 5
+#: Largest / smallest operator GFLOPs among the results before the growth with size is fitted
+#: rather than taken from the default.
+MIN_SPREAD = 2.0
+
+
+@dataclass(frozen=True)
+class TimeModel:
+    """Expected seconds of a backend run and of a reuse, for one target.
+
+    ``count_scale`` corrects the trial estimator: recorded reuses measured this many times the
+    candidates their plans estimated (1 until the database has such results; kept within [0.5, 2]).
+    """
+
+    backend: Line
+    reuse: Line
+    count_scale: float = 1.0
+
+    def backend_seconds(self, trials: float, gflops: float = 0.0) -> float:
+        return self.backend(trials, gflops)
+
+    def reuse_candidates(self, estimated: float) -> float:
+        return estimated * self.count_scale
+
+    def reuse_seconds(self, candidates: float, gflops: float = 0.0) -> float:
+        return self.reuse(candidates, gflops)
+
+    def to_json(self) -> dict:
+        return {"backend": vars(self.backend), "reuse": vars(self.reuse), "count_scale": self.count_scale}
+
+
+Point = tuple[float, float, float]  # (candidates, GFLOPs of the operator, seconds)
+
+
+def fit_line(points: Iterable[Point], default: Line, *, with_intercept: bool) -> Line:
+    """Least squares through (candidates, GFLOPs, seconds), falling back towards ``default``.
+
+    With at least ``MIN_FIT`` results over operators whose sizes differ by ``MIN_SPREAD`` x, all
+    coefficients are fitted (a negative one, from noise, falls back). Otherwise the default's
+    growth with size is kept (candidates are weighted by 1 + per_gflop/per x GFLOPs) and the rest is
+    a line in that weighted count: without an intercept (backend runs, whose set-up is amortised
+    over many trials) total seconds over the weighted total; with one, fitted on ``MIN_FIT``
+    results that differ in size, else the default's intercept kept and only the rate learned.
+    """
+    pts = [(float(c), max(float(g), 0.0), float(s)) for c, g, s in points if c > 0 and s > 0]
+    if not pts:
+        return default
+    n = len(pts)
+    gs = [g for _, g, _ in pts]
+    if n >= MIN_FIT and min(gs) > 0 and max(gs) >= MIN_SPREAD * min(gs):
+        full = _least_squares(pts, with_intercept)
+        if full is not None:
+            return full
+    k = default.per_gflop / default.per if default.per else 0.0
+    fixed, per = _line([(c * (1 + k * g), s) for c, g, s in pts], default.fixed, default.per, with_intercept)
+    return Line(fixed, per, per * k, n)
+
+
+def _least_squares(pts: list[Point], with_intercept: bool) -> Line | None:
+    import numpy as np
+
+    cols = [[c, c * g] for c, g, _ in pts]
+    if with_intercept:
+        cols = [[1.0, *row] for row in cols]
+    coef, _, rank, _ = np.linalg.lstsq(np.array(cols), np.array([s for _, _, s in pts]), rcond=None)
+    if rank < len(cols[0]) or any(x < -1e-9 or not math.isfinite(x) for x in coef):
+        return None
+    fixed, per, per_gflop = (max(float(x), 0.0) for x in (coef if with_intercept else (0.0, *coef)))
+    if per == 0:
+        return None
+    return Line(float(fixed), float(per), float(per_gflop), len(pts))
+
+
+def _line(pts: list[tuple[float, float]], fixed0: float, per0: float, with_intercept: bool) -> tuple[float, float]:
+    """(fixed, per) of seconds = fixed + per x work through (work, seconds)."""
+    n = len(pts)
+    sx = sum(x for x, _ in pts)
+    sy = sum(s for _, s in pts)
+    if not with_intercept:
+        return 0.0, sy / sx
+    mx, my = sx / n, sy / n
+    var = sum((x - mx) ** 2 for x, _ in pts)
+    if n < MIN_FIT or var == 0:  # keep the default's set-up time, learn the rest
+        return fixed0, max(sy - n * fixed0, 0.0) / sx or per0
+    per = sum((x - mx) * (s - my) for x, s in pts) / var
+    fixed = my - per * mx
+    if fixed < 0 or per <= 0:  # noise made the line absurd: a line through the origin instead
+        return 0.0, sy / sx
+    return fixed, per
+
+
+def default_lines(target: "str | Target | None", kind: str) -> tuple[Line, Line]:
+    """(backend, reuse) lines before ``target`` has results: its CPU's (``CPU_DEFAULTS``) or its kind's."""
+    if kind == "cpu":  # no target: this machine
+        from eto.target import parse_target
+
+        t = parse_target(target if target is not None else "cpu")
+        mcpu = str(t.attrs["mcpu"]) if "mcpu" in t.attrs else ""
+        if mcpu in CPU_DEFAULTS:
+            return CPU_DEFAULTS[mcpu]
+    return DEFAULTS.get(kind, DEFAULTS["cpu"])
+
+
+def learn_time_model(database: "Database | None", target: "str | Target", kind: str) -> TimeModel:
+    """The target's model from the database's results (backend and reuse, evolve excluded)."""
+    from eto.target import target_key
+
+    defaults = default_lines(target, kind)
+    if database is None:
+        return TimeModel(*defaults)
+    tk = target_key(target)
+    return fit_time_model([r for r in database.results() if r.get("target") == tk and r.get("records")], kind,
+                          defaults=defaults)
+
+
+def fit_time_model(results: Iterable[dict], kind: str, *, defaults: tuple[Line, Line] | None = None) -> TimeModel:
+    """The model fitted on tuning results of one target (stored result dicts), ``defaults`` (else
+    ``DEFAULTS[kind]``) as the fallback; ``experiments/estimate_accuracy.py --fit`` pools several
+    databases' results."""
+    d_backend, d_reuse = defaults or DEFAULTS.get(kind, DEFAULTS["cpu"])
+    rows = list(results)
+    backend = [p for r in rows if r.get("method") == "backend" and (p := _point(r))]
+    reuse = [p for r in rows if r.get("method") in ("reuse", "polish") and (p := _point(r))]  # a polish is a reuse
+    # the estimator's own count: a stored estimate was already scaled by the plan's count_scale
+    planned = [(p[0], r["estimate"] / r.get("count_scale", 1.0)) for r in rows
+               if r.get("method") == "reuse" and _number(r.get("estimate")) and _number(r.get("count_scale", 1.0))
+               and (p := _point(r))]
+    total = sum(e for _, e in planned)
+    scale = sum(a for a, _ in planned) / total if planned and total > 0 else 1.0
+    return TimeModel(fit_line(backend, d_backend, with_intercept=False),
+                     fit_line(reuse, d_reuse, with_intercept=True), min(2.0, max(0.5, scale)))
+
+
+def _point(result: dict) -> Point | None:
+    """(candidates, GFLOPs, seconds) of one stored result; None if its operator cannot be read back or
+    is never planned (a model's TASK function: its few short trials would make backend trials look cheap)."""
+    from eto.operators import Operator
+
+    try:
+        op = Operator.from_dict(result["op"])
+        if op.spec.backend_only:
+            return None
+        return float(result.get("candidates") or 0), op.flops / 1e9, float(result.get("seconds") or 0)
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return None
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0

@@ -1,0 +1,144 @@
+"""Root polish (beyond the paper): a backend root's best program improved by the reuse tuner.
+
+Every operator of a plan's subtree derives from its root's best program, so MetaSchedule's luck on
+the root is inherited by the whole subtree. Over the 52 CPU seeds of the BERT-Base set benchmark in
+``experiments/results``, eto's root (the same operator, search and budget as in MetaSchedule's own
+run of the set) reached a median 0.92 of MetaSchedule's throughput there, 0.55-0.78 in its worst
+quarter (likely, not measured apart: MetaSchedule tunes the whole set with one cost model trained
+on every task's measurements, eto's root is searched alone). The reuse tuner's B/T/M search from
+the root's own best program (α = β: round T's kept and grown tiles with the runner-ups' inner
+tiles, the register and panel leads, then M and unroll) is a local search that MetaSchedule's
+sampling does not make; on that root it measured 38-55 candidates in 7-11 s and made the program
+1.23-1.48x faster (3 seeds at N = 100, ``experiments/results/polish_roots_*.json``).
+
+The plan counts it: a root edge costs the backend's budget plus a self-reuse's estimate
+(:func:`eto.planning.planner.plan_operator_set`). A polish never ends worse: the root's program leads round T,
+and the two best programs are re-measured side by side before either is preferred.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from tuner.measure.faults import kill_point
+
+from eto.store.database import POLISH, Database
+from eto.planning.lead_sources import leads
+from eto.operators import Operator
+from eto.runs.tuning import checkable_here, features_of, gated
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tvm.target import Target
+
+    from tuner.measure.measurer import Measurer
+
+
+def needs_polish(database: Database, op: Operator, target: "Target") -> bool:
+    """Whether ``op`` is a plan root (its backend result is marked ``root`` by the pipeline) not yet
+    polished: a root tuned in this run, or in a run killed between its backend result and its polish.
+    A program imported or tuned outside a plan, or by the backend after a failed reuse, stays as it is.
+    O(results)."""
+    from eto.target import target_key
+
+    tk = target_key(target)
+    mine = [r for r in database.results() if r.get("op_key") == op.key and r.get("target") == tk]
+    return (any(r.get("method") == "backend" and r.get("root") and r.get("records") for r in mine)
+            and not any(r.get("method") == POLISH for r in mine))
+
+
+def polish_root(op: Operator, database: Database, target: "Target", measurer: "Measurer", *,
+                reuse_kw: Mapping[str, Any], history: Callable[[], Sequence] = tuple,
+                say: Callable[[str], None] = lambda _msg: None) -> None:
+    """Polish ``op``'s best backend program by a self-reuse if it :func:`needs_polish` (another process
+    on the database may be doing it: :mod:`eto.store.claims`); commit the result (method ``"polish"``).
+
+    Each measured batch is checkpointed, so a killed polish continues where it stopped. Every
+    candidate that ran is stored, rescaled so that the database's best is the program that won side by
+    side (the backend's records keep their own scale). A polish that fails leaves the backend's
+    program as the root's and records why. ``reuse_kw``: the reuse tuner's options of the run
+    (strategy, ranker, top_k, finalists); ``history()``: records to train the ranker with first.
+    """
+    from eto.store.claims import claim
+
+    if needs_polish(database, op, target):
+        with claim(database, op, target):
+            if needs_polish(database, op, target):
+                _polish(op, database, target, measurer, reuse_kw, history, say)
+
+
+def _polish(op: Operator, database: Database, target: "Target", measurer: "Measurer",
+            reuse_kw: Mapping[str, Any], history: Callable[[], Sequence], say: Callable[[str], None]) -> None:
+    from tuner.measure.apply import scheduled_module
+    from tuner.reuse.search import reuse_tune, trace_key
+
+    base = database.best(op, target, predicted=False)
+    prior = database.progress(op, target, POLISH)
+    known = {trace_key(r.trace): s for r, s in prior.programs()}
+    seeds, alternates = leads(op, op, base, database, target)
+
+    def checkpoint(records: list, measured: int, seconds: float) -> None:
+        database.checkpoint(op, target, records, method=POLISH, trials=measured, seconds=seconds)
+        kill_point("reuse.checkpointed")  # a polish is a reuse search: its kill points are the reuse's
+
+    try:
+        res = reuse_tune(op.prim_func(), base.tuning_record, target, measurer, history=history(), known=known,
+                         on_measured=checkpoint, seeds=seeds, alternates=alternates, **reuse_kw)
+        error = None if res.record is not None else f"no polish candidate built and ran ({res.failed} failed)"
+    except ValueError as exc:  # the root's sketch cannot be replayed on itself (not expected)
+        res, error = None, str(exc)
+    if res is None or error is not None:
+        database.commit(op, target, [], method=POLISH, source=op, candidates=res.candidates if res else 0,
+                        seconds=(res.seconds if res else 0.0) + prior.seconds, error=error)
+        say(f"polish: {op.name}: {error}; the backend's program stays")
+        return
+    before, after = measurer.remeasure([scheduled_module(base.tuning_record), scheduled_module(res.record)], target)
+    # the polish's times on the backend's recorded scale; a polished program that failed now is not kept
+    f = after * (base.latency_s / before if before < math.inf else 1.0) / res.latency_s
+    records = rescaled(list(res.records), f * res.latency_s) if f < math.inf else []
+    feats = [res.features] + [None] * (len(records) - 1)  # the best's B/T/M, as a reuse stores them
+    kept, checked, wrong = gated(op, records, target, checkable_here(measurer, target))
+    wrong = wrong or (None if records else "the polished program failed when re-measured")
+    kill_point("reuse.result")
+    database.commit(op, target, kept, method=POLISH, source=op, candidates=res.candidates,
+                    seconds=res.seconds + prior.seconds, error=wrong, features=features_of(kept, records, feats),
+                    extra={"polish": {"backend_latency_s": before, "polished_latency_s": after,
+                                      "improved": after < before},
+                           "rounds": res.rounds, "failed": res.failed, "failures": sorted(set(res.failures)),
+                           "trajectory": [[t, n, best * f] for t, n, best in (p.to_json() for p in res.trajectory)],
+                           **checked,
+                           "phases": {k: round(v, 3) for k, v in res.phases.items()},
+                           **({"resumed_after": len(known)} if known else {})})
+    say(f"polish: {op.name}: {res.candidates} candidates, {res.seconds:.1f} s; side by side "
+        f"{before * 1e6:.1f} us -> {after * 1e6:.1f} us ({before / after:.2f}x)" if records else
+        f"polish: {op.name}: {wrong}; the backend's program stays")
+
+
+def rescaled(records: list, best_secs: float) -> list:
+    """``records`` (best first) with their run times scaled so the first's median is ``best_secs``;
+    unchanged where that is not finite. The order within them is kept."""
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+
+    from tuner.measure.trajectory import median_secs
+
+    if not records or not best_secs < math.inf:
+        return records
+    f = best_secs / median_secs(records[0].run_secs)
+    return [TuningRecord(r.trace, r.workload, [float(t) * f for t in r.run_secs], r.target, r.args_info)
+            for r in records]
+
+
+def side_by_side(reuse: list, evolve: list, target, measurer: "Measurer") -> tuple[list, list, float, float]:
+    """Two searches' records (reuse-then-evolve's) on one scale: their bests re-measured, interleaved.
+
+    Each side's recorded run times are multiplied by its best's re-measured / recorded ratio, so the
+    database's best (the lowest stored time) is the program that won side by side, and the order
+    within each search is kept. Returns both lists and the two re-measured latencies.
+    """
+    from tuner.measure.apply import scheduled_module
+
+    sa, sb = measurer.remeasure([scheduled_module(reuse[0]), scheduled_module(evolve[0])], target)
+    return rescaled(reuse, sa), rescaled(evolve, sb), sa, sb
+
+
+__all__ = ["needs_polish", "polish_root", "rescaled", "side_by_side"]

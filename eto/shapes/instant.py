@@ -1,0 +1,141 @@
+"""The instant program (beyond the paper): a new shape gets a checked program before any search.
+
+When shapes change (a new sequence length, batch size or image size), a user needs a program now
+and a tuned one soon. :func:`instant` takes the database's nearest tuned program of the same
+operator type and sketch, derives α's program from it without a search (β's tile factors kept,
+only the outer factors following the new extents: :func:`tuner.reuse.predict.predict`; on CPU two
+placements of that growth, the set-safe register rows of :mod:`tuner.reuse.cachesets` where β's rows
+collide in L1, and, for a large matmul-like nest, the widest register-blocked panel of
+:mod:`tuner.reuse.panel`, all timed here, the fastest kept), checks it against the catalogue's
+numpy reference, times it, and
+stores it with method ``"instant"``. It is served (it is ``Database.best``) until tuning stores a
+faster program; it never counts as a tuning result, so the operator is still tuned later.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from eto.store.database import PREDICTED, Database, ProgramRecord
+from eto.operators import Operator
+from eto.runs.verify import tolerance
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tvm.target import Target
+
+    from tuner.reuse.cost_model import LearnedRanker
+
+#: An instant program's latency is the median of its timed calls: in each of :data:`TIMED_ROUNDS`
+#: rounds (one for a lone program), after a warm-up call, at least :data:`TIMED_RUNS` calls and
+#: :data:`TIMED_MIN_S` seconds.
+TIMED_RUNS = 5
+TIMED_MIN_S = 0.02
+TIMED_ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class Instant:
+    """An instant program and what it took: ``seconds`` from choosing the source to stored."""
+
+    op: Operator
+    source: Operator
+    program: ProgramRecord
+    by: str  # "kept", "kept-parallel", "set-safe", "panel", "ranker" or "nearest" (tuner.reuse.predict.predict)
+    ranked: int
+    seconds: float
+
+    @property
+    def latency_s(self) -> float:
+        return self.program.latency_s
+
+
+def shape_distance(a: Operator, b: Operator) -> float:
+    """Sum of |log| extent ratios of two loop nests (inf when their loop counts differ). O(loops)."""
+    from tuner.analysis.tiling import log_distance
+
+    return log_distance(a.extents, b.extents) if len(a.extents) == len(b.extents) else math.inf
+
+
+def nearest_source(op: Operator, database: Database, target: "str | Target") -> ProgramRecord | None:
+    """The best tuned program of ``op``'s type and sketch whose loop nest is closest to ``op``'s."""
+    sources = [p for p in database.sources(op_type=op.type, target=target, sketch=op.sketch_key()) if p.op != op]
+    sources = [p for p in sources if math.isfinite(shape_distance(op, p.op))]
+    return min(sources, key=lambda p: (shape_distance(op, p.op), p.latency_s), default=None)
+
+
+def instant(op: Operator, database: Database, target: "Target", *, ranker: "LearnedRanker | None" = None,
+            source: ProgramRecord | None = None) -> Instant:
+    """Derive, check, time and store ``op``'s instant program (see the module docstring).
+
+    ``source`` defaults to :func:`nearest_source`. Raises ValueError naming the problem when the
+    database holds no program of ``op``'s type and sketch for ``target``, when the target is not
+    this machine's CPU (the program could not be checked here), or when the derived program's
+    output differs from numpy (nothing is stored then).
+    """
+    from tuner.measure.apply import build, run_once
+    from tuner.reuse.predict import predict
+
+    from eto.target import use_threads
+
+    start = time.perf_counter()
+    use_threads()  # timed in this process: on the threads tuning measures with
+    if target.kind.name != "llvm" or str(target.attrs.get("mtriple", "") or ""):
+        raise ValueError(f"instant programs are checked and timed on this machine's CPU, not on {target.kind.name}")
+    src = source or nearest_source(op, database, target)
+    if src is None:
+        raise ValueError(f"no tuned {op.type} program with sketch {op.sketch_key()!r} in {database.path} "
+                         f"for this target: {op.name} needs tuning (eto tune) first")
+    first = predict(op.prim_func(), src.tuning_record, target, ranker=ranker)
+    inputs = op.random_inputs(0)
+    want = op.reference(*inputs)
+    built = []
+    for pred in (first, *first.alternatives):  # at most four on CPU (two placements, set-safe, a panel)
+        lib = build(pred.schedule.mod, target)
+        got = run_once(lib, inputs, op.output_shape)
+        err = float(np.max(np.abs(got - want))) if got.size else 0.0
+        if not err <= tolerance(op) + 1e-4 * float(np.max(np.abs(want), initial=0.0)):
+            raise ValueError(f"the instant program for {op.name} (from {src.op.name}, {pred.by}) differs from "
+                             f"numpy (max abs error {err:.3g}); not stored")
+        built.append((lib, pred))
+    timed = list(zip(_time_all([lib for lib, _ in built], inputs, op), (pred for _, pred in built)))
+    latency, pred = min(timed, key=lambda t: t[0])
+    program = database.commit(op, target, [pred.record(latency)], method=PREDICTED, source=src.op, candidates=0,
+                              seconds=time.perf_counter() - start,
+                              extra={"predicted_by": pred.by, "ranked": pred.ranked, "timed": len(timed),
+                                     "checked": "numpy"})[0]
+    return Instant(op, src.op, program, pred.by, pred.ranked, time.perf_counter() - start)
+
+
+def _time(lib, inputs, op: Operator) -> float:
+    """One program's median call time (:func:`_time_all`)."""
+    return _time_all([lib], inputs, op)[0]
+
+
+def _time_all(libs: list, inputs, op: Operator) -> list[float]:
+    """Each program's median call time, the programs interleaved round by round: the choice between
+    alternatives compares them under the same drift of the machine's speed, not one after the other
+    (timed 5 calls each in turn, the choice for BERT's seq-32 feed-forward matmul flipped between
+    two runs, to a placement that re-measured 1.15x slower than the other run's panel)."""
+    import tvm
+
+    dev = tvm.cpu()
+    args = [tvm.runtime.tensor(np.ascontiguousarray(a), dev) for a in inputs]
+    out = tvm.runtime.tensor(np.zeros(tuple(op.output_shape), "float32"), dev)
+    times: list[list[float]] = [[] for _ in libs]
+    for _ in range(TIMED_ROUNDS if len(libs) > 1 else 1):  # one program: nothing to interleave
+        for lib, samples in zip(libs, times):
+            lib(*args, out)
+            n, until = 0, time.perf_counter() + TIMED_MIN_S
+            while n < TIMED_RUNS or time.perf_counter() < until:
+                t0 = time.perf_counter()
+                lib(*args, out)
+                dev.sync()
+                samples.append(time.perf_counter() - t0)
+                n += 1
+    return [statistics.median(s) for s in times]

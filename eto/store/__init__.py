@@ -1,0 +1,6 @@
+"""The database of optimized programs: MetaSchedule's JSON files plus eto's metadata.
+
+* :mod:`~eto.store.database` -- :class:`~eto.store.database.Database` (readable by MetaSchedule's ``JSONDatabase``);
+* :mod:`~eto.store.jsonlines` -- append-only, crash-safe JSON-lines files underneath;
+* :mod:`~eto.store.claims` -- which process tunes an operator, so two runs never tune it twice.
+"""

@@ -1,0 +1,500 @@
+"""The database of optimized programs: MetaSchedule's JSON files plus eto's metadata.
+
+A database is a directory that TVM reads as it is::
+
+    database_workload.json        MetaSchedule: one workload per line  [shash, module]
+    database_tuning_record.json   MetaSchedule: one record per line    [workload_line, record]
+    eto_meta.json                 eto: one line per tuning result (operator, target, method,
+                                  reused source, candidates, seconds, and the record lines it owns)
+    eto_progress.json             eto: one line per measured batch of a run in flight, records inside
+                                  (TVM never reads them: no unchecked program reaches its queries)
+    corrupt_lines.txt             lines eto could not read, kept verbatim with file and line
+
+so ``ms.database.JSONDatabase(work_dir=path)`` and Relax's ``MetaScheduleApplyDatabase`` work on it.
+
+Writes are append-only (:mod:`eto.store.jsonlines`: one ``write`` and one fsync per batch of lines),
+records before the metadata line that references them, under an exclusive lock. A process killed
+at any point leaves complete lines plus at most one partial last line, which the next writer moves
+to ``corrupt_lines.txt`` (reported, never silently dropped). A corrupt line anywhere is
+reported with file and line number and skipped.
+
+Reading needs no TVM: lines are parsed as JSON; TuningRecords are built only when asked for. Each
+file is read once: a reload (before every write, so once per measured batch of a run) parses only
+the lines appended since the last one, so its cost does not grow with the database.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import math
+import os
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
+
+from tuner.measure.faults import kill_point
+from tuner.measure.trajectory import median_secs
+
+from eto.store.jsonlines import Tail, append_lines, count_lines, cut_at, dumps, parse, raw_line
+from eto.operators import Operator
+from eto.target import target_key
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+    from tvm.target import Target
+
+WORKLOADS = "database_workload.json"
+RECORDS = "database_tuning_record.json"
+META = "eto_meta.json"
+PROGRESS = "eto_progress.json"
+CORRUPT = "corrupt_lines.txt"
+LOCK = ".lock"
+#: The files a load reads, in the order their lines refer to each other (records to workloads,
+#: metadata to records)
+_READ = (WORKLOADS, RECORDS, META, PROGRESS)
+
+Method = Literal["backend", "reuse", "reuse+evolve", "topk", "import", "instant", "polish"]
+#: A backend root's program improved by a self-reuse after its backend result (:mod:`eto.runs.polish`).
+POLISH: Method = "polish"
+#: A program derived for a new shape without a search (:mod:`eto.shapes.instant`): served until tuning
+#: stores a better one, but not a tuning result (the operator still counts as not attempted).
+PREDICTED: Method = "instant"
+
+
+@dataclass(frozen=True)
+class ProgramRecord:
+    """A stored program of an operator on a target, and how it was found."""
+
+    op: Operator
+    target: str
+    latency_s: float
+    method: str
+    source: str | None  # key of the operator whose program was reused
+    candidates: int  # measured by the tuning run that produced this program
+    seconds: float  # wall seconds of that tuning run
+    rank: int  # 0 = the run's best program
+    features: dict | None
+    line: int  # line of the record in database_tuning_record.json (0-based)
+    created: float
+    _db: "Database" = field(compare=False, repr=False, hash=False, default=None)  # type: ignore[assignment]
+
+    @property
+    def gflops(self) -> float:
+        return self.op.flops / self.latency_s / 1e9 if self.latency_s > 0 else 0.0
+
+    @property
+    def tuning_record(self) -> "TuningRecord":
+        """The MetaSchedule TuningRecord (imports TVM)."""
+        return self._db.tuning_record(self.line)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A line eto could not use."""
+
+    file: str
+    line: int  # 1-based, as editors show it
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """An interrupted run's durable batches: trials, seconds and measured programs so far."""
+
+    trials: int = 0
+    seconds: float = 0.0
+    latencies: tuple[float, ...] = ()
+    trajectory: tuple = ()  # [seconds, trial, best latency] points, the run's own clock
+    _entries: tuple = field(default=(), repr=False)  # [workload line, record JSON] per program
+    _db: "Database | None" = field(default=None, compare=False, repr=False)
+
+    def programs(self) -> list[tuple["TuningRecord", float]]:
+        """The programs as (MetaSchedule TuningRecord, seconds); one TVM cannot read is skipped."""
+        from tvm.s_tir.meta_schedule.database import TuningRecord
+
+        out = []
+        for (wl, rec), secs in zip(self._entries, self.latencies):
+            try:
+                out.append((TuningRecord.from_json(rec, self._db.workload(wl)), secs))  # type: ignore[union-attr]
+            except Exception:  # noqa: BLE001 -- a damaged line costs its program, not the run
+                continue
+        return out
+
+
+class DatabaseError(ValueError):
+    """A database that cannot be used at all (not a directory, unreadable)."""
+
+
+class Database:
+    """An eto database directory (created if missing unless ``readonly``)."""
+
+    def __init__(self, path: str | os.PathLike, *, readonly: bool = False) -> None:
+        self.path = os.fspath(path)
+        self.readonly = readonly
+        if os.path.exists(self.path) and not os.path.isdir(self.path):
+            raise DatabaseError(f"{self.path}: not a database directory")
+        if not readonly:
+            os.makedirs(self.path, exist_ok=True)
+        elif not os.path.isdir(self.path):
+            raise DatabaseError(f"{self.path}: no such database")
+        # concurrent subtrees share a Database: this keeps readers off a half-built index
+        self._mutex = threading.RLock()
+        self._reset()
+        self.reload()
+
+    # -- loading --------------------------------------------------------------------------
+    def _file(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
+    def _reset(self) -> None:
+        self._tails = {name: Tail() for name in _READ}
+        self._workloads: list[Any] = []  # parsed JSON or None, by line
+        self._workload_index: dict[str, int] = {}
+        self._records: list[Any] = []
+        self._programs: list[ProgramRecord] = []
+        self._results, self._progress = [], []  # type: list[dict], list[dict]
+        self._line_problems: list[Problem] = []  # of lines read (a partial last line is not one yet)
+        self._owned: set[int] = set()
+        self.problems, self.orphans = [], []  # type: list[Problem], list[int]
+
+    def reload(self) -> None:
+        """Read what was appended since the last read: other processes may have committed (see
+        :mod:`eto.store.claims`). O(new bytes); a file that shrank (rewritten) is read again whole."""
+        with self._mutex:
+            self._load_unlocked()
+
+    def _new_lines(self) -> dict[str, list[tuple[int, str | None]]] | None:
+        """Each file's lines appended since the last read; None if a file shrank."""
+        out = {}
+        for name, tail in self._tails.items():
+            got = tail.read(self._file(name))
+            if got is None:
+                return None
+            out[name] = got[0]
+            self._line_problems += [Problem(name, n, reason) for n, reason in got[1]]
+        return out
+
+    def _load_unlocked(self) -> None:
+        """Parse the new lines of the four files and publish them: a reader in another thread sees
+        the old state or the new one, never a half-built list (lists by line only grow)."""
+        new = self._new_lines()
+        if new is None:
+            self._reset()
+            new = self._new_lines() or {name: [] for name in _READ}
+        problems = self._line_problems
+        workloads, index = self._workloads, self._workload_index  # _workload_json_line adds to them too
+        for i, text in new[WORKLOADS]:
+            obj = parse(text)
+            if not (isinstance(obj, list) and len(obj) == 2 and isinstance(obj[0], str)):
+                if text is not None:
+                    problems.append(Problem(WORKLOADS, i + 1, "not a [shash, module] workload"))
+                obj = None
+            else:
+                index.setdefault(obj[0], i)
+            workloads.extend([None] * (i + 1 - len(workloads)))
+            workloads[i] = obj
+        records = self._records
+        for i, text in new[RECORDS]:
+            obj = parse(text)
+            ok = (isinstance(obj, list) and len(obj) == 2 and isinstance(obj[0], int)
+                  and isinstance(obj[1], list) and len(obj[1]) == 4)
+            if ok and not (0 <= obj[0] < len(workloads) and workloads[obj[0]] is not None):
+                problems.append(Problem(RECORDS, i + 1, f"refers to missing workload line {obj[0] + 1}"))
+                obj = None
+            elif not ok:
+                if text is not None:
+                    problems.append(Problem(RECORDS, i + 1, "not a [workload, record] tuning record"))
+                obj = None
+            records.append(obj)
+        programs: list[ProgramRecord] = []
+        results: list[dict] = []
+        for i, text in new[META]:
+            obj = parse(text)
+            try:
+                if not isinstance(obj, dict):
+                    raise ValueError("not a JSON object")
+                progs = self._programs_of(obj, records)
+            except (ValueError, KeyError, TypeError, OverflowError) as exc:
+                if text is not None:
+                    problems.append(Problem(META, i + 1, f"unreadable metadata ({exc})"))
+                continue
+            results.append(obj)
+            programs.extend(progs)
+        progress = []
+        for i, text in new[PROGRESS]:
+            obj = parse(text)
+            if _progress_batch_ok(obj, len(workloads)):
+                progress.append(obj)
+            elif text is not None:
+                problems.append(Problem(PROGRESS, i + 1, "not a progress batch"))
+        self._owned |= {p.line for p in programs}
+        self._programs, self._results = self._programs + programs, self._results + results
+        self._progress = self._progress + progress
+        self._publish_problems()
+        self.orphans = [i for i, r in enumerate(records) if r is not None and i not in self._owned]
+
+    def _publish_problems(self) -> None:
+        self.problems = self._line_problems + [
+            Problem(name, tail.lines + 1, "incomplete last line (interrupted write)")
+            for name, tail in self._tails.items() if tail.partial]
+
+    def _programs_of(self, meta: dict, records: list) -> list[ProgramRecord]:
+        op = Operator.from_dict(meta["op"])
+        if not (isinstance(meta["target"], str) and isinstance(parse(meta["target"]), dict)):
+            raise ValueError(f"target {meta['target']!r} is not a target key")
+        if not isinstance(meta["method"], str) or not isinstance(meta.get("source") or "", str):
+            raise ValueError("method and source must be strings")
+        out = []
+        for rank, rec in enumerate(meta.get("records", [])):
+            line = int(rec["line"])
+            if not (0 <= line < len(records)) or records[line] is None:
+                raise ValueError(f"record line {line + 1} is missing or corrupt")
+            out.append(ProgramRecord(
+                op=op, target=meta["target"], latency_s=float(rec["latency_s"]), method=meta["method"],
+                source=meta.get("source"), candidates=int(meta.get("candidates", 0)),
+                seconds=float(meta.get("seconds", 0.0)), rank=rank, features=rec.get("features"),
+                line=line, created=float(meta.get("time", 0.0)), _db=self,
+            ))
+        return out
+
+    # -- queries --------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._programs)
+
+    def programs(self, *, target: "str | Target | None" = None, op: Operator | None = None) -> list[ProgramRecord]:
+        tk = None if target is None else target_key(target)
+        with self._mutex:
+            return [p for p in self._programs
+                    if (tk is None or p.target == tk) and (op is None or p.op == op)]
+
+    def results(self) -> list[dict]:
+        """The raw metadata of each tuning result, in commit order (failed ones included)."""
+        with self._mutex:
+            return list(self._results)
+
+    def progress(self, op: Operator, target: "str | Target", method: str = "backend") -> Progress:
+        """What an interrupted run of ``op`` measured: its batches after the operator's last result (a
+        polish follows its backend result). A rerun continues from it: the trials count against the
+        budget and the programs seed the search."""
+        tk, key = target_key(target), op.key
+        with self._mutex:
+            last = max((r.get("time", 0.0) for r in self._results
+                        if r.get("op_key") == key and r.get("target") == tk and r.get("method") != PREDICTED),
+                       default=None)
+            batches = [m for m in self._progress
+                       if m.get("op_key") == key and m.get("target") == tk and m.get("method") == method
+                       and (last is None or m.get("time", 0.0) > last)]
+            entries = [e for m in batches for e in m.get("records", ())]
+            return Progress(sum(int(m.get("trials", 0)) for m in batches),
+                            sum(float(m.get("seconds", 0.0)) for m in batches),
+                            tuple(float(e[2]) for e in entries),
+                            tuple(pt for m in batches for pt in m.get("trajectory", ())),
+                            tuple((e[0], e[1]) for e in entries), self)
+
+    def checkpoint(self, op: Operator, target: "str | Target", records: Sequence["TuningRecord"], *,
+                   method: Method, trials: int, seconds: float, trajectory: Sequence = ()) -> None:
+        """Make one measured batch of a run in flight durable (see :meth:`progress`): one line, one write."""
+        entries = [(rec, median_secs(rec.run_secs)) for rec in records]
+        known: list = []
+        with self._locked():
+            line = {"v": 1, "op": op.to_dict(), "op_key": op.key, "target": target_key(target), "method": method,
+                    "trials": int(trials), "seconds": float(seconds), "trajectory": list(trajectory),
+                    "records": [[self._workload_line(rec.workload, known), rec.as_json(), lat]
+                                for rec, lat in entries if lat < math.inf], "time": time.time(), "pid": os.getpid()}
+            self._append(PROGRESS, dumps(line))
+            kill_point("db.progress")
+            self._load_unlocked()
+
+    def best(self, op: Operator, target: "str | Target", *, predicted: bool = True) -> ProgramRecord | None:
+        """The fastest stored program of ``op`` on ``target`` (None if never tuned there);
+        ``predicted=False``: tuned programs only, not instant ones."""
+        progs = [p for p in self.programs(target=target, op=op) if predicted or p.method != PREDICTED]
+        return min(progs, key=lambda p: p.latency_s) if progs else None
+
+    def best_programs(self, target: "str | Target | None" = None, *, predicted: bool = True) -> list[ProgramRecord]:
+        """The fastest stored program per (operator, target), in first-stored order; O(programs)."""
+        best: dict[tuple[Operator, str], ProgramRecord] = {}
+        for p in self.programs(target=target):
+            k = (p.op, p.target)
+            if (predicted or p.method != PREDICTED) and (k not in best or p.latency_s < best[k].latency_s):
+                best[k] = p
+        return list(best.values())
+
+    def tuned(self, target: "str | Target") -> dict[Operator, ProgramRecord]:
+        """Best tuned program per operator on ``target`` (instant programs are not tuned)."""
+        return {p.op: p for p in self.best_programs(target, predicted=False)}
+
+    def attempted(self, op: Operator, target: "str | Target") -> bool:
+        """Whether a tuning result (successful or not) for ``op`` on ``target`` is committed."""
+        tk, key = target_key(target), op.key
+        return any(r.get("op_key") == key and r.get("target") == tk and r.get("method") != PREDICTED
+                   for r in self.results())
+
+    def sources(self, *, op_type: str, target: "str | Target", sketch: str | None = None) -> list[ProgramRecord]:
+        """Best programs of tuned operators of one type (and sketch key): candidate reuse sources."""
+        return [p for op, p in self.tuned(target).items()
+                if op.type == op_type.upper() and (sketch is None or op.sketch_key() == sketch)]
+
+    # -- TVM objects ----------------------------------------------------------------------
+    def workload(self, index: int) -> "Workload":
+        from tvm.s_tir.meta_schedule.database import Workload
+
+        if not hasattr(self, "_workload_objs"):
+            self._workload_objs: dict[int, Workload] = {}
+        if index not in self._workload_objs:
+            self._workload_objs[index] = Workload.from_json(self._workloads[index])
+        return self._workload_objs[index]
+
+    def tuning_record(self, line: int) -> "TuningRecord":
+        from tvm.s_tir.meta_schedule.database import TuningRecord
+
+        wl, rec = self._records[line]
+        return TuningRecord.from_json(rec, self.workload(wl))
+
+    # -- writing --------------------------------------------------------------------------
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        if self.readonly:
+            raise DatabaseError(f"{self.path}: opened read-only")
+        self._mutex.acquire()
+        fd = os.open(self._file(LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._load_unlocked()  # another process may have appended
+            self._repair_partial_lines()
+            self._line_counts = {name: tail.lines for name, tail in self._tails.items()}
+            self._line_counts[CORRUPT] = count_lines(self._file(CORRUPT))
+            yield
+        finally:
+            self._line_counts = None
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            self._mutex.release()
+
+    def _repair_partial_lines(self) -> None:
+        """Move an interrupted write's partial last line to corrupt_lines.txt and cut it off (hold
+        the lock: no writer is then in the middle of a line)."""
+        for name, tail in self._tails.items():
+            if tail.partial:
+                cut_at(self._file(name), tail.offset)
+                self._append(CORRUPT, f"{name}:{tail.lines + 1}: {tail.partial.decode('utf-8', 'replace')}")
+                tail.partial = b""
+        self._publish_problems()
+
+    def _append(self, name: str, line: str) -> int:
+        """Append one line with a single write; return its 0-based line number."""
+        return self._append_lines(name, [line])
+
+    def _append_lines(self, name: str, lines: Sequence[str]) -> int:
+        """Append lines with a single write and one fsync; return the first one's 0-based number.
+
+        A process killed mid-write leaves complete lines plus at most one partial last line: records
+        no metadata owns yet (reported as orphans), never a wrong result.
+        """
+        path = self._file(name)
+        counts = getattr(self, "_line_counts", None)
+        n = counts[name] if counts is not None and name in counts else count_lines(path)
+        append_lines(path, lines)
+        if counts is not None:
+            counts[name] = n + len(lines)
+        return n
+
+    def commit(self, op: Operator, target: "str | Target", records: Sequence["TuningRecord"], *, method: Method,
+               source: Operator | str | None = None, candidates: int, seconds: float,
+               features: Sequence[dict | None] | None = None, error: str | None = None,
+               extra: dict | None = None) -> list[ProgramRecord]:
+        """Store a tuning result: its programs (best first) and how they were found.
+
+        Records without a measured time are skipped; a result with no usable record is still
+        committed (with ``error``), so that a resumed run knows the operator was attempted.
+        """
+        tk = target_key(target)
+        usable = []
+        for i, rec in enumerate(records):
+            latency = median_secs(rec.run_secs)
+            if latency < math.inf:
+                usable.append((latency, rec, features[i] if features else None))
+        usable.sort(key=lambda t: t[0])
+        with self._locked():
+            known: list = []  # records of one run share a workload
+            lines = [dumps([self._workload_line(rec.workload, known), rec.as_json()]) for _, rec, _ in usable]
+            first = self._append_lines(RECORDS, lines) if lines else 0
+            kill_point("db.records")
+            entries = [{"latency_s": lat, "features": feat, "line": first + i} for i, (lat, _, feat) in enumerate(usable)]
+            meta = {"v": 1, "op": op.to_dict(), "op_key": op.key, "target": tk, "method": method,
+                    "source": source.key if isinstance(source, Operator) else source, "candidates": int(candidates),
+                    "seconds": float(seconds), "records": entries, "error": error if not entries else None,
+                    "time": time.time(), "pid": os.getpid(), **(extra or {})}
+            self._append(META, dumps(meta))
+            kill_point("db.meta")
+            self.reload()
+        return [p for p in self._programs if p.line in {e["line"] for e in entries}]
+
+    def _workload_line(self, workload: "Workload", known: list) -> int:
+        """The line of ``workload`` in database_workload.json, appended if new (hold the lock).
+
+        ``known`` caches (workload, line) pairs within one call: serialising a module is not free.
+        """
+        from tvm.s_tir.meta_schedule.database import Workload
+
+        idx = next((i for w, i in known if w.same_as(workload)), None)
+        if idx is None:
+            idx = self._workload_json_line(Workload(workload.mod).as_json())
+            known.append((workload, idx))
+        return idx
+
+    def _workload_json_line(self, wl_json: list) -> int:
+        idx = self._workload_index.get(wl_json[0])
+        if idx is None:
+            idx = self._workload_index[wl_json[0]] = self._append(WORKLOADS, dumps(wl_json))
+            kill_point("db.workload")
+            self._workloads.extend([None] * (idx + 1 - len(self._workloads)))
+            self._workloads[idx] = wl_json
+        return idx
+
+    # -- merging --------------------------------------------------------------------------
+    def merge_from(self, other: "Database") -> dict[str, int]:
+        """Copy another database's results, records and problems (as corrupt lines) into this one."""
+        copied = {"results": 0, "records": 0, "orphans": 0, "problems": len(other.problems)}
+        with self._locked():
+            wl_map: dict[int, int] = {}
+
+            def workload_line(src_idx: int) -> int:
+                if src_idx not in wl_map:
+                    wl_map[src_idx] = self._workload_json_line(other._workloads[src_idx])
+                return wl_map[src_idx]
+
+            def copy_record(line: int) -> int:
+                wl, rec = other._records[line]
+                return self._append(RECORDS, dumps([workload_line(wl), rec]))
+
+            for meta in other._results:
+                new = dict(meta)
+                new["records"] = [{**r, "line": copy_record(int(r["line"]))} for r in meta.get("records", [])]
+                new["merged_from"] = other.path
+                self._append(META, dumps(new))
+                copied["results"] += 1
+                copied["records"] += len(new["records"])
+            for line in other.orphans:
+                copy_record(line)
+                copied["orphans"] += 1
+            for p in other.problems:
+                self._append(CORRUPT, f"{os.path.join(other.path, p.file)}:{p.line}: {p.reason}: "
+                             + raw_line(other._file(p.file), p.line))
+            self.reload()
+        return copied
+
+
+def _progress_batch_ok(obj: Any, workloads: int) -> bool:
+    """Whether a progress line is a batch eto wrote: typed fields, records on known workloads."""
+    if not (isinstance(obj, dict) and all(isinstance(obj.get(k), str) for k in ("op_key", "target", "method"))
+            and isinstance(obj.get("trials"), int) and isinstance(obj.get("seconds"), (int, float))
+            and isinstance(obj.get("records", []), list) and isinstance(obj.get("trajectory", []), list)):
+        return False
+    return all(isinstance(e, list) and len(e) == 3 and isinstance(e[0], int) and 0 <= e[0] < workloads
+               and isinstance(e[2], (int, float)) for e in obj.get("records", []))

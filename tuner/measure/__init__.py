@@ -1,0 +1,10 @@
+"""Measurement and the backend: candidates built and run for real, and MetaSchedule's own search.
+
+* :mod:`~tuner.measure.measurer` -- :class:`~tuner.measure.measurer.Measurer`: parallel builds, sequential runs;
+* :mod:`~tuner.measure.builder` -- persistent build workers and a forked build server;
+* :mod:`~tuner.measure.finalists` -- screen briefly, settle the best few precisely;
+* :mod:`~tuner.measure.trajectory` -- run times and best-so-far trajectories;
+* :mod:`~tuner.measure.apply` -- a tuning record back into a program (replay, build, run);
+* :mod:`~tuner.measure.backend` -- the backend compiler: MetaSchedule (Ansor's space) per operator;
+* :mod:`~tuner.measure.faults` -- kill points for the fault-injection tests.
+"""

@@ -1,0 +1,485 @@
+"""The backend compiler: MetaSchedule (Ansor's search space, evolutionary search, XGBoost model).
+
+The paper's backend is Ansor; TVM removed ``auto_scheduler`` in v0.20 and MetaSchedule's
+multi-level-tiling rules are Ansor's sketch rules, so MetaSchedule plays that role here.
+:func:`tune_backend` tunes one or several operators with TVM's task scheduler and, per operator,
+records what the benchmarks need: candidates measured, wall seconds, the best programs and the
+best-so-far trajectory ``(seconds, trial, best latency)`` from which "time to best" and "time to
+reach latency X" are computed. Each operator's result is handed to ``on_result`` as soon as its
+task finishes, so a caller can commit it before the rest of the set is done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import re
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, Callable, Literal, Sequence
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.builder import PyBuilder
+from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture
+
+from tuner.measure.faults import kill_point
+from tuner.measure.finalists import settle_records
+from tuner.analysis.intrinsics import register_tensor_intrinsics
+from tuner.measure.measurer import BuildCut, Measurer, run_error_message
+from tuner.measure.trajectory import TrajectoryPoint, median_secs, time_to_reach, trials_to_reach
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tvm.s_tir.meta_schedule.database import Database as MSDatabase, TuningRecord
+    from tvm.s_tir import Schedule
+    from tvm.target import Target
+    from tvm.tirx import PrimFunc
+
+Scheduler = Literal["gradient", "round-robin"]
+
+
+@dataclass(frozen=True)
+class BackendTask:
+    name: str
+    func: "PrimFunc"
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class BackendResult:
+    """One operator's backend tuning: its best programs (best first) and how it got there."""
+
+    name: str
+    records: tuple["TuningRecord", ...]
+    candidates: int
+    failed: int
+    seconds: float
+    trajectory: tuple[TrajectoryPoint, ...]
+    errors: tuple[str, ...] = ()
+    #: where ``seconds`` went: the search (candidate generation, cost-model updates), the builds and
+    #: the timed runs, summed over the batches; a run's time varies by process, and this says which part
+    phases: "tuple[float, float, float]" = (0.0, 0.0, 0.0)
+
+    @property
+    def phase_seconds(self) -> dict[str, float]:
+        return dict(zip(("search_s", "build_s", "run_s"), self.phases))
+
+    @property
+    def best_latency(self) -> float:
+        return median_secs(self.records[0].run_secs) if self.records else math.inf
+
+    def time_to_best(self) -> float | None:
+        """Run seconds at which the final best latency was first reached ("Ansor best")."""
+        return self.time_to_reach(self.best_latency)
+
+    def time_to_reach(self, latency: float) -> float | None:
+        """Run seconds at which the best-so-far first got to ``latency`` or better ("Ansor same")."""
+        return time_to_reach(self.trajectory, latency)
+
+    def trials_to_reach(self, latency: float) -> int | None:
+        return trials_to_reach(self.trajectory, latency)
+
+
+@dataclass
+class _TaskProgress:
+    name: str
+    budget: int
+    trials: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+    best: float = math.inf
+    trajectory: list[TrajectoryPoint] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    reported: bool = False
+    phases: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # search, build, run
+
+
+class _BatchClock:
+    """Times each batch from the end of the previous measurement to the end of its own runs.
+
+    The task scheduler generates a task's candidates, builds and runs them, and calls the measure
+    callbacks only when it comes back to that task; so the gap before a build (search and cost-model
+    update) plus the build and the runs is that batch's cost, and the batch's measurements end when
+    its runs do. Batches are matched to tasks by the identity of their first module. Each batch's
+    seconds are split at the build's start and end into search, build and run.
+    """
+
+    def __init__(self) -> None:
+        self.last_end = time.perf_counter()
+        self.pending: list[list] = []  # [first module, gap start, build start, run start, end]
+
+    def built(self, first_mod) -> None:
+        """A batch's build starts (its search ended)."""
+        self.pending.append([first_mod, self.last_end, time.perf_counter(), None, None])
+
+    def running(self) -> None:
+        """The batch's builds are done; its runs start."""
+        if self.pending and self.pending[-1][3] is None:
+            self.pending[-1][3] = time.perf_counter()
+
+    def ran(self) -> None:
+        self.last_end = time.perf_counter()
+        if self.pending and self.pending[-1][4] is None:
+            self.pending[-1][4] = self.last_end
+
+    def take(self, first_mod) -> tuple[float, float, tuple[float, float, float]] | None:
+        """The batch's seconds, its end, and its (search, build, run) seconds."""
+        for i, (mod, start, build, run, end) in enumerate(self.pending):
+            if mod.same_as(first_mod):
+                del self.pending[i]
+                end = end if end is not None else time.perf_counter()
+                run = run if run is not None else end
+                return end - start, end, (build - start, run - build, end - run)
+        return None
+
+
+@derived_object
+class _TimedBuilder(PyBuilder):
+    """The measurer's builder, timed. ``timeout``: eto's roots' short build timeout (a
+    PersistentBuilder's ``build_within``), lowered per task by a :class:`tuner.measure.measurer.BuildCut` as
+    a reuse search's, probing one candidate per worker. Measured on BERT-Base's root (the stored
+    programs of an eto run and of MetaSchedule's, 190 and 200, rebuilt one by one): the best 10
+    built in 0.2-1.1 s, every build over 2 s ran 2.5-21x slower than the best; cuts at 10 s had
+    cost that eto root 114 s of builds against 27 s in MetaSchedule's own run of it."""
+
+    def __init__(self, inner, clock: _BatchClock, timeout: float | None = None):
+        super().__init__()
+        self.inner, self.clock, self.timeout = inner, clock, timeout
+        self.cuts: dict[str, BuildCut] = {}  # per task
+
+    def build(self, build_inputs):
+        if build_inputs:
+            self.clock.built(build_inputs[0].mod)
+        if self.timeout is None or not build_inputs:
+            results = self.inner.build(build_inputs)
+        else:
+            key = _task_key(build_inputs[0].mod)
+            cut = self.cuts.setdefault(key, BuildCut(probe=getattr(self.inner, "max_workers", 1), ceiling=self.timeout))
+            results = []
+            for part in cut.parts(build_inputs):
+                res = self.inner.build_within(part, cut.cap)
+                results += res
+                cut.record(sec if r.error_msg is None else None for sec, r in zip(self.inner.seconds, res))
+        self.clock.running()
+        kill_point("backend.built")
+        return results
+
+
+def _task_key(mod) -> str:
+    """The task a candidate belongs to, by its parameters' shapes and types (what its builds share)."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    return str([info.as_json() for info in ArgInfo.from_entry_func(mod, remove_preproc=True)])
+
+
+@derived_object
+class _TimedRunner(PyRunner):
+    def __init__(self, inner, clock: _BatchClock):
+        super().__init__()
+        self.inner, self.clock = inner, clock
+
+    def run(self, runner_inputs):
+        futures = self.inner.run(runner_inputs)
+        results = [f.result() for f in futures]  # measurements are synchronous: no build overlaps a run
+        self.clock.ran()
+        kill_point("backend.ran")
+        return [_Done(r) for r in results]
+
+
+@derived_object
+class _Done(PyRunnerFuture):
+    def __init__(self, result):
+        super().__init__()
+        self.res = result
+
+    def done(self) -> bool:
+        return True
+
+    def result(self):
+        return self.res
+
+
+@derived_object
+class _ProgressCallback(PyMeasureCallback):
+    """Runs after MetaSchedule's own callbacks (so the batch is already in its database)."""
+
+    def __init__(self, progress: list[_TaskProgress], start: float, clock: _BatchClock,
+                 finish: Callable[[int], None], on_batch: Callable[[str, int, int, float], None] | None,
+                 on_measured: "Callable[[int, list, int, float], None] | None" = None):
+        super().__init__()
+        self.progress = progress
+        self.start = start
+        self.clock = clock
+        self.finish = finish
+        self.on_batch = on_batch
+        self.on_measured = on_measured
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
+        p = self.progress[task_id]
+        timing = self.clock.take(measure_candidates[0].sch.mod) if measure_candidates else None
+        if timing is None:
+            timing = (0.0, time.perf_counter(), (0.0, 0.0, 0.0))
+        p.seconds += timing[0]
+        p.phases = [a + b for a, b in zip(p.phases, timing[2])]
+        at = timing[1] - self.start
+        measured = []
+        for c, b, r in zip(measure_candidates, builder_results, runner_results):
+            p.trials += 1
+            latency = median_secs(r.run_secs)
+            if b.error_msg is not None or r.error_msg is not None or math.isinf(latency):
+                p.failed += 1
+                if len(p.errors) < 5:
+                    p.errors.append(str(b.error_msg).strip().splitlines()[-1][:300] if b.error_msg is not None
+                                    else run_error_message(r.error_msg))
+                continue
+            measured.append((c, r.run_secs))
+            p.best = min(p.best, latency)
+            p.trajectory.append(TrajectoryPoint(at, p.trials, p.best))
+        kill_point("backend.measured")
+        if self.on_measured is not None:
+            self.on_measured(task_id, measured, len(measure_candidates), timing[0])
+        if not p.trajectory or p.trajectory[-1].trial != p.trials:
+            p.trajectory.append(TrajectoryPoint(at, p.trials, p.best))
+        if self.on_batch is not None:
+            self.on_batch(p.name, p.trials, p.budget, p.best)
+        if p.trials >= p.budget and not p.reported:
+            self.finish(task_id)
+        # the callers' work on this batch (checkpoint, correctness gate) is not the next batch's cost
+        self.clock.last_end = time.perf_counter()
+
+
+def _task_logger(log_dir: str | None, name: str, verbose: bool) -> logging.Logger:
+    """A per-task logger writing MetaSchedule's task log to ``log_dir`` (if any), not the console.
+
+    MetaSchedule's own ``get_loggers_from_work_dir`` reconfigures global logging with
+    ``dictConfig`` on every call and fails on a second call in the same process when another
+    library has attached an unnamed handler, so eto builds its loggers itself.
+    """
+    logger = logging.getLogger(f"eto.metaschedule.{name}")
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG if (log_dir or verbose) else logging.WARNING)
+    for h in list(logger.handlers):
+        logger.removeHandler(h)
+        h.close()
+    if log_dir:
+        os.makedirs(log_dir, exist_ok=True)
+        fh = logging.FileHandler(os.path.join(log_dir, f"{name}.log"))
+        fh.setFormatter(logging.Formatter("%(asctime)s [%(levelname)s] %(message)s"))
+        logger.addHandler(fh)
+    if verbose:
+        logger.addHandler(logging.StreamHandler(sys.stderr))
+    if not logger.handlers:
+        logger.addHandler(logging.NullHandler())
+    return logger
+
+
+def light_search(seed_population: int = 64) -> "ms.search_strategy.SearchStrategy":
+    """Evolutionary search with a small population: seconds instead of minutes per batch."""
+    return ms.search_strategy.EvolutionarySearch(
+        population_size=seed_population, init_measured_ratio=0.1, init_min_unmeasured=16,
+        genetic_num_iters=2, genetic_mutate_prob=0.85, genetic_max_fail_count=4,
+    )
+
+
+#: MetaSchedule's searches by name (command lines, benchmarks)
+SearchName = Literal["evolutionary", "light"]
+
+
+def search_strategy(name: SearchName) -> "str | ms.search_strategy.SearchStrategy":
+    """The search called ``name``: MetaSchedule's evolutionary default, or :func:`light_search`."""
+    if name == "light":
+        return light_search()
+    if name != "evolutionary":
+        raise ValueError(f"unknown search {name!r}: evolutionary or light")
+    return name
+
+
+def single_program(func: "PrimFunc", target: "Target") -> bool:
+    """Whether the backend's design space of ``func`` holds one program: one sketch whose trace
+    samples nothing. MetaSchedule's rules sample no unroll for a function without a reduction, so an
+    element-wise or layout function has one; its search measures that program, then spends empty
+    iterations (five, seconds each) looking for another. One trial is such a function's budget."""
+    from tvm.ir import IRModule
+
+    register_tensor_intrinsics(target)
+    ctx = ms.TuneContext(mod=IRModule({"main": func}), target=target, space_generator="post-order-apply",
+                         task_name="space", num_threads=1)
+    spaces = ctx.generate_design_space()
+    return len(spaces) == 1 and not len(spaces[0].trace.decisions)
+
+
+#: MetaSchedule's XGBoost model ranks candidates at random until it holds this many measurements
+#: (its default), whatever their tasks. A model's dozen tasks pass it in their first batches; one
+#: task alone (eto's roots) spent its whole second batch unranked. Measured on two matmuls tuned
+#: alone, 6 runs each way (experiments/backend_warmup.py): the second batch of 64 improved the best
+#: in 6 of 6 runs ranked after one batch (median 1.16x), in 2 of 6 with MetaSchedule's default.
+XGB_WARMUP_SAMPLES = 100
+
+
+def warmup_samples(batch: int) -> int:
+    """Measurements before the cost model ranks: one batch (at most MetaSchedule's 100), so a task
+    tuned alone is ranked from its second batch on, as a task tuned among others is."""
+    return max(1, min(batch, XGB_WARMUP_SAMPLES))
+
+
+def default_cost_model(threads: int, batch: int) -> "ms.CostModel":
+    """MetaSchedule's XGBoost model, ranking from a task's second batch on (:func:`warmup_samples`)."""
+    return ms.CostModel.create("xgb", num_tuning_cores=threads, num_warmup_samples=warmup_samples(batch))
+
+
+def tune_backend(
+    tasks: Sequence[BackendTask],
+    target: "Target",
+    *,
+    trials_per_task: int,
+    measurer: Measurer,
+    num_trials_per_iter: int = 64,
+    scheduler: Scheduler = "gradient",
+    seed: int | None = None,
+    top_k: int | None = None,
+    prior: "MSDatabase | None" = None,
+    warm_start: "Sequence[Sequence[tuple[Schedule, float] | TuningRecord]] | None" = None,
+    cost_model: "ms.CostModel | None" = None,
+    work_dir: str | None = None,
+    num_threads: int | None = None,
+    on_result: Callable[[BackendResult], None] | None = None,
+    on_batch: Callable[[str, int, int, float], None] | None = None,
+    on_measured: "Callable[[str, list[TuningRecord], int, float], None] | None" = None,
+    strategy: "str | ms.search_strategy.SearchStrategy" = "evolutionary",
+    finalists: int = 0,
+    short_builds: bool = False,
+    verbose: bool = False,
+) -> list[BackendResult]:
+    """Tune ``tasks`` with MetaSchedule, ``trials_per_task`` measured candidates each.
+
+    ``prior`` (a MetaSchedule database) seeds the evolutionary search with programs measured
+    before; ``warm_start`` gives per task programs measured elsewhere (postprocessed schedules and
+    seconds, e.g. the reuse tuner's candidates): they join the search's database, seeding its
+    population, and train the cost model before the first batch, so the search continues from them
+    instead of starting cold. ``cost_model``: the search's (default: :func:`default_cost_model`).
+    Results keep every program that ran, best first (``top_k``: the best few), as MetaSchedule's
+    JSON database does: a later reuse's ranker learns from all. ``on_result``: each result at once;
+    ``on_measured(name, records, trials, seconds)``: each batch as soon as it is measured (the
+    programs that ran, and the batch's trials and seconds, failures included), so a caller can make
+    progress durable before the task ends. ``warm_start`` entries may also be TuningRecords (a
+    resumed run's own batches), stored with their run times. ``strategy``: evolutionary by default
+    (:func:`light_search`). ``short_builds``: :meth:`Measurer.search_build_timeout` (eto's roots)."""
+    if not tasks or trials_per_task < 1:
+        raise ValueError("no tasks to tune" if not tasks else f"trials_per_task must be positive, got {trials_per_task}")
+    register_tensor_intrinsics(target)  # what a TuneContext would import, without its 25 s
+
+    threads = num_threads or int(os.environ.get("TVM_NUM_THREADS", "0") or 0) or measurer.config.num_threads or 1
+    contexts = _contexts(tasks, target, strategy=strategy, seed=seed, threads=threads, work_dir=work_dir, verbose=verbose)
+    database = ms.database.MemoryDatabase()
+    for rec in prior.get_all_tuning_records() if prior is not None else ():
+        database.commit_workload(rec.workload.mod)
+        database.commit_tuning_record(rec)
+    batch = min(num_trials_per_iter, trials_per_task)
+    cost_model = cost_model or default_cost_model(threads, batch)
+    _warm_start(contexts, tasks, warm_start or [[] for _ in tasks], database, cost_model, target)
+    progress = [_TaskProgress(t.name, trials_per_task) for t in tasks]
+    results: list[BackendResult | None] = [None] * len(tasks)
+
+    def finish(i: int) -> None:
+        p, t0 = progress[i], time.perf_counter()
+        p.reported = True
+        records = settle_records(_best_first(database, contexts[i].mod, top_k), measurer, target, finalists)
+        res = BackendResult(p.name, tuple(records), p.trials, p.failed, p.seconds + time.perf_counter() - t0,
+                            tuple(p.trajectory), tuple(p.errors), tuple(p.phases))
+        results[i] = res
+        if on_result is not None:
+            on_result(res)
+
+    clock = _BatchClock()
+    measured = None if on_measured is None else partial(_as_records, database, contexts, target, tasks, on_measured)
+    callback = _ProgressCallback(progress, clock.last_end, clock, finish, on_batch, measured)
+    with contextlib.nullcontext(work_dir) if work_dir else tempfile.TemporaryDirectory(prefix="eto-ms-") as scratch:
+        ms.tune.tune_tasks(
+            tasks=contexts, task_weights=[t.weight for t in tasks], work_dir=scratch,
+            max_trials_global=trials_per_task * len(tasks), max_trials_per_task=trials_per_task,
+            num_trials_per_iter=batch,
+            builder=_TimedBuilder(measurer.builder, clock,
+                                  measurer.search_build_timeout(target) if short_builds else None),
+            runner=_TimedRunner(measurer.runner, clock),
+            database=database, cost_model=cost_model,
+            measure_callbacks=ms.MeasureCallback.create("default") + [callback], task_scheduler=scheduler,
+        )
+    for i in [i for i, r in enumerate(results) if r is None]:  # the search space ran out before the budget
+        finish(i)
+    return results  # type: ignore[return-value]
+
+
+def _best_first(database, mod, top_k: int | None) -> list:
+    """``mod``'s programs that ran, fastest first by median run time, the best ``top_k`` (None: all).
+    MetaSchedule's database ranks by the mean, so its first could miss a program with a lower median
+    (a warm-start program timed once against a search's three repeats, say)."""
+    everything = database.get_top_k(database.commit_workload(mod), 1 << 30)
+    ran = (r for r in everything if median_secs(r.run_secs) < math.inf)
+    return sorted(ran, key=lambda r: median_secs(r.run_secs))[:top_k or None]
+
+
+def _as_records(database, contexts, target, tasks, on_measured, i: int, batch: list, trials: int,
+                seconds: float) -> None:
+    """Hand a measured batch to ``on_measured`` as TuningRecords of task ``i``."""
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+
+    wl = database.commit_workload(contexts[i].mod)
+    records = [TuningRecord(c.sch.trace, wl, [float(x) for x in secs], target, c.args_info) for c, secs in batch]
+    on_measured(tasks[i].name, records, trials, seconds)
+
+
+def _contexts(tasks: Sequence[BackendTask], target: "Target", *, strategy, seed: int | None, threads: int,
+              work_dir: str | None, verbose: bool) -> list:
+    """One MetaSchedule TuneContext per task, each with its own logger and forked random seed."""
+    from tvm.s_tir.meta_schedule.utils import fork_seed
+
+    # Task names become log file names: keep them to safe characters.
+    names = [re.sub(r"[^A-Za-z0-9_.,-]+", "_", t.name) for t in tasks]
+    log_dir = os.path.join(work_dir, "logs") if work_dir else None
+    return [
+        ms.TuneContext(
+            mod=t.func, target=target, space_generator="post-order-apply", search_strategy=strategy,
+            task_name=name, rand_state=rs, num_threads=threads,
+            logger=_task_logger(log_dir, f"task_{i}_{name}", verbose),
+        ).clone()
+        for i, (t, name, rs) in enumerate(zip(tasks, names, fork_seed(seed, n=len(tasks))))
+    ]
+
+
+def _warm_start(contexts, tasks, warm_start, database, cost_model, target) -> None:
+    """Commit each task's warm-start programs to ``database`` and train ``cost_model`` on them."""
+    if len(warm_start) != len(tasks):
+        raise ValueError(f"warm_start has {len(warm_start)} entries for {len(tasks)} tasks")
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+    from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+
+    for ctx, task, programs in zip(contexts, tasks, warm_start):
+        programs = [_as_program(p, ctx.mod) for p in programs]
+        programs = [(sch, secs) for sch, secs in programs if math.isfinite(median_secs(secs))]
+        if not programs:
+            continue
+        args = ArgInfo.from_prim_func(task.func)
+        wl = database.commit_workload(ctx.mod)
+        for sch, secs in programs:
+            database.commit_tuning_record(TuningRecord(sch.trace, wl, secs, target, args))
+        cost_model.update(ctx, [MeasureCandidate(sch, args) for sch, _ in programs],
+                          [RunnerResult(secs, None) for _, secs in programs])
+
+
+def _as_program(p, mod) -> tuple:
+    """A warm-start entry as (schedule, run seconds): a (schedule, seconds) pair or a TuningRecord."""
+    from tvm.s_tir import Schedule
+
+    if isinstance(p, tuple):
+        return p[0], [float(p[1])]
+    sch = Schedule(mod)
+    p.trace.apply_to_schedule(sch, remove_postproc=False)
+    return sch, [float(x) for x in p.run_secs]
