@@ -79,7 +79,7 @@ def test_instant_program_is_checked_served_and_not_a_tuning_result(tuned_db, tmp
 
     tuner = ReuseTuner(new.prim_func(), db.best(KNOWN, target).tuning_record, target)
     growth = "outer" if r.by == "kept" else "parallel"
-    assert config_of(r.program.tuning_record, tuner) == tuner.reuse.space.kept_tiles(growth=growth)  # a reuse seed
+    assert config_of(r.program.tuning_record, tuner) == tuner.space.kept_tiles(growth=growth)  # a reuse seed
     assert check_record(new, r.program.tuning_record, target).ok  # TVM reads it back; it matches numpy
     assert db.best(new, target) == r.program  # served at once...
     assert not db.attempted(new, target) and new not in db.tuned(target)  # ...but still to be tuned
@@ -110,7 +110,7 @@ def test_instant_program_also_times_the_widest_panel_where_one_applies(tuned_db,
     pred = predict(new.prim_func(), source, target)
     by = {p.by: p for p in (pred, *pred.alternatives)}
     tuner = ReuseTuner(new.prim_func(), source, target)
-    panel = widest_panel(tuner.reuse.space.panel_round())
+    panel = widest_panel(tuner.space.panel_round())
     assert "panel" in by and by["panel"].config == panel
     assert panel.space[1] == (1, 1, 16, 1) and panel.space[2][1:] == (1, 2, 16)  # rows whole, 2 x 2 vectors
     r = instant(new, db, target)
@@ -135,7 +135,7 @@ def test_instant_program_follows_a_ranker_only_where_it_knows_the_shape(tuned_db
 
     def kept_fails(tuner, cand):  # pretend β's kept tiles (either placement of the growth) fail
         calls.append(cand)
-        kept = [tuner.reuse.space.kept_tiles(growth=g) for g in ("outer", "parallel")]
+        kept = [tuner.space.kept_tiles(growth=g) for g in ("outer", "parallel")]
         return cand.cfg not in kept and real_built(tuner, cand)
 
     class Ranker:

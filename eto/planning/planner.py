@@ -26,7 +26,7 @@ from tuner.reuse.space import DEFAULT_STRATEGY, target_limits
 
 from eto.operators import Operator
 from eto.operators.opsets import OperatorSet
-from eto.options import default_polish
+from eto.options import DISTANCE_WEIGHT, MAX_REDUCTION_RATIO, BridgeOption, CostModel, default_polish
 from eto.planning.time_model import TimeModel, learn_time_model
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,23 +36,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from eto.target import TargetKind
 
-BridgeOption = Literal["none", "1hop", "all"]
-CostModel = Literal["analytic", "estimate"]
-#: How much larger α's reduction may be than β's for a reuse edge (see :func:`reduction_ratio`).
-MAX_REDUCTION_RATIO = 4.0
 #: A backend root that holds at most this share of the set's work (frequency x FLOPs) is planned
 #: again with its reduction cap doubled (:func:`minor_roots`): the cap may be all that keeps it a root.
 MINOR_SHARE = 0.05
-#: The selection's preference for near sources (:func:`selector.distance_preference`): a reuse
-#: edge weighs ``1 + DISTANCE_WEIGHT * d`` times its seconds, d the summed |log| of the loop extents'
-#: ratios. Beyond the paper, whose selection sees cost only: E7's reuses of BERT-Base at new lengths
-#: that changed only the rows (<= 3x) reached 0.98 of MetaSchedule at the median, those that changed
-#: the columns or the reduction 4x 0.83 and 0.65, and the plan had picked the latter for 0.8% less
-#: estimated time (15.35 against 15.48 s at seq 384). With 0.2 a source 4x away in one loop weighs
-#: 1.28, one 1.5x away 1.08, so the far one must be about 16% cheaper to be chosen. Measured
-#: (experiments/README.md, "The plan's preference for near sources"): seq 192 0.72 of MetaSchedule
-#: instead of 0.68, seq 384 0.99 instead of 0.85; ResNet-50 N = 100 unchanged (0.894 / 0.892).
-DISTANCE_WEIGHT = 0.2
 
 
 class BridgeCatalogue:
@@ -67,7 +53,7 @@ class BridgeCatalogue:
         #: parameters, and for a model's fused tasks the function a bridge is rebuilt like
         #: (eto.models.tasks.bridge_task; the first member whose recipe applies)
         self.members = {k: tuple(v) for k, v in members.items()}
-        self.built_candidate: dict[tuple, Operator | None] = {}
+        self._built: dict[tuple, Operator | None] = {}
 
     @classmethod
     def of(cls, members: Sequence[Operator]) -> "BridgeCatalogue":
@@ -84,9 +70,9 @@ class BridgeCatalogue:
 
     def __call__(self, b: LoopNestOp) -> Operator | None:
         key = (b.type, b.sketch, b.space, b.reduction)
-        if key not in self.built_candidate:
-            self.built_candidate[key] = self._build(b)
-        return self.built_candidate[key]
+        if key not in self._built:
+            self._built[key] = self._build(b)
+        return self._built[key]
 
     def _build(self, b: LoopNestOp) -> Operator | None:
         members = self.members.get((b.type, b.sketch), ())

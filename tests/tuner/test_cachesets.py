@@ -74,7 +74,7 @@ def test_a_set_safe_program_builds_and_matches_numpy(monkeypatch):
     tuner = ReuseTuner(alpha.prim_func(), sampled_record(beta, target), target)
     b = tuner.beta_cfg  # β as if its register block had 16 output channels: (8, 1, 1, 16) of 128
     wide = TileConfig("cpu", tuple((8, 1, 1, 16) if d == 1 else f for d, f in enumerate(b.space)), b.reduction)
-    space = dataclasses.replace(tuner.reuse.space, beta_cfg=wide)
+    space = dataclasses.replace(tuner.space, beta_cfg=wide)
     assert space.kept_tiles().space[1] == (16, 1, 1, 16)
     monkeypatch.setattr(cachesets, "cpu_cache", lambda level=1: L1)
     safe = set_safe_tiles(space)

@@ -129,7 +129,7 @@ def test_a_panel_seed_leads_round_panel_even_when_ranked_last(ffn_tuner):
     from tuner.reuse.search import config_of
 
     tuner, k = ffn_tuner, 2
-    seed = tuner.reuse.space.panel_round()[0]
+    seed = tuner.space.panel_round()[0]
 
     class Reversed:
         trained = True
@@ -159,5 +159,5 @@ def test_a_panel_seed_leads_round_panel_even_when_ranked_last(ffn_tuner):
     assert seed not in {config_of(r, tuner) for r in plain.records}
     from tuner.reuse.panel import blocked_lead  # the blocked lead too: ranked last as well, measured in both
 
-    lead = blocked_lead(tuner.reuse.space.panel_round())
+    lead = blocked_lead(tuner.space.panel_round())
     assert all(lead in {config_of(r, tuner) for r in res.records} for res in (plain, seeded))

@@ -59,9 +59,9 @@ def test_ranked_tuner_measures_the_top_k_and_the_estimator_counts_it():
     beta = Operator.create("C2D", N=1, CI=64, H=14, W=14, CO=64, KH=3, KW=3, padding=1)
     alpha = Operator.create("C2D", N=1, CI=32, H=14, W=14, CO=32, KH=3, KW=3, padding=1)
     tuner = ReuseTuner(alpha.prim_func(), sampled_record(beta, target), target, ranges="cpu")
-    kept = tuner.reuse.space.kept_lead()  # β's own tiles on α's loops: not one of round T's configurations
-    assert kept is not None and kept == tuner.reuse.space.kept_tiles() and kept not in tuner.reuse.space.t_round()
-    t_round = tuner.reuse.space.t_round()
+    kept = tuner.space.kept_lead()  # β's own tiles on α's loops: not one of round T's configurations
+    assert kept is not None and kept == tuner.space.kept_tiles() and kept not in tuner.space.t_round()
+    t_round = tuner.space.t_round()
     k = 3
     assert len(t_round) > 2 * k
 
@@ -88,8 +88,8 @@ def test_ranked_tuner_measures_the_top_k_and_the_estimator_counts_it():
     res = tuner.tune(dry_measure, strategy="global", ranker=MedianFirst(), top_k=k)
     # the ranked picks are not fed back: a biased sample would teach the ranker their tiles
     assert res.invalid == 0 and max(batches) <= k and MedianFirst.observed == 0
-    assert lead_tiles(tuner.reuse.space)[0] == kept
-    assert res.rounds["T"] == len(lead_tiles(tuner.reuse.space)) + k
+    assert lead_tiles(tuner.space)[0] == kept
+    assert res.rounds["T"] == len(lead_tiles(tuner.space)) + k
     assert all(n <= k for name, n in res.rounds.items() if name != "T")
     assert res.config == kept and len(res.records) == res.candidates  # measured first, ties keep it
     estimated = trials_for_config("cpu", tuner.alpha, tuner.beta, tuner.beta_cfg, strategy="global",
@@ -110,9 +110,9 @@ def test_betas_kept_tiles_lead_even_when_round_t_holds_them_and_ranks_them_last(
     beta = Operator.create("C2D", N=1, CI=64, H=7, W=7, CO=64, KH=1, KW=1)
     alpha = Operator.create("C2D", N=1, CI=128, H=7, W=7, CO=64, KH=1, KW=1)
     tuner = ReuseTuner(alpha.prim_func(), sampled_record(beta, target), target, ranges="cpu")
-    kept, t_round = tuner.reuse.space.kept_lead(), tuner.reuse.space.t_round()
-    assert kept == tuner.reuse.space.kept_tiles() and kept in t_round and tuner.reuse.space.kept_in_t_round()
-    assert lead_tiles(tuner.reuse.space)[0] == kept
+    kept, t_round = tuner.space.kept_lead(), tuner.space.t_round()
+    assert kept == tuner.space.kept_tiles() and kept in t_round and tuner.space.kept_in_t_round()
+    assert lead_tiles(tuner.space)[0] == kept
     k = 3
     assert len(t_round) > 2 * k
 
@@ -144,7 +144,7 @@ def test_betas_kept_tiles_lead_even_when_round_t_holds_them_and_ranks_them_last(
 
     tuner.schedule = tagged
     res = tuner.tune(dry_measure, strategy="global", ranker=KeptLast(), top_k=k)
-    lead = len(lead_tiles(tuner.reuse.space))
+    lead = len(lead_tiles(tuner.space))
     assert kept in measured[:lead] and kept not in measured[lead:lead + k] and res.config == kept
     assert res.rounds["T"] == lead + k  # the leads, then one batch of round T
     estimated = trials_for_config("cpu", tuner.alpha, tuner.beta, tuner.beta_cfg, strategy="global",
@@ -206,8 +206,8 @@ def test_a_ranker_that_does_not_know_alphas_size_gets_a_random_sample_and_learns
         assert len(ranker.observed) == len(measured) == res.candidates
         runs.append(measured)
     assert runs[0] == runs[1]  # the same sample on a rerun
-    lead = len(lead_tiles(tuner.reuse.space))  # measured first, all tied: β's kept tiles win them
-    t_round = tuner.reuse.space.t_round()
+    lead = len(lead_tiles(tuner.space))  # measured first, all tied: β's kept tiles win them
+    t_round = tuner.space.t_round()
     sampled = runs[0][lead:lead + k]
     assert len(t_round) > 3 * k and res.rounds["T"] <= lead + 2 * k
     assert set(sampled) <= set(t_round) and sampled != t_round[:k]  # round T's, not in its own order

@@ -38,7 +38,7 @@ def lead_space(alpha: Operator, beta: Operator, kept: TileConfig):
     target = cpu_target()
     func = alpha.prim_func() if isinstance(alpha, Operator) else alpha
     tuner = ReuseTuner(func, sampled_record(beta, target), target)
-    return tuner, dataclasses.replace(tuner.reuse.space, beta_cfg=kept, native_lanes=16, cores=2, registers=32)
+    return tuner, dataclasses.replace(tuner.space, beta_cfg=kept, native_lanes=16, cores=2, registers=32)
 
 
 #: ResNet-50's C2D[1,512,7,7,2048,1,1]: 2,048 input channels, 512 output channels, 7 x 7 outputs
@@ -83,7 +83,7 @@ def test_the_lead_moves_the_block_onto_betas_kept_tiles_and_keeps_every_loops_ex
     tuner = ReuseTuner(X.prim_func(), sampled_record(beta, target), target)
     # β as the set benchmark's reuse found it: 8 channels x 7 columns, the rows in the parallel loop
     kept = TileConfig("cpu", ((1, 1, 1, 1), (16, 2, 2, 8), (7, 1, 1, 1), (1, 1, 1, 7)), ((128, 16), (1, 1), (1, 1)))
-    space = dataclasses.replace(tuner.reuse.space, beta_cfg=kept, native_lanes=16, cores=2, registers=32)
+    space = dataclasses.replace(tuner.space, beta_cfg=kept, native_lanes=16, cores=2, registers=32)
     assert space.kept_tiles().space == kept.space
     lead = register_tiles(space)
     assert lead is not None and tuple(f[-1] for f in lead.space) == (1, 4, 7, 7)
@@ -177,7 +177,7 @@ def test_the_lead_gives_the_innermost_reduction_loop_at_least_16_steps():
     beta = Operator.create("C2D", N=1, CI=1024, H=14, W=14, CO=512, KH=1, KW=1, stride=2)
     tuner = ReuseTuner(X.prim_func(), sampled_record(beta, cpu_target()), cpu_target())
     kept = TileConfig("cpu", ((1, 1, 1, 1), (16, 2, 1, 16), (7, 1, 1, 1), (1, 1, 1, 7)), ((256, 4), (1, 1), (1, 1)))
-    space = dataclasses.replace(tuner.reuse.space, beta_cfg=kept, native_lanes=16, cores=2, registers=32)
+    space = dataclasses.replace(tuner.space, beta_cfg=kept, native_lanes=16, cores=2, registers=32)
     lead = register_tiles(space)
     assert lead.reduction[0][1] >= 32 and math.prod(lead.reduction[0]) == alpha.reduction[0]
     # measured with the unroll limit that covers 4 rows x 32 steps: 512 of MetaSchedule's options

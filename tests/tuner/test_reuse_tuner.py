@@ -378,7 +378,7 @@ def test_estimator_counts_what_the_tuner_measures():
     beta = Operator.create("C2D", N=1, CI=64, H=14, W=14, CO=64, KH=3, KW=3, padding=1)
     alpha = Operator.create("C2D", N=1, CI=32, H=14, W=14, CO=32, KH=3, KW=3, padding=1)
     tuner = ReuseTuner(alpha.prim_func(), sampled_record(beta, target), target, ranges="paper")
-    t_round = tuner.reuse.space.t_round()
+    t_round = tuner.space.t_round()
     winner = t_round[len(t_round) // 2]
     cfg_of, schedule = {}, tuner.schedule
 
@@ -390,7 +390,7 @@ def test_estimator_counts_what_the_tuner_measures():
 
     batches = []
 
-    lead = tuner.reuse.space.kept_lead() is not None  # β's kept tiles are measured first, on their own
+    lead = tuner.space.kept_lead() is not None  # β's kept tiles are measured first, on their own
 
     def dry_measure(schedules):  # round T: the median candidate wins; every later one is slower
         batches.append(len(schedules))
@@ -528,8 +528,8 @@ def test_mutated_parallel_extent_keeps_the_sketch_and_getS_takes_betas():
     mutated = TuningRecord(sch.trace, rec.workload, [1e-3], target, rec.args_info)
     assert Sketch(mutated.trace).signature == Sketch(rec.trace).signature
     tuner = ReuseTuner(a.prim_func(), mutated, target)
-    assert [i[1][1] for i in tuner.analysis.sketch.insts if i[0] == "Annotate" and i[2] == ["meta_schedule.parallel"]] == [7]
-    cand = tuner.schedule(tuner._cand(tuner.reuse.space.t_round()[0]))
+    assert [i[1][1] for i in tuner.sketch.insts if i[0] == "Annotate" and i[2] == ["meta_schedule.parallel"]] == [7]
+    cand = tuner.schedule(tuner._cand(tuner.space.t_round()[0]))
     insts, _ = plain(cand.trace.as_json())
     assert [i[1][1] for i in insts if i[0] == "Annotate" and i[2] == ["meta_schedule.parallel"]] == [7]
 
@@ -549,7 +549,7 @@ def test_a_padding_stage_beta_lacks_is_placed_at_the_root_then_tried_inlined():
     assert len(places) == 1 and places[0].default() == ROOT
     assert INLINE in places[0].alternatives(ROOT) and ROOT not in places[0].alternatives(ROOT)
     assert any(name.startswith("place") for name, _ in tuner.sub.rounds())
-    cand = tuner._cand(tuner.reuse.space.kept_tiles())
+    cand = tuner._cand(tuner.space.kept_tiles())
     sch = tuner.schedule(cand)
     assert sch is not None and cand.extra[places[0].inst] == ROOT
     inlined = tuner.schedule(cand.but(extra={**cand.extra, places[0].inst: INLINE}))
@@ -606,7 +606,7 @@ def test_alternate_sources_lead_round_t_with_their_tiles_kept_on_alpha():
 
     from tuner.reuse.leads import lead_tiles
 
-    first = len(lead_tiles(tuner.reuse.space)) + 1  # after β's own kept tiles and their variants
+    first = len(lead_tiles(tuner.space)) + 1  # after β's own kept tiles and their variants
     assert any(structural_equal(lead, mod) for mod in m.first[:first])
 
 
@@ -648,9 +648,9 @@ def test_a_program_with_an_epilogue_is_reused_for_a_bare_batch_matmul_of_another
     alpha = Operator.create("BMM", B=3, M=32, N=64, K=48)
     tuner = ReuseTuner(alpha.prim_func(), record, target)
     beta = Sketch(record.trace)
-    assert tuner.analysis.sketch.signature != beta.signature and tuner.analysis.sketch.family == beta.family
+    assert tuner.sketch.signature != beta.signature and tuner.sketch.family == beta.family
     assert tuner.beta.space == (1, 32, 64) and tuner.beta_cfg.space[0] == (1, 1, 1, 1)
-    kept = tuner.reuse.space.kept_tiles()
+    kept = tuner.space.kept_tiles()
     assert kept.space[0][0] == 3 and kept.space[1:] == tuple(
         tuple(f) for f in beta.tile_decisions()[0])  # β's tiles on α's M and N, the batch outermost
 
@@ -730,7 +730,7 @@ def test_runner_ups_bring_betas_other_inner_tiles_and_round_m_keeps_the_winners(
     tuner = ReuseTuner(alpha.prim_func(), best.tuning_record, target)
     lead = _kept_from(ups[0], tuner)
     assert [f[-1] for f in lead.space] == list(records[1][1]) != [f[-1] for f in tuner.beta_cfg.space]
-    m_round = tuner.reuse.space.m_round(lead)
+    m_round = tuner.space.m_round(lead)
     assert m_round and all([f[-1] for f in cfg.space] == list(records[1][1]) for cfg in m_round)
 
     # the plan counts these seeds as the pipeline will hand them over (eto.planning.lead_sources.LeadCount)

@@ -32,9 +32,9 @@ def test_the_tuner_finds_the_sibling_write_stages_the_estimator_counts(kind, ind
     for alpha, beta in PAIRS:
         tuner = ReuseTuner(alpha.prim_func(), sampled_record(beta, target, index), target)
         assert len(tuner.siblings) == WRITE_STAGE_SIBLINGS[kind], (alpha, beta)
-        signatures = {tuner.analysis.sketch.signature} | {sk.signature for sk, _ in tuner.siblings}
+        signatures = {tuner.sketch.signature} | {sk.signature for sk, _ in tuner.siblings}
         assert len(signatures) == 1 + len(tuner.siblings)  # each sibling another sketch
-        assert all(sk.stageless == tuner.analysis.sketch.stageless for sk, _ in tuner.siblings)
+        assert all(sk.stageless == tuner.sketch.stageless for sk, _ in tuner.siblings)
 
 
 def test_a_sibling_write_stage_that_wins_is_kept_through_the_later_rounds_and_matches_numpy():

@@ -73,18 +73,18 @@ def predict(func: "PrimFunc", source_record: "TuningRecord", target: "Target", *
     if tuner.has_mlt:
         kept = []
         for growth in get_args(Growth):
-            cfg = tuner.reuse.space.kept_tiles(growth=growth)
-            if not tuner.reuse.space.valid(cfg) or any(c.cfg == cfg for c, _ in kept):
+            cfg = tuner.space.kept_tiles(growth=growth)
+            if not tuner.space.valid(cfg) or any(c.cfg == cfg for c, _ in kept):
                 continue
             cand = tuner._cand(cfg)
             if built_candidate(tuner, cand):
                 kept.append((cand, "kept" if growth == "outer" else f"kept-{growth}"))
-        safe = set_safe_tiles(tuner.reuse.space)  # register rows that collide in L1 cut to its ways
+        safe = set_safe_tiles(tuner.space)  # register rows that collide in L1 cut to its ways
         if safe is not None and all(c.cfg != safe for c, _ in kept):
             cand = tuner._cand(safe)
             if built_candidate(tuner, cand):
                 kept.append((cand, "set-safe"))
-        panel = widest_panel(tuner.reuse.space.panel_round())
+        panel = widest_panel(tuner.space.panel_round())
         if panel is not None and tuner._fits(panel) and all(c.cfg != panel for c, _ in kept):
             cand = tuner._cand(panel, unroll=unroll_covering(panel, tuner.unroll_values))
             if built_candidate(tuner, cand):
@@ -96,7 +96,7 @@ def predict(func: "PrimFunc", source_record: "TuningRecord", target: "Target", *
     if not tuner.has_mlt:
         configs: list[TileConfig | None] = [None]
     else:
-        configs = list(tuner.reuse.space.t_round()) or list(tuner._fallback())
+        configs = list(tuner.space.t_round()) or list(tuner._fallback())
     built = [c for c in (tuner._cand(cfg) for cfg in configs) if built_candidate(tuner, c)]
     if not built:
         raise ValueError("no program derived from the source passes the target's checks")
@@ -105,7 +105,7 @@ def predict(func: "PrimFunc", source_record: "TuningRecord", target: "Target", *
     if learned:
         best = built[ranker.rank(tuner.alpha_mod, [c.sch for c in built])[0]]  # type: ignore[union-attr,index]
         if tuner.has_mlt:
-            variants = [v for v in (best.but(cfg=cfg) for cfg in tuner.reuse.space.m_round(best.cfg)) if built_candidate(tuner, v)]
+            variants = [v for v in (best.but(cfg=cfg) for cfg in tuner.space.m_round(best.cfg)) if built_candidate(tuner, v)]
             if variants:
                 pool = [best] + variants
                 ranked += len(variants)

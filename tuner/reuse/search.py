@@ -456,7 +456,7 @@ def config_of(record: "TuningRecord", tuner: ReuseTuner) -> TileConfig | None:
 def _kept_from(record: "TuningRecord", tuner: ReuseTuner) -> TileConfig | None:
     """Another operator's program's tile factors kept on α's loops (None: not α's tiling structure)."""
     found = _features(record, tuner)
-    return None if found is None else replace(tuner.reuse.space, beta=found[1], beta_cfg=found[0]).kept_tiles()
+    return None if found is None else replace(tuner.space, beta=found[1], beta_cfg=found[0]).kept_tiles()
 
 
 def built_candidate(tuner: ReuseTuner, cand: Candidate) -> bool:
