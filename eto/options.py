@@ -1,9 +1,206 @@
 """What a run is told, defaulted and validated in one place.
 
-The CLI and the Python API both build these; :mod:`eto.planning` and :mod:`eto.runs` only read them.
+A tuning run is told four things, each a frozen record: how the plan is made (:class:`PlanOptions`),
+how MetaSchedule tunes a root (:class:`BackendOptions`), how the reuse tuner derives the rest
+(:class:`ReuseOptions`), and which method ties them together (:class:`TuneOptions`). The CLI and the
+Python API both build a :class:`TuneOptions`; :mod:`eto.planning` and :mod:`eto.runs` only read it, so
+a default is written once and a value is checked once, when the record is made.
+
+>>> TuneOptions.of(trials=32, top_k=0).backend.trials
+32
 """
 
 from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, get_args
+
+from tuner.measure.finalists import DEFAULT_FINALISTS
+from tuner.reuse.ranked import TopK
+from tuner.reuse.space import DEFAULT_STRATEGY, Strategy
+
+#: Backend trials per root operator (MetaSchedule's candidates), the default of every entry point.
+DEFAULT_TRIALS = 64
+#: MetaSchedule's batch: candidates measured per search iteration.
+DEFAULT_TRIALS_PER_ITER = 64
+#: How much larger α's reduction may be than β's for a reuse edge (:func:`eto.planning.planner.reduction_ratio`).
+MAX_REDUCTION_RATIO = 4.0
+#: The selection's preference for near sources: a reuse edge weighs 1 + W x (its loops' summed |log|
+#: extent ratios) times its seconds (0: by cost alone, as in the paper).
+DISTANCE_WEIGHT = 0.2
+
+#: ``"eto"``: the reuse pair selector and the reuse tuner; the paper's baselines ``"topk"`` (eto's
+#: plan, TopK instead of the reuse tuner) and ``"st"`` (Selective Tuning's clusters and TopK).
+Method = Literal["eto", "topk", "st"]
+BridgeOption = Literal["none", "1hop", "all"]
+CostModel = Literal["analytic", "estimate"]
+SolverOption = Literal["auto", "exact", "approx"]
+
+
+class OptionError(ValueError):
+    """A bad option value; ``name`` is the option's field, which the CLI turns into its flag."""
+
+    def __init__(self, name: str, message: str):
+        super().__init__(f"{name} {message}")
+        self.name, self.message = name, message
+
+
+def _positive(name: str, value: int | None, *, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if value is None or value < 1:
+        raise OptionError(name, f"must be positive, got {value}")
+
+
+def _choice(name: str, value: Any, kind: Any) -> None:
+    if value not in get_args(kind):
+        raise OptionError(name, f"must be one of {', '.join(get_args(kind))}, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BackendOptions:
+    """How MetaSchedule (the backend) tunes a root, a fallback, or a function outside the catalogue."""
+
+    #: trials per root operator
+    trials: int = DEFAULT_TRIALS
+    #: MetaSchedule's batch size
+    num_trials_per_iter: int = DEFAULT_TRIALS_PER_ITER
+    #: MetaSchedule's search strategy: a name (``tuner.measure.backend.search_strategy``) or a strategy object
+    search: Any = "evolutionary"
+    seed: int | None = None
+    #: trials for each function outside the catalogue that cannot be reused (None: the pipeline's
+    #: default, ``eto.operators.task.FUNCTION_TRIALS``, never more than ``trials``)
+    function_trials: int | None = None
+    #: beyond the paper: MetaSchedule's search continued from each reuse result for this many trials
+    evolve_trials: int = 0
+
+    def __post_init__(self) -> None:
+        _positive("trials", self.trials)
+        _positive("num_trials_per_iter", self.num_trials_per_iter)
+        _positive("function_trials", self.function_trials, allow_none=True)
+        if self.evolve_trials < 0:
+            raise OptionError("evolve_trials", f"must be >= 0, got {self.evolve_trials}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReuseOptions:
+    """How the reuse-based tuner derives an operator from its parent's program (paper section 5)."""
+
+    #: rounds after T once (``"global"``) or per block count as in the paper (``"per-b"``)
+    strategy: Strategy = DEFAULT_STRATEGY
+    #: a round's best-ranked candidates measured at a time (``"auto"``: by target; None: every candidate)
+    top_k: TopK = "auto"
+    #: the best candidates re-timed in full after a brief screening (0: every candidate in full)
+    finalists: int = DEFAULT_FINALISTS
+    #: each backend root polished by a self-reuse (None: where the budget trains the ranker, :func:`default_polish`)
+    polish: bool | None = None
+
+    def __post_init__(self) -> None:
+        _choice("strategy", self.strategy, Strategy)
+        if self.finalists < 0:
+            raise OptionError("finalists", f"must be >= 0 (0: every candidate timed in full), got {self.finalists}")
+        if not (self.top_k in ("auto", None) or (isinstance(self.top_k, int) and self.top_k >= 0)):
+            raise OptionError("top_k", f"must be 'auto', None or a number >= 0, got {self.top_k!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanOptions:
+    """How the reuse pair selector plans (paper section 6)."""
+
+    #: the root edge's trials in the OC graph (None: the backend's ``trials``; a quick run plans with the
+    #: budget the backend would really be given, so that reuse edges are not made to look too dear)
+    budget: int | None = None
+    bridges: BridgeOption = "1hop"
+    solver: SolverOption = "auto"
+    cost: CostModel = "estimate"
+    #: no reuse edge where α's reduction is more than this many times β's (None: no cap)
+    max_reduction_ratio: float | None = MAX_REDUCTION_RATIO
+    distance_weight: float = DISTANCE_WEIGHT
+    #: beyond the paper: operators holding at least this share of the set's work are roots (None: none)
+    hot_share: float | None = None
+    #: a hot root's backend budget, as a multiple of the usual one
+    hot_factor: float = 2.0
+
+    def __post_init__(self) -> None:
+        _positive("budget", self.budget, allow_none=True)
+        _choice("bridges", self.bridges, BridgeOption)
+        _choice("solver", self.solver, SolverOption)
+        _choice("cost", self.cost, CostModel)
+        if self.max_reduction_ratio is not None and not self.max_reduction_ratio >= 1:  # NaN too
+            raise OptionError("max_reduction_ratio", f"must be >= 1 (inf: no cap), got {self.max_reduction_ratio}")
+        if not (self.distance_weight >= 0 and not math.isinf(self.distance_weight)):
+            raise OptionError("distance_weight", f"must be a finite number >= 0, got {self.distance_weight}")
+        if self.hot_factor < 1:
+            raise OptionError("hot_factor", f"must be >= 1, got {self.hot_factor}")
+        if self.hot_share is not None and not 0 < self.hot_share <= 1:
+            raise OptionError("hot_share", f"must be in (0, 1], got {self.hot_share}")
+
+    def hot_budget(self, budget: int) -> int:
+        """A hot root's trials for a usual ``budget``: the one formula the plan and the run share."""
+        return max(budget, round(budget * self.hot_factor))
+
+
+@dataclass(frozen=True, kw_only=True)
+class TuneOptions:
+    """Everything a tuning run is told besides what to tune, where, and into which database."""
+
+    method: Method = "eto"
+    backend: BackendOptions = field(default_factory=BackendOptions)
+    reuse: ReuseOptions = field(default_factory=ReuseOptions)
+    plan: PlanOptions = field(default_factory=PlanOptions)
+
+    def __post_init__(self) -> None:
+        _choice("method", self.method, Method)
+        if self.method != "eto" and (self.plan.hot_share is not None or self.backend.evolve_trials):
+            raise OptionError("hot_share and evolve_trials", f"apply to method 'eto' only, not {self.method!r}")
+
+    @classmethod
+    def of(cls, **flat: Any) -> "TuneOptions":
+        """Options from flat keyword arguments, each routed to the record that owns it.
+
+        ``plan_budget`` is :attr:`PlanOptions.budget`; every other name is a field of exactly one record.
+        """
+        parts: dict[str, dict[str, Any]] = {"backend": {}, "reuse": {}, "plan": {}}
+        method = flat.pop("method", "eto")
+        if "plan_budget" in flat:
+            flat["budget"] = flat.pop("plan_budget")
+        for name, value in flat.items():
+            owner = _OWNER.get(name)
+            if owner is None:
+                raise TypeError(f"unknown tuning option {name!r}; known: {', '.join(sorted(_OWNER))}")
+            parts[owner][name] = value
+        return cls(method=method, backend=BackendOptions(**parts["backend"]), reuse=ReuseOptions(**parts["reuse"]),
+                   plan=PlanOptions(**parts["plan"]))
+
+    def replace(self, **flat: Any) -> "TuneOptions":
+        """A copy with some flat options changed (names as in :meth:`of`)."""
+        method = flat.pop("method", self.method)
+        if "plan_budget" in flat:
+            flat["budget"] = flat.pop("plan_budget")
+        parts: dict[str, dict[str, Any]] = {"backend": {}, "reuse": {}, "plan": {}}
+        for name, value in flat.items():
+            if name not in _OWNER:
+                raise TypeError(f"unknown tuning option {name!r}")
+            parts[_OWNER[name]][name] = value
+        return dataclasses.replace(self, method=method, **{k: dataclasses.replace(getattr(self, k), **v)
+                                                           for k, v in parts.items() if v})
+
+    @property
+    def plan_budget(self) -> int:
+        """The root edge's trials in the OC graph."""
+        return self.plan.budget or self.backend.trials
+
+    @property
+    def polish(self) -> bool:
+        """Whether roots are polished: method eto only, by default where the budget trains the ranker."""
+        wanted = default_polish(self.backend.trials) if self.reuse.polish is None else self.reuse.polish
+        return wanted and self.method == "eto"
+
+
+_OWNER = {f.name: owner for owner, kind in (("backend", BackendOptions), ("reuse", ReuseOptions),
+                                            ("plan", PlanOptions)) for f in fields(kind)}
 
 
 def default_polish(trials: int) -> bool:
@@ -13,3 +210,7 @@ def default_polish(trials: int) -> bool:
     from tuner.reuse.cost_model import LearnedRanker
 
     return trials >= LearnedRanker.MIN_SAMPLES
+
+
+__all__ = ["BackendOptions", "BridgeOption", "CostModel", "DEFAULT_TRIALS", "DISTANCE_WEIGHT", "MAX_REDUCTION_RATIO",
+           "Method", "OptionError", "PlanOptions", "ReuseOptions", "TuneOptions", "default_polish"]

@@ -45,14 +45,16 @@ def tune(db: Path, set_file: Path) -> None:
     """The job every case kills and reruns: a root by the backend, the other operator by reuse."""
     from eto.store.database import Database
     from eto.operators.opsets import OperatorSet
+    from eto.options import TuneOptions
     from eto.runs.pipeline import tune as pipeline_tune
     from tuner.measure.backend import light_search
     from tuner.measure.measurer import MeasureConfig, Measurer
 
     with Measurer.local(MeasureConfig(number=1, repeat=2, min_repeat_ms=1, builder_workers=1)) as m:
-        pipeline_tune(OperatorSet.load(set_file), "cpu", Database(db), trials=TRIALS, plan_budget=1000,
-                      bridges="none", cost="analytic", num_trials_per_iter=BATCH, seed=0, search=light_search(),
-                      measurer=m, polish=True)  # the root's polish, which TRIALS alone would not ask for
+        options = TuneOptions.of(trials=TRIALS, plan_budget=1000, bridges="none", cost="analytic",
+                                 num_trials_per_iter=BATCH, seed=0, search=light_search(),
+                                 polish=True)  # the root's polish, which TRIALS alone would not ask for
+        pipeline_tune(OperatorSet.load(set_file), "cpu", Database(db), options, measurer=m)
 
 
 def _child(db: Path, set_file: Path, kill_at: str | None) -> int:

@@ -11,6 +11,7 @@ import shutil
 
 import pytest
 
+from eto.options import TuneOptions
 from eto.store.database import Database
 from eto.operators import Operator
 from eto.operators.opsets import OperatorSet
@@ -48,8 +49,7 @@ def test_cuda_set_plans_tunes_and_reuses_with_real_builds(tmp_path, monkeypatch)
     small, large = Operator.create("BMM", B=2, M=64, N=64, K=32), Operator.create("BMM", B=2, M=128, N=64, K=64)
     db = Database(tmp_path / "db")
     # plan as if the backend had 64 trials (a reuse is then the cheaper edge), give it 8
-    report = tune(OperatorSet.from_layers("cuda", [small, large]), target, db, trials=8, plan_budget=64,
-                  bridges="none", seed=0)
+    report = tune(OperatorSet.from_layers("cuda", [small, large]), target, db, TuneOptions.of(trials=8, plan_budget=64, bridges="none", seed=0))
     methods = {row.op: (row.status, row.method) for row in report.rows}
     # the root's best: the backend's program or its polish's (eto.runs.polish: a reuse search on CUDA too)
     assert sorted((s, "root" if m in ("backend", "polish") else m) for s, m in methods.values()) == [

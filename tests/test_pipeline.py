@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from eto.options import TuneOptions
 from eto.cli import main
 from eto.store.database import Database
 from eto.operators import Operator
@@ -125,7 +126,7 @@ def test_roots_are_polished_and_a_root_left_unpolished_by_a_kill_is_polished_nex
     tune_with_backend([op], target, db, strategy=light_search(), extra={op: {"root": True, "estimated_seconds": 5.0}},
                       **kw)
     assert needs_polish(db, op, target)
-    (row,) = tune(one, target, db, search=light_search(), bridges="none", polish=True, **kw).rows  # (8 < 32 trials)
+    (row,) = tune(one, target, db, TuneOptions.of(search=light_search(), bridges="none", polish=True, **kw)).rows  # (8 < 32 trials)
     backend, polish = db.results()
     assert (backend["method"], polish["method"]) == ("backend", "polish") and not needs_polish(db, op, target)
     assert polish["candidates"] > 0 and polish["source"] == op.key
@@ -142,10 +143,10 @@ def test_roots_are_polished_and_a_root_left_unpolished_by_a_kill_is_polished_nex
     ms_db = Database(tmp_path / "metaschedule")
     tune_with_backend([op], target, ms_db, strategy=light_search(), **kw)
     assert not needs_polish(ms_db, op, target)
-    tune(one, target, ms_db, search=light_search(), bridges="none", polish=True, **kw)
+    tune(one, target, ms_db, TuneOptions.of(search=light_search(), bridges="none", polish=True, **kw))
     assert [r["method"] for r in ms_db.results()] == ["backend"]
     off = Database(tmp_path / "off")
-    tune(one, target, off, search=light_search(), bridges="none", **kw)  # by default: not with 8 trials
+    tune(one, target, off, TuneOptions.of(search=light_search(), bridges="none", **kw))  # by default: not with 8 trials
     assert [r["method"] for r in off.results()] == ["backend"]
 
 
@@ -158,10 +159,9 @@ def test_prior_database_operators_are_free_reuse_sources(tmp_path):
     first = OperatorSet.from_layers("first", [Operator.create("BMM", B=2, M=32, N=32, K=32)])
     from tuner.measure.backend import light_search
 
-    tune(first, target, db, trials=8, num_trials_per_iter=8, search=light_search(), seed=0, bridges="none")
+    tune(first, target, db, TuneOptions.of(trials=8, num_trials_per_iter=8, search=light_search(), seed=0, bridges="none"))
     new = Operator.create("BMM", B=2, M=32, N=32, K=16)
-    report = tune(OperatorSet.from_layers("second", [new]), target, db, trials=8, num_trials_per_iter=8,
-                  search=light_search(), seed=0, bridges="none", plan_budget=1000)
+    report = tune(OperatorSet.from_layers("second", [new]), target, db, TuneOptions.of(trials=8, num_trials_per_iter=8, search=light_search(), seed=0, bridges="none", plan_budget=1000))
     (row,) = report.rows
     assert row.method == "reuse" and row.source == first.entries[0].op.key and row.status == "tuned"
     assert check_record(new, db.best(new, target).tuning_record, target).ok
@@ -173,14 +173,13 @@ def test_prior_database_operators_are_free_reuse_sources(tmp_path):
     assert sum(phases.values()) == pytest.approx(meta["seconds"], abs=0.01)
     # screened, then its 3 best timed again in full (the default); with finalists=0 none is re-timed
     full = Operator.create("BMM", B=2, M=32, N=16, K=32)
-    tune(OperatorSet.from_layers("third", [full]), target, db, trials=8, num_trials_per_iter=8,
-         search=light_search(), seed=0, bridges="none", plan_budget=1000, finalists=0)
+    tune(OperatorSet.from_layers("third", [full]), target, db, TuneOptions.of(trials=8, num_trials_per_iter=8, search=light_search(), seed=0, bridges="none", plan_budget=1000, finalists=0))
     remeasured = {r["op_key"]: r["remeasured"] for r in db.results() if r.get("method") == "reuse"}
     assert remeasured == {new.key: 3, full.key: 0}
     with pytest.raises(ValueError, match="finalists must be >= 0"):
-        tune(OperatorSet.from_layers("bad", [full]), target, db, trials=8, finalists=-1)
+        tune(OperatorSet.from_layers("bad", [full]), target, db, TuneOptions.of(trials=8, finalists=-1))
     with pytest.raises(ValueError, match="function_trials must be positive"):
-        tune(OperatorSet.from_layers("bad", [full]), target, db, trials=8, function_trials=0)
+        tune(OperatorSet.from_layers("bad", [full]), target, db, TuneOptions.of(trials=8, function_trials=0))
 
 
 def test_hot_share_evolve_and_prior_databases(capsys, tmp_path):
@@ -251,8 +250,7 @@ def test_multi_sketch_kind_is_tuned_first_then_replanned(tmp_path):
     assert first.replan_after == ("FRB[4,32,32]",) and not first.reuse_pairs
     db = Database(tmp_path / "db")
     lines = []
-    report = tune(opset, "cpu", db, trials=8, num_trials_per_iter=8, plan_budget=1000, search=light_search(),
-                  seed=0, bridges="none", log=lines.append)
+    report = tune(opset, "cpu", db, TuneOptions.of(trials=8, num_trials_per_iter=8, plan_budget=1000, search=light_search(), seed=0, bridges="none"), log=lines.append)
     assert any("planning again" in m for m in lines)
     methods = {r.op: r.method for r in report.rows}
     assert methods["FRB[4,32,32]"] in ("backend", "polish")  # the root: MetaSchedule's program or its polish's
@@ -323,13 +321,13 @@ def test_a_function_outside_the_catalogue_is_reused_from_itself_at_another_size(
     old, new = softmax(64), softmax(192)
     target, db = parse_target("cpu"), Database(tmp_path / "db")
     kw = dict(trials=8, num_trials_per_iter=8, search=light_search(), seed=0)
-    tune(OperatorSet.from_layers("old", [old]), target, db, **kw)
+    tune(OperatorSet.from_layers("old", [old]), target, db, TuneOptions.of(**kw))
     assert db.best(old, target).method == "backend"
     assert same_function_sources([new], db.tuned(target)) == {new: old}
     x = te.placeholder((8, 192), "float32", name="x")
     other = model_function(te.create_prim_func([x, topi.exp(x)]), "exp")
     assert same_function_sources([other], db.tuned(target)) == {}
-    tune(OperatorSet.from_layers("new", [new]), target, db, **kw)
+    tune(OperatorSet.from_layers("new", [new]), target, db, TuneOptions.of(**kw))
     best = db.best(new, target)
     assert best.method == "reuse" and best.source == old.key
     sch = tvm.s_tir.Schedule(new.prim_func())

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from eto.options import TuneOptions
 from eto.cli import main
 
 
@@ -233,12 +234,14 @@ def test_plans_cost_the_strategy_that_tuning_runs(tmp_path):
     from tuner.reuse.space import DEFAULT_STRATEGY
 
     defaults = {f.__name__: inspect.signature(f).parameters["strategy"].default
-                for f in (reuse_tune, estimate_trials, plan_operator_set, eto.runs.pipeline.tune)}
+                for f in (reuse_tune, estimate_trials, plan_operator_set)}
+    defaults["TuneOptions"] = TuneOptions().reuse.strategy
     parser = build_parser()
     defaults["eto tune"] = parser.parse_args(["tune"]).strategy
     defaults["eto plan"] = parser.parse_args(["plan"]).strategy
     assert set(defaults.values()) == {DEFAULT_STRATEGY}, defaults
-    top_k = {f.__name__: inspect.signature(f).parameters["top_k"].default for f in (reuse_tune, eto.runs.pipeline.tune)}
+    top_k = {"reuse_tune": inspect.signature(reuse_tune).parameters["top_k"].default,
+             "TuneOptions": TuneOptions().reuse.top_k}
     top_k["eto tune"] = parser.parse_args(["tune"]).top_k
     top_k["eto plan"] = parser.parse_args(["plan"]).top_k
     assert set(top_k.values()) == {"auto"}, top_k
@@ -255,8 +258,7 @@ def test_plans_cost_the_strategy_that_tuning_runs(tmp_path):
     for strategy in ("per-b", "global"):
         with pytest.MonkeyPatch.context() as mp, pytest.raises(Planned) as planned:
             mp.setattr(eto.runs.pipeline, "plan_operator_set", plan_and_stop)
-            eto.runs.pipeline.tune(load_opset("bert_base"), "cpu", Database(tmp_path / strategy), strategy=strategy,
-                              top_k=3)
+            eto.runs.pipeline.tune(load_opset("bert_base"), "cpu", Database(tmp_path / strategy), TuneOptions.of(strategy=strategy, top_k=3))
         assert planned.value.args == (strategy, 3)
     # "auto": the planner gets the number the reuse tuner will run on that target
     for target, workers, k in (("cpu", 16, DEFAULT_TOP_K), ("nvidia/nvidia-h100", 16, 16),

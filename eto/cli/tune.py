@@ -21,6 +21,7 @@ from eto.cli.ops import add_dim_option, add_fast_math_option, parse_dims
 from eto.cli.plan import add_strategy_option, distance_weight_of, max_reduction_ratio_of, top_k_of
 
 if TYPE_CHECKING:  # pragma: no cover
+    from eto.options import TuneOptions
     from tvm.target import Target
 
     from eto.store.database import Database
@@ -113,10 +114,7 @@ def _tune(args: argparse.Namespace) -> int:
         raise CLIError(f"--hot-share and --evolve apply to --method eto only, not {args.method}")
     # every flag checked before the database is opened: bad flags leave no empty database behind
     devices = _rpc_devices(args)
-    reuse_options = {} if args.method == "ansor" else dict(
-        top_k=top_k_of(args), max_reduction_ratio=max_reduction_ratio_of(args),
-        distance_weight=distance_weight_of(args), finalists=finalists_of(args),
-        function_trials=function_trials_of(args), polish=None if args.polish else False)
+    options = None if args.method == "ansor" else tune_options_of(args)
     paths = args.db or [DEFAULT_DB]
     db = _open_database(paths)
     check_target(db, target, fatal=False)  # its programs are neither sources nor skipped
@@ -129,6 +127,8 @@ def _tune(args: argparse.Namespace) -> int:
     from tuner.measure.backend import search_strategy
 
     search = search_strategy(args.search)
+    if options is not None:
+        options = options.replace(search=search)
     on_batch = None if args.json or args.quiet else progress_printer()
     if args.method == "ansor":
         report = tune_with_backend(
@@ -142,11 +142,7 @@ def _tune(args: argparse.Namespace) -> int:
 
         measurers = None if devices is None else [Measurer.rpc(*devices[:3]) for _ in range(devices[3])]
         try:
-            report = tune(opset, target, db, trials=args.trials, measurer=measurers, plan_budget=args.plan_budget,
-                          num_trials_per_iter=args.trials_per_iter,
-                          seed=args.seed, search=search, bridges=args.bridges, cost=args.cost,
-                          strategy=args.strategy, **reuse_options, on_batch=on_batch, hot_share=args.hot_share,
-                          hot_factor=args.hot_factor, evolve_trials=args.evolve, method=args.method,
+            report = tune(opset, target, db, options, measurer=measurers, on_batch=on_batch,
                           log=None if args.quiet else (lambda m: print(f"eto: {m}", file=sys.stderr, flush=True)))
         finally:
             for m in measurers or ():
@@ -156,6 +152,22 @@ def _tune(args: argparse.Namespace) -> int:
     else:
         print(_report_table(report))
     return EXIT_FAILED if report.failed else EXIT_OK
+
+
+def tune_options_of(args: argparse.Namespace) -> "TuneOptions":
+    """The :class:`eto.options.TuneOptions` that ``eto tune``'s flags say (checked there, once)."""
+    from eto.options import OptionError, TuneOptions
+
+    try:
+        return TuneOptions.of(
+            method=args.method, trials=args.trials, num_trials_per_iter=args.trials_per_iter, seed=args.seed,
+            plan_budget=args.plan_budget, bridges=args.bridges, cost=args.cost, strategy=args.strategy,
+            top_k=top_k_of(args), max_reduction_ratio=max_reduction_ratio_of(args),
+            distance_weight=distance_weight_of(args), finalists=finalists_of(args),
+            function_trials=function_trials_of(args), polish=None if args.polish else False,
+            hot_share=args.hot_share, hot_factor=args.hot_factor, evolve_trials=args.evolve)
+    except OptionError as exc:
+        raise CLIError(f"--{exc.name.replace('_', '-')} {exc.message}") from None
 
 
 def add_finalists_option(p: argparse.ArgumentParser) -> None:

@@ -64,7 +64,7 @@ def retune(shapes: Sequence[tuple[int, OperatorSet]], target: "Target", database
     ``shapes``: (value, operator set) per new size, as :func:`eto.operators.opsets.vary` gives them. Operators
     the database already tuned are served as they are. An operator no stored program can serve
     (another type or sketch) gets no instant program, a message saying so, and the backend.
-    ``tune_kw`` goes to :func:`eto.runs.pipeline.tune` (``strategy``, ``top_k``, ``seed``...).
+    ``tune_kw``: the run's options (:meth:`eto.options.TuneOptions.of`: ``strategy``, ``top_k``, ``seed``...).
     """
     say = log or (lambda _m: None)
     warn_target_mismatch(database, target)
@@ -90,9 +90,10 @@ def retune(shapes: Sequence[tuple[int, OperatorSet]], target: "Target", database
             f"in {r.seconds:.2f} s")
     instant_s = time.perf_counter() - start
     if not instant_only:
+        from eto.options import TuneOptions
         from eto.runs.pipeline import tune
 
-        tune(everything, target, database, trials=trials, measurer=measurer, log=log, **tune_kw)
+        tune(everything, target, database, TuneOptions.of(trials=trials, **tune_kw), measurer=measurer, log=log)
     rows = []
     for value, opset in shapes:
         for e in opset:

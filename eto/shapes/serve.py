@@ -123,6 +123,7 @@ class ProgramCache:
 
     def _work(self) -> None:
         from eto.operators.opsets import OperatorSet
+        from eto.options import TuneOptions
         from eto.runs.pipeline import tune
 
         while True:
@@ -132,7 +133,7 @@ class ProgramCache:
                 return
             try:
                 tune(OperatorSet.from_layers(f"serve:{op.name}", [op]), self.target, self.database,
-                     trials=self.trials, measurer=self.measurer, log=self.log)
+                     TuneOptions.of(trials=self.trials), measurer=self.measurer, log=self.log)
                 self.get(op)  # swap the tuned program in when it is faster
                 self.log(f"tuned {op.name}: {self._served[op].program.latency_s * 1e6:.1f} us")
             except Exception as exc:  # noqa: BLE001 -- a failed tuning keeps the served program
