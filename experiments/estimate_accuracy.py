@@ -6,9 +6,9 @@ reports per source and overall the mean and spread of actual / estimated candida
 the share within [0.67, 1.5]; the PNG plots actual against estimated, log-log, with the diagonal.
 Nothing is tuned here: the numbers are those of the runs the inputs come from.
 
-    python experiments/estimate_accuracy.py --scale small          # every results file of that scale
-    python experiments/estimate_accuracy.py --inputs A.json B.json --out /tmp/e5.json
-    python experiments/estimate_accuracy.py --inputs A.json --fit DB1 DB2    # and the time model those
+    python -m experiments.estimate_accuracy --scale small          # every results file of that scale
+    python -m experiments.estimate_accuracy --inputs A.json B.json --out /tmp/e5.json
+    python -m experiments.estimate_accuracy --inputs A.json --fit DB1 DB2    # and the time model those
                                                                               # databases' results fit
 
 ``--fit``: pools the tuning results of the given databases (one target; a result copied into several

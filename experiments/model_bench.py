@@ -7,12 +7,12 @@ builds the model untuned, with eto's database and with MetaSchedule's own tuning
 at the same per-task budget, and times them with PyTorch eager, interleaved in one process; then
 again in ``--processes`` - 1 fresh processes (this script, timing only), whose latencies join the
 first's: a model's latency depends on the process it runs in (the BERT-Base layer's eto build 14.0 ms
-in one, 9.7 ms in the next, beside MetaSchedule's 10.1 and 9.2 ms; experiments README,
+in one, 9.7 ms in the next, beside MetaSchedule's 10.1 and 9.2 ms; docs/findings.md,
 ``process_lottery.py``), so one process would settle the comparison by its draw. ``per_process_ms`` keeps each
 process's medians.
 
-    python experiments/model_bench.py --models resnet50 bert_layer --trials 64   # ~1 h on 2 cores
-    python experiments/model_bench.py --scale ci                                 # tiny models, ~3 min
+    python -m experiments.model_bench --models resnet50 bert_layer --trials 64   # ~1 h on 2 cores
+    python -m experiments.model_bench --scale ci                                 # tiny models, ~3 min
 
 Both tuning runs are resumable: rerunning with the same ``--work`` reuses finished runs (their
 recorded wall times too). Results: ``experiments/results/model_bench_<model>_N<trials>.json`` + PNG.
@@ -125,10 +125,11 @@ def in_fresh_processes(report, name: str, trials: int, work: str, more: int, **o
     reports = [report]
     for _ in range(more):
         with tempfile.TemporaryDirectory(prefix="model-bench-") as out:
-            cmd = [sys.executable, os.path.abspath(__file__), "--models", name, "--trials", str(trials), "--work", work,
+            cmd = [sys.executable, "-m", "experiments.model_bench", "--models", name, "--trials", str(trials),
+                   "--work", os.path.abspath(work),
                    "--out-dir", out, "--processes", "1", "--rounds", str(options["rounds"]),
                    "--search", options["search"], *(["--fast-math"] if options["fast_math"] else [])]
-            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=os.path.dirname(HERE))
             with open(os.path.join(out, f"model_bench_{name}_N{trials}.json")) as f:
                 reports.append(BenchReport.from_json(json.load(f)))
     joined = join_processes(reports)
@@ -198,8 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             replot(path)
         return 0
     os.environ.setdefault("TVM_NUM_THREADS", "2")
-    sys.path.insert(0, HERE)
-    from _bench import warm_up
+    from experiments._bench import warm_up
 
     from eto.models.bench import MS_TIME_FILE
     from eto.target import parse_target

@@ -9,7 +9,7 @@ TorchScript exporter and read by :func:`eto.models.extract_from_onnx`. The extra
 compared with ``builtin_opset("resnet50" | "mobilenetv2" | "bert_base")``; every difference is
 printed with its explanation.
 
-    python experiments/model_import_check.py --scale ci|small|paper
+    python -m experiments.model_import_check --scale ci|small|paper
 
 Writes experiments/results/model_import_check.json and prints the differences.
 """
@@ -27,16 +27,14 @@ import time
 import warnings
 from pathlib import Path
 
+import torch
+from torch import nn
+
+from eto.models import ModelOperators, extract_from_onnx, extract_from_torch
+from eto.operators import Operator
+from eto.operators.opsets import builtin_opset
+
 ROOT_DIR = Path(__file__).resolve().parents[1]
-if str(ROOT_DIR) not in sys.path:
-    sys.path.insert(0, str(ROOT_DIR))
-
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
-
-from eto.models import ModelOperators, extract_from_onnx, extract_from_torch  # noqa: E402
-from eto.operators import Operator  # noqa: E402
-from eto.operators.opsets import builtin_opset  # noqa: E402
 
 
 # -- models -------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ outside the catalogue); then the model at that size is built and timed, interlea
 database, PyTorch eager and, for the ``--ms-sizes``, MetaSchedule's own tuning of that size from
 scratch at ``--ms-trials`` per task.
 
-    python experiments/model_retune.py --db experiments/work/mb_bert55/bert_layer-eto-N200 \\
+    python -m experiments.model_retune --db experiments/work/mb_bert55/bert_layer-eto-N200 \\
         --model bert_layer --sizes 64 192 256 --ms-sizes 192 --ms-trials 200 \\
         --work experiments/work/mr_bert --out experiments/results/model_retune_bert_layer_xeon.json
 
@@ -30,7 +30,6 @@ import shutil
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _retune(path: str, dim: str, value: int, db: str, trials: int, *, instant_only: bool) -> dict:

@@ -13,7 +13,7 @@ Per new size (one value of ``--vary``), in one process, one-time costs outside b
   side (interleaved rounds), and the ratios: time MetaSchedule / eto, weighted throughput eto /
   MetaSchedule, instant / MetaSchedule and eto / padded (weights: the operators' frequencies).
 
-    python experiments/retune_bench.py --db DB_AT_SEQ128 --opset bert_base --vary seq=64,256 --trials 100
+    python -m experiments.retune_bench --db DB_AT_SEQ128 --opset bert_base --vary seq=64,256 --trials 100
 """
 
 from __future__ import annotations
@@ -27,10 +27,8 @@ import sys
 import time
 from typing import Callable
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from _bench import SESSION, add_search_option, backend_search, search_name, warm_measurer, warm_up  # noqa: E402
-from _env import environment  # noqa: E402
+from experiments._bench import SESSION, add_search_option, backend_search, search_name, warm_measurer, warm_up
+from experiments._env import environment
 
 SCALES = {"ci": {"opset": "quickstart", "vary": "M=48", "trials": 8},
           "small": {"opset": "bert_base", "vary": "seq=64,256", "trials": 100}}

@@ -12,8 +12,8 @@ r1 = |I(rL_β)| / |I(rL_α)|, r2 = |I(L_α)| / |I(L_β)| (a window is read betwe
 that pairs with a smaller α count too). The paper found |Φ| > 0 for 87% (B), 92% (T) and 89% (M)
 of 106 conv2d pairs on a P100; if the same holds here, searching inside the windows loses little.
 
-    python experiments/reuse_opportunity.py --scale small --db DB [--opset resnet50]
-    python experiments/reuse_opportunity.py --scale ci --work /tmp/e1 --out /tmp/e1.json
+    python -m experiments.reuse_opportunity --scale small --db DB [--opset resnet50]
+    python -m experiments.reuse_opportunity --scale ci --work /tmp/e1 --out /tmp/e1.json
 
 Without ``--db`` the set is first tuned with MetaSchedule (``--trials`` per operator, every measured
 program kept), which is what scale ``ci`` does on three small batch matmuls. Writes the result
@@ -26,10 +26,9 @@ import math
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _env import environment  # noqa: E402
-from _bench import add_search_option, backend_search  # noqa: E402
-from _experiment import CI_SET, parser, setup, write_outputs  # noqa: E402
+from experiments._bench import add_search_option, backend_search
+from experiments._env import environment
+from experiments._experiment import CI_SET, parser, setup, write_outputs
 
 SCALES = {
     "ci": dict(opset=CI_SET, trials=8),

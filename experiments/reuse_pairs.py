@@ -38,7 +38,7 @@ against MetaSchedule's time to its best (``median_speedup``) and its whole run, 
 estimator against the measured candidates (and estimated against actual seconds where the reuse
 result or the estimator gives ``estimated_seconds``).
 
-Usage: ``python experiments/reuse_pairs.py --scale ci|small|gpu|paper [--ranges paper|cpu] [--target cuda-tag]
+Usage: ``python -m experiments.reuse_pairs --scale ci|small|gpu|paper [--ranges paper|cpu] [--target cuda-tag]
 [--strategies global per-b] [--resume [RUN_ID]]``; results go to
 ``experiments/results/reuse_pairs_<scale>[_cpu-ranges][_<gpu>].json``. On a GPU target the
 feature ranges are the paper's B (thread blocks), T (threads) and M (shared memory) of the lowered
@@ -56,12 +56,11 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _bench import (SESSION, add_search_option, backend_search, open_run, search_settings,  # noqa: E402
-                    warm_measurer, warm_up)
-from _env import environment  # noqa: E402
-from tuner.reuse.ranked import DEFAULT_TOP_K  # noqa: E402
-from tuner.reuse.space import DEFAULT_STRATEGY, default_ranges  # noqa: E402
+from experiments._bench import (SESSION, add_search_option, backend_search, open_run, search_settings,
+                                warm_measurer, warm_up)
+from experiments._env import environment
+from tuner.reuse.ranked import DEFAULT_TOP_K
+from tuner.reuse.space import DEFAULT_STRATEGY, default_ranges
 
 # (type, params) lists per scale. Conv2d operators are chosen so that many ordered pairs satisfy
 # the reuse conditions (domination), for the feature-range analysis.

@@ -11,7 +11,7 @@ Random instances of 30-60 nodes with Steiner nodes, two families:
 For each instance: the heuristic (``solver="approx"``) and the MIP (``solver="exact"``), both
 through :func:`selector.solve`; gap = approx / exact - 1 over instances the MIP proved optimal.
 
-    python experiments/selector_gap.py --scale ci|small|paper [--time-limit S] [--seed N]
+    python -m experiments.selector_gap --scale ci|small|paper [--time-limit S] [--seed N]
 
 Writes experiments/results/selector_gap.json and prints a table.
 """
@@ -25,20 +25,16 @@ import os
 import platform
 import random
 import statistics
-import sys
 import time
 import zlib
 from pathlib import Path
 
+import networkx as nx
+import numpy as np
+
+from selector import LoopNestOp, analytic_cost, bridge_operators, build_oc_graph, solve
+
 ROOT_DIR = Path(__file__).resolve().parents[1]
-if str(ROOT_DIR) not in sys.path:
-    sys.path.insert(0, str(ROOT_DIR))
-
-import networkx as nx  # noqa: E402
-import numpy as np  # noqa: E402
-
-from selector import (LoopNestOp, analytic_cost, bridge_operators, build_oc_graph,  # noqa: E402
-                      solve)
 
 SCALES = {"ci": 6, "small": 30, "paper": 200}  # instances per family
 BUDGET = 1000.0

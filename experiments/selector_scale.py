@@ -9,7 +9,7 @@ with one sketch key, and for each bridge mode reports: bridge count, reuse-pair 
 for bridges / OC graph (pairs + analytic cost) / solve, the plan's estimated cost against tuning
 everything with the backend (budget 1000 per operator), and the solver's lower bound.
 
-    python experiments/selector_scale.py [--scale ci|small|paper] [--time-limit S]
+    python -m experiments.selector_scale [--scale ci|small|paper] [--time-limit S]
 
 It then compares the heuristic with the MIP on the paper's ResNet-50, MobileNetV2 and BERT-Base
 sets (batch 1) for each bridge mode.
@@ -25,17 +25,13 @@ import argparse
 import json
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
-ROOT_DIR = Path(__file__).resolve().parents[1]
-if str(ROOT_DIR) not in sys.path:
-    sys.path.insert(0, str(ROOT_DIR))
+from selector import LoopNestOp, analytic_cost_fn, bridge_operators, build_oc_graph, solve
+from selector.select import select_reuse_pairs
 
-from selector import (LoopNestOp, analytic_cost_fn, bridge_operators, build_oc_graph,  # noqa: E402
-                      solve)
-from selector.select import select_reuse_pairs  # noqa: E402
+ROOT_DIR = Path(__file__).resolve().parents[1]
 
 BUDGET = 1000.0
 

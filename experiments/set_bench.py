@@ -38,7 +38,7 @@ time and latency ratios are the noise floor, and a speed-up or throughput ratio 
 Estimator: per reused operator, the plan's estimated candidates against those the reuse tuner
 measured (and estimated against actual seconds when the database has ``estimated_seconds``).
 
-Usage: ``python experiments/set_bench.py [--scale ci|small|paper] [--opset bert_base] [--trials 64]
+Usage: ``python -m experiments.set_bench [--scale ci|small|paper] [--opset bert_base] [--trials 64]
 [--seeds 3] [--variant V ...] [--target nvidia/nvidia-h100]``; results go to
 ``experiments/results/set_bench_<opset>_N<trials>[_first<k>][_<gpu>][_<variant>...].json`` and a PNG of every
 run's convergence beside it. Variants run per seed beside MetaSchedule and plain eto, each compared
@@ -62,9 +62,8 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _bench import (SESSION, add_search_option, backend_search, bind_settings, search_settings,  # noqa: E402
-                    warm_measurer, warm_up)
+from experiments._bench import (SESSION, add_search_option, backend_search, bind_settings, search_settings,
+                                warm_measurer, warm_up)
 
 #: eto options beyond the paper, and the paper's baselines (Selective Tuning, eto's plan with TopK
 #: reuses), each measured against plain eto and MetaSchedule on the same set
@@ -188,8 +187,11 @@ def run_method(kind: str, opset, target, db_dir: str, trials: int, seed: int, pl
         if kind == MS:
             report = tune_with_backend(opset, target, db, trials=trials, measurer=measurer, seed=seed, strategy=search)
         else:
-            report = tune(opset, target, db, trials=trials, plan_budget=plan_budget, measurer=measurer,
-                          seed=seed, search=search, log=lambda m: print(f"    {m}", flush=True), **options)
+            from eto.options import TuneOptions
+
+            report = tune(opset, target, db, TuneOptions.of(trials=trials, plan_budget=plan_budget, seed=seed,
+                                                            search=search, **options),
+                          measurer=measurer, log=lambda m: print(f"    {m}", flush=True))
         seconds = time.perf_counter() - t0
     rep = report.to_json()
     print(f"  {os.path.basename(db_dir)}: {seconds:.1f} s, {rep['candidates']} candidates", flush=True)
@@ -268,7 +270,7 @@ def remeasure(progs: dict[str, list], opset, target, rounds: int,
 
     Each round runs in a fresh worker process: a program can run up to 1.75x faster in one process
     than in the next, and keeps that speed for the process's life (BERT-Base's 768x768 matmul at
-    0.64 or 1.11 ms; experiments README, ``process_lottery.py``), so one process would settle a
+    0.64 or 1.11 ms; docs/findings.md, ``process_lottery.py``), so one process would settle a
     comparison by its lottery. ``per_round``: filled with each round's (process's) median per
     program, ``per_round[run][op]``, to show it."""
     from tuner.measure.apply import scheduled_module
@@ -442,7 +444,7 @@ def aggregate(per_seed: list[dict], control: dict | None) -> dict:
 def assemble_result(args, opset, target, seeds: dict, control: dict | None, progs: dict, lat: dict,
                     work: str, warm_s: float) -> dict:
     """The result file's contents: settings, environment, per-seed rows, the aggregate and the control row."""
-    from _env import environment
+    from experiments._env import environment
 
     per_seed = []
     for seed, group in seeds.items():

@@ -16,7 +16,7 @@ few sizes of the dimension (``eto tune`` / ``eto retune --vary``):
   compiled as Relax legalises it, with no schedule (TVM 0.27's CPU dlight rules cover GEMV and
   reductions, not matmuls), timed at every ``--tvm-every``-th size since it is slow.
 
-    python experiments/symbolic_bench.py --db DB --op 'BMM(B=12,M=128,N=128,K=64)@M=seq,N=seq' \
+    python -m experiments.symbolic_bench --db DB --op 'BMM(B=12,M=128,N=128,K=64)@M=seq,N=seq' \
         --op 'BMM(B=1,M=128,N=768,K=768)@M=seq'
 
 Writes the result JSON and a PNG (GFLOP/s against size per method) next to it.
@@ -33,9 +33,8 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _env import environment  # noqa: E402
-from _experiment import write_outputs  # noqa: E402
+from experiments._env import environment
+from experiments._experiment import write_outputs
 
 SCALES = {
     "ci": dict(choose="1,8,16,32,48", sizes="3:64:10", rounds=1, tvm_every=2, min_repeat_ms=5),

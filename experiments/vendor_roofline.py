@@ -12,8 +12,8 @@ bandwidth), the peak being threads x clock x fp32 vector lanes x 2 (FMA) x FMA u
 bytes of the inputs and output read or written once. The bandwidth is DRAM's: an operator whose data
 fit in the caches can run above its memory roof (a share over 1).
 
-    python experiments/vendor_roofline.py --scale small --opset resnet50 --db eto=DB_A --db metaschedule=DB_B
-    python experiments/vendor_roofline.py --scale ci --work /tmp/e8 --out /tmp/e8.json
+    python -m experiments.vendor_roofline --scale small --opset resnet50 --db eto=DB_A --db metaschedule=DB_B
+    python -m experiments.vendor_roofline --scale ci --work /tmp/e8 --out /tmp/e8.json
 
 Without ``--db`` the set is tuned first by eto (``--trials`` per root) into ``--work``, which is
 what scale ``ci`` does for two small batch matmuls. Writes the result JSON and a PNG next to it.
@@ -29,9 +29,8 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _env import environment  # noqa: E402
-from _experiment import CI_SET, parser, setup, write_outputs  # noqa: E402
+from experiments._env import environment
+from experiments._experiment import CI_SET, parser, setup, write_outputs
 
 SCALES = {
     "ci": dict(opset=CI_SET, trials=8, rounds=2),
@@ -192,11 +191,12 @@ def main(argv=None) -> int:
             ap.error(f"--db {spec!r}: expected NAME=DIR with an existing database directory")
         dbs[label] = Database(folder, readonly=True)
     if not dbs:
+        from eto.options import TuneOptions
         from eto.runs.pipeline import tune
 
         dbs["eto"] = Database(os.path.join(work, "eto"))
-        tune(opset, target, dbs["eto"], trials=args.trials or cfg["trials"], plan_budget=max(64, args.trials or 0),
-             seed=0)
+        tune(opset, target, dbs["eto"], TuneOptions.of(trials=args.trials or cfg["trials"],
+                                                       plan_budget=max(64, args.trials or 0), seed=0))
     info = cpu_info()
     threads = int(os.environ["TVM_NUM_THREADS"])
     peak = threads * clock_hz() * info.vector_lanes_fp32 * 2 * args.fma_units

@@ -1,4 +1,4 @@
-"""The benchmark scripts' bookkeeping (experiments/set_bench.py, reuse_pairs.py, _bench.py), without tuning.
+"""The benchmark scripts' bookkeeping (experiments/set_bench.py, reuse_pairs.py, _bench.py, tools/), without tuning.
 
 These are the parts a wrong ratio would come from: the "same" threshold's change of scale, the
 spread over seeds, and which cached runs a repeated command may reuse.
@@ -10,22 +10,12 @@ import argparse
 import json
 import math
 import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
-
-import _bench  # noqa: E402
-import candidate_costs  # noqa: E402
-import code_ab  # noqa: E402
-import model_bench  # noqa: E402
-import reuse_ab  # noqa: E402
-import reuse_pairs  # noqa: E402
-import retune_bench  # noqa: E402
-import reuse_quality  # noqa: E402
-import set_bench  # noqa: E402
-import timing_split  # noqa: E402
+# the repository root is on sys.path (`python -m pytest` from it), so `experiments` is a package there
+from experiments import _bench, model_bench, retune_bench, reuse_pairs, set_bench
+from experiments.tools import candidate_costs, code_ab, reuse_ab, reuse_quality, timing_split
 
 
 def test_same_uses_remeasured_latency_moved_to_the_recorded_scale():
@@ -262,8 +252,7 @@ def test_set_trajectory_puts_every_result_on_one_wall_clock():
 def test_e1_and_e8_at_scale_ci(tmp_path):
     """E1 tunes three small batch matmuls with MetaSchedule and reads the B/T/M windows; E8 times
     that database's programs against PyTorch's (one tuning run serves both)."""
-    import reuse_opportunity
-    import vendor_roofline
+    from experiments import reuse_opportunity, vendor_roofline
 
     out = tmp_path / "e1.json"
     assert reuse_opportunity.main(["--scale", "ci", "--work", str(tmp_path / "work"), "--out", str(out)]) == 0
@@ -302,7 +291,7 @@ def test_e1_and_e8_at_scale_ci(tmp_path):
 
 @pytest.mark.slow
 def test_e6_selector_scale_at_scale_ci(tmp_path):
-    import selector_scale
+    from experiments import selector_scale
 
     out = tmp_path / "e6.json"
     selector_scale.main(["--scale", "ci", "--out", str(out)])
@@ -314,7 +303,7 @@ def test_e6_selector_scale_at_scale_ci(tmp_path):
 
 
 def test_e5_pools_estimates_from_both_benchmarks(tmp_path):
-    import estimate_accuracy
+    from experiments import estimate_accuracy
 
     pairs = {"benchmark": "reuse_pairs", "scale": "ci", "pairs": [
         {"alpha": "a", "beta": "b", "strategy": "global", "estimate": 10.0, "candidates": 12, "estimated_seconds": 5.0,
@@ -338,7 +327,7 @@ def test_e5_pools_estimates_from_both_benchmarks(tmp_path):
 def test_e5_fits_the_time_model_on_pooled_databases_counting_a_copy_once(tmp_path):
     """--fit: the time-model fit that DEFAULTS come from; a result copied into a second database
     (a retune's copy of its source) is one result, and two targets' results are refused."""
-    import estimate_accuracy
+    from experiments import estimate_accuracy
 
     from eto.store.database import Database
     from eto.operators import Operator

@@ -392,12 +392,9 @@ def test_bench_compares_builds_with_pytorch(files, tuned, capsys, tmp_path, monk
     assert json.loads((tmp_path / "ms" / MS_TIME_FILE).read_text())["search"] == "light"  # --ms-search reached it
     assert by["eto"]["median_s"] < by["untuned"]["median_s"]  # tuned programs beat unscheduled loops
     assert (tmp_path / "bench.png").stat().st_size > 0
-    # the same two databases task by task (experiments/compare_dbs.py --model): every tunable task
+    # the same two databases task by task (experiments/tools/compare_dbs.py --model): every tunable task
     # found in MetaSchedule's work directory and in eto's database, re-measured side by side
-    import os
-
-    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
-    import compare_dbs
+    from experiments.tools import compare_dbs
 
     assert compare_dbs.main(["--model", path, f"ms=ms:{tmp_path / 'ms'}", f"eto={db_dir}", "--rounds", "1",
                          "--out", str(tmp_path / "tasks.json")]) == 0

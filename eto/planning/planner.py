@@ -409,7 +409,7 @@ def reduction_ratio(alpha: LoopNestOp, beta: LoopNestOp) -> float:
     Beyond the paper. A reuse keeps β's reduction tiling as its starting point and searches near it
     (the block search re-tiles the space loops), so a β with a much smaller reduction seeds α's
     inner loops badly. Measured over the 75 reuses of two 3-seed set benchmarks
-    (``python experiments/reuse_quality.py``, ResNet-50 and BERT-Base): median quality against
+    (``python experiments/tools/reuse_quality.py``, ResNet-50 and BERT-Base): median quality against
     MetaSchedule 0.97 (42 reuses) where this ratio is at most 4, 0.87 (12) at 4-8 and 0.79 (21)
     above 8, where the plan had seeded the sets' largest operators from small bridges. As a cap
     of 4 (the default): BERT-Base N = 200 0.95 instead of 0.76 at 5.0x instead of 5.5x; ResNet-50
@@ -428,7 +428,7 @@ def minor_roots(plan: Plan, capped: Collection[str], share: float = MINOR_SHARE)
     operators that carry a set's latency; it also leaves a network's first convolution (3 input
     channels, a 7x7 kernel) a backend root, since every path to it grows the kernel taps 5.4x:
     ResNet-50's stem holds 2.9% of its FLOPs and took 143 of eto's 652 s in E9 (README). Reuses at
-    ratios 4-8 reached 0.87 of MetaSchedule at the median (``experiments/reuse_quality.py``), which
+    ratios 4-8 reached 0.87 of MetaSchedule at the median (``experiments/tools/reuse_quality.py``), which
     on at most 5% of the work costs under 1% of the set's throughput.
     """
     ops = plan.operators

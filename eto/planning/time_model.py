@@ -48,7 +48,7 @@ class Line:
         return self.per + self.per_gflop * gflops
 
 
-#: Before a target has results. CPU: fitted (``python experiments/estimate_accuracy.py --fit``, see
+#: Before a target has results. CPU: fitted (``python -m experiments.estimate_accuracy --fit``, see
 #: experiments/results/estimate_accuracy_time_fit_znver4.json) on the results of three runs on a 2-core
 #: znver4 machine after the database's incremental reload: the ResNet-50 set benchmark at N = 100 and
 #: the retune benchmarks of BERT-Base at 8 new lengths and ResNet-50's convolutions at 4 new batch

@@ -4,7 +4,7 @@ A reuse candidate's measurement is mostly its timed runs, not its build: with th
 (5 repeats of >= 40 ms) 0.28 s of 0.34 s per candidate on this 2-core host, against 0.05 s for 3
 repeats of >= 10 ms (:attr:`~tuner.measure.measurer.MeasureConfig.screen_repeat`), whose medians were
 1.4-3.1% off the full ones (median; the full configuration against itself: 1.0-1.4%;
-``experiments/timing_split.py``, experiments/README). A round
+``experiments/tools/timing_split.py``, experiments/README). A round
 only needs its candidates ranked, so the reuse tuner screens every candidate and, once the search
 is done, re-times its ``finalists`` best with the full configuration (:func:`settle`): the program
 it returns, and the latency stored for it, are a full measurement, comparable with MetaSchedule's
