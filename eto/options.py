@@ -1,8 +1,9 @@
 """What a run is told, defaulted and validated in one place.
 
 A tuning run is told four things, each a frozen record: how the plan is made (:class:`PlanOptions`),
-how MetaSchedule tunes a root (:class:`BackendOptions`), how the reuse tuner derives the rest
-(:class:`ReuseOptions`), and which method ties them together (:class:`TuneOptions`). The CLI and the
+how MetaSchedule tunes a root (:class:`tuner.measure.options.BackendOptions`), how the reuse tuner
+derives the rest (:class:`tuner.reuse.options.ReuseOptions`), and what ties them together
+(:class:`TuneOptions`: the method, and eto's steps beyond the paper). The CLI and the
 Python API both build a :class:`TuneOptions`; :mod:`eto.planning` and :mod:`eto.runs` only read it, so
 a default is written once and a value is checked once, when the record is made.
 
@@ -17,14 +18,9 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
-from tuner.measure.finalists import DEFAULT_FINALISTS
-from tuner.reuse.ranked import TopK
-from tuner.reuse.space import DEFAULT_STRATEGY, Strategy
+from tuner.measure.options import DEFAULT_TRIALS, BackendOptions, OptionError
+from tuner.reuse.options import ReuseOptions
 
-#: Backend trials per root operator (MetaSchedule's candidates), the default of every entry point.
-DEFAULT_TRIALS = 64
-#: MetaSchedule's batch: candidates measured per search iteration.
-DEFAULT_TRIALS_PER_ITER = 64
 #: How much larger α's reduction may be than β's for a reuse edge (:func:`eto.planning.planner.reduction_ratio`).
 MAX_REDUCTION_RATIO = 4.0
 #: The selection's preference for near sources: a reuse edge weighs 1 + W x (its loops' summed |log|
@@ -39,14 +35,6 @@ CostModel = Literal["analytic", "estimate"]
 SolverOption = Literal["auto", "exact", "approx"]
 
 
-class OptionError(ValueError):
-    """A bad option value; ``name`` is the option's field, which the CLI turns into its flag."""
-
-    def __init__(self, name: str, message: str):
-        super().__init__(f"{name} {message}")
-        self.name, self.message = name, message
-
-
 def _positive(name: str, value: int | None, *, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
@@ -57,52 +45,6 @@ def _positive(name: str, value: int | None, *, allow_none: bool = False) -> None
 def _choice(name: str, value: Any, kind: Any) -> None:
     if value not in get_args(kind):
         raise OptionError(name, f"must be one of {', '.join(get_args(kind))}, got {value!r}")
-
-
-@dataclass(frozen=True, kw_only=True)
-class BackendOptions:
-    """How MetaSchedule (the backend) tunes a root, a fallback, or a function outside the catalogue."""
-
-    #: trials per root operator
-    trials: int = DEFAULT_TRIALS
-    #: MetaSchedule's batch size
-    num_trials_per_iter: int = DEFAULT_TRIALS_PER_ITER
-    #: MetaSchedule's search strategy: a name (``tuner.measure.backend.search_strategy``) or a strategy object
-    search: Any = "evolutionary"
-    seed: int | None = None
-    #: trials for each function outside the catalogue that cannot be reused (None: the pipeline's
-    #: default, ``eto.operators.task.FUNCTION_TRIALS``, never more than ``trials``)
-    function_trials: int | None = None
-    #: beyond the paper: MetaSchedule's search continued from each reuse result for this many trials
-    evolve_trials: int = 0
-
-    def __post_init__(self) -> None:
-        _positive("trials", self.trials)
-        _positive("num_trials_per_iter", self.num_trials_per_iter)
-        _positive("function_trials", self.function_trials, allow_none=True)
-        if self.evolve_trials < 0:
-            raise OptionError("evolve_trials", f"must be >= 0, got {self.evolve_trials}")
-
-
-@dataclass(frozen=True, kw_only=True)
-class ReuseOptions:
-    """How the reuse-based tuner derives an operator from its parent's program (paper section 5)."""
-
-    #: rounds after T once (``"global"``) or per block count as in the paper (``"per-b"``)
-    strategy: Strategy = DEFAULT_STRATEGY
-    #: a round's best-ranked candidates measured at a time (``"auto"``: by target; None: every candidate)
-    top_k: TopK = "auto"
-    #: the best candidates re-timed in full after a brief screening (0: every candidate in full)
-    finalists: int = DEFAULT_FINALISTS
-    #: each backend root polished by a self-reuse (None: where the budget trains the ranker, :func:`default_polish`)
-    polish: bool | None = None
-
-    def __post_init__(self) -> None:
-        _choice("strategy", self.strategy, Strategy)
-        if self.finalists < 0:
-            raise OptionError("finalists", f"must be >= 0 (0: every candidate timed in full), got {self.finalists}")
-        if not (self.top_k in ("auto", None) or (isinstance(self.top_k, int) and self.top_k >= 0)):
-            raise OptionError("top_k", f"must be 'auto', None or a number >= 0, got {self.top_k!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,10 +92,22 @@ class TuneOptions:
     backend: BackendOptions = field(default_factory=BackendOptions)
     reuse: ReuseOptions = field(default_factory=ReuseOptions)
     plan: PlanOptions = field(default_factory=PlanOptions)
+    #: beyond the paper: each backend root polished by a self-reuse (None: where the budget trains the
+    #: ranker, :func:`default_polish`; method eto only)
+    polish: bool | None = None
+    #: beyond the paper (its future work): MetaSchedule's search continued from each reuse result
+    #: for this many trials (:class:`eto.runs.derive.ReuseThenEvolve`)
+    evolve_trials: int = 0
+    #: trials for each function outside the catalogue that cannot be reused (None: the pipeline's
+    #: default, ``eto.operators.task.FUNCTION_TRIALS``, never more than the backend's trials)
+    function_trials: int | None = None
 
     def __post_init__(self) -> None:
         _choice("method", self.method, Method)
-        if self.method != "eto" and (self.plan.hot_share is not None or self.backend.evolve_trials):
+        _positive("function_trials", self.function_trials, allow_none=True)
+        if self.evolve_trials < 0:
+            raise OptionError("evolve_trials", f"must be >= 0, got {self.evolve_trials}")
+        if self.method != "eto" and (self.plan.hot_share is not None or self.evolve_trials):
             raise OptionError("hot_share and evolve_trials", f"apply to method 'eto' only, not {self.method!r}")
 
     @classmethod
@@ -162,30 +116,19 @@ class TuneOptions:
 
         ``plan_budget`` is :attr:`PlanOptions.budget`; every other name is a field of exactly one record.
         """
-        parts: dict[str, dict[str, Any]] = {"backend": {}, "reuse": {}, "plan": {}}
-        method = flat.pop("method", "eto")
-        if "plan_budget" in flat:
-            flat["budget"] = flat.pop("plan_budget")
-        for name, value in flat.items():
-            owner = _OWNER.get(name)
-            if owner is None:
-                raise TypeError(f"unknown tuning option {name!r}; known: {', '.join(sorted(_OWNER))}")
-            parts[owner][name] = value
-        return cls(method=method, backend=BackendOptions(**parts["backend"]), reuse=ReuseOptions(**parts["reuse"]),
-                   plan=PlanOptions(**parts["plan"]))
+        return cls().replace(**flat)
 
     def replace(self, **flat: Any) -> "TuneOptions":
         """A copy with some flat options changed (names as in :meth:`of`)."""
-        method = flat.pop("method", self.method)
         if "plan_budget" in flat:
             flat["budget"] = flat.pop("plan_budget")
-        parts: dict[str, dict[str, Any]] = {"backend": {}, "reuse": {}, "plan": {}}
+        parts: dict[str, dict[str, Any]] = {"backend": {}, "reuse": {}, "plan": {}, "": {}}
         for name, value in flat.items():
             if name not in _OWNER:
-                raise TypeError(f"unknown tuning option {name!r}")
+                raise TypeError(f"unknown tuning option {name!r}; known: {', '.join(sorted(_OWNER))}")
             parts[_OWNER[name]][name] = value
-        return dataclasses.replace(self, method=method, **{k: dataclasses.replace(getattr(self, k), **v)
-                                                           for k, v in parts.items() if v})
+        return dataclasses.replace(self, **parts.pop(""), **{k: dataclasses.replace(getattr(self, k), **v)
+                                                            for k, v in parts.items() if v})
 
     @property
     def plan_budget(self) -> int:
@@ -193,14 +136,15 @@ class TuneOptions:
         return self.plan.budget or self.backend.trials
 
     @property
-    def polish(self) -> bool:
+    def polishes(self) -> bool:
         """Whether roots are polished: method eto only, by default where the budget trains the ranker."""
-        wanted = default_polish(self.backend.trials) if self.reuse.polish is None else self.reuse.polish
+        wanted = default_polish(self.backend.trials) if self.polish is None else self.polish
         return wanted and self.method == "eto"
 
 
 _OWNER = {f.name: owner for owner, kind in (("backend", BackendOptions), ("reuse", ReuseOptions),
                                             ("plan", PlanOptions)) for f in fields(kind)}
+_OWNER.update({f.name: "" for f in fields(TuneOptions) if f.name not in ("backend", "reuse", "plan")})
 
 
 def default_polish(trials: int) -> bool:

@@ -57,6 +57,7 @@ def warm_up(target: "Target", *, plan: bool = True) -> float:
     import tuner.analysis.features  # noqa: F401
     import tuner.reuse.search  # noqa: F401
     from tuner.measure.backend import BackendTask, tune_backend
+    from tuner.measure.options import BackendOptions
     from tuner.measure.measurer import MeasureConfig, Measurer
 
     for optional in ("xgboost", "scipy.optimize"):
@@ -66,13 +67,13 @@ def warm_up(target: "Target", *, plan: bool = True) -> float:
             pass
     ops = _tiny_operators()
     with Measurer.local(MeasureConfig()) as measurer:
-        tune_backend([BackendTask("warmup", ops[0].prim_func())], target, trials_per_task=2, measurer=measurer,
-                     num_trials_per_iter=2, seed=0)
+        tune_backend([BackendTask("warmup", ops[0].prim_func())], target, BackendOptions(trials=2, num_trials_per_iter=2, seed=0), measurer=measurer)
     if plan:
         from eto.operators.opsets import OperatorSet
         from eto.planning.planner import plan_operator_set
+        from eto.options import TuneOptions
 
-        plan_operator_set(OperatorSet.from_layers("warmup", ops), budget=64, target=target, cost="estimate")
+        plan_operator_set(OperatorSet.from_layers("warmup", ops), TuneOptions.of(trials=64, cost="estimate", top_k=None), target=target)
     return time.perf_counter() - t0
 
 

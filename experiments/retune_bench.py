@@ -27,6 +27,7 @@ import sys
 import time
 from typing import Callable
 
+from eto.options import TuneOptions
 from experiments._bench import SESSION, add_search_option, backend_search, search_name, warm_measurer, warm_up
 from experiments._env import environment
 
@@ -46,6 +47,7 @@ def run(args: argparse.Namespace, done: list | None = None,
     from eto.shapes.retune import retune
     from eto.target import parse_target
     from eto.runs.tuning import tune_with_backend
+    from tuner.measure.options import BackendOptions
 
     target = parse_target("cpu")
     search = backend_search(args)
@@ -79,13 +81,12 @@ def run(args: argparse.Namespace, done: list | None = None,
             eto_db, ms_db = Database(eto_dir), Database(ms_dir)
             source_db = Database(args.db, readonly=True)
             t0 = time.perf_counter()
-            rep = retune([(value, opset)], target, eto_db, dim=dim, trials=args.trials, measurer=measurer,
-                         seed=args.seed, search=search, log=lambda m: print(f"  eto: {m}", flush=True))
+            rep = retune([(value, opset)], target, eto_db, TuneOptions.of(trials=args.trials, seed=args.seed, search=search),
+                         dim=dim, measurer=measurer, log=lambda m: print(f"  eto: {m}", flush=True))
             eto_s = time.perf_counter() - t0
             if earlier is None:
                 t0 = time.perf_counter()
-                tune_with_backend(opset, target, ms_db, trials=args.trials, measurer=measurer, seed=args.seed,
-                                  strategy=search)
+                tune_with_backend(opset, target, ms_db, BackendOptions(trials=args.trials, seed=args.seed, search=search), measurer=measurer)
                 ms_s = time.perf_counter() - t0
             else:
                 ms_s = earlier["seconds"]["metaschedule"]

@@ -129,6 +129,7 @@ def main(argv=None) -> int:
     cfg, opset, target, work, out = setup(args, SCALES, "reuse_opportunity")
     from eto.store.database import Database
     from eto.runs.tuning import tune_with_backend
+    from tuner.measure.options import BackendOptions
     from tuner.analysis.features import kind_of
 
     trials = args.trials or cfg["trials"]
@@ -137,7 +138,7 @@ def main(argv=None) -> int:
     else:
         db = Database(os.path.join(work, "metaschedule"))
         # resumes: tuned operators are kept
-        tune_with_backend(opset, target, db, trials=trials, seed=0, strategy=backend_search(args))
+        tune_with_backend(opset, target, db, BackendOptions(trials=trials, seed=0, search=backend_search(args)))
     rows = analyse(db, opset, target)
     result = {"experiment": "E1 reuse opportunity (paper section 3)", "scale": args.scale, "opset": opset.name,
               "db": args.db, "trials": None if args.db else trials,

@@ -112,6 +112,10 @@ def backend_stage(op, target, trials: int, measurer, work: str, search="evolutio
 
     from tuner.measure.backend import BackendTask, tune_backend
 
+    from tuner.reuse.options import ReuseOptions
+
+    from tuner.measure.options import BackendOptions
+
     d = os.path.join(work, "backend", op.key)
     meta = os.path.join(d, "result.json")
     if os.path.exists(meta):
@@ -119,8 +123,7 @@ def backend_stage(op, target, trials: int, measurer, work: str, search="evolutio
             return json.load(f)
     os.makedirs(d, exist_ok=True)
     t0 = time.perf_counter()
-    res = tune_backend([BackendTask(op.name, op.prim_func())], target, trials_per_task=trials,
-                       measurer=measurer, num_trials_per_iter=32, top_k=100_000, seed=0, strategy=search)[0]
+    res = tune_backend([BackendTask(op.name, op.prim_func())], target, BackendOptions(trials=trials, num_trials_per_iter=32, seed=0, search=search), measurer=measurer, top_k=100_000)[0]
     wall = time.perf_counter() - t0
     db = JSONDatabase(os.path.join(d, "workloads.json"), os.path.join(d, "records.json"))
     for rec in res.records:
@@ -180,9 +183,7 @@ def reuse_stage(alpha, beta, target, measurer, work: str, strategy: str, ranges:
 
         res = topk_tune(alpha.prim_func(), beta_records, target, measurer)
     else:
-        res = reuse_tune(alpha.prim_func(), beta_records[0], target, measurer, strategy=strategy, ranges=ranges,
-                         ranker=LearnedRanker(target) if top_k else None, history=beta_records if top_k else (),
-                         top_k=top_k)
+        res = reuse_tune(alpha.prim_func(), beta_records[0], target, measurer, ReuseOptions(strategy=strategy, ranges=ranges, top_k=top_k), ranker=LearnedRanker(target) if top_k else None, history=beta_records if top_k else ())
     if res.record is not None:
         db = JSONDatabase(os.path.join(d, "workloads.json"), os.path.join(d, "records.json"))
         db.commit_workload(res.record.workload.mod)

@@ -71,9 +71,9 @@ VARIANTS = {"plain": {}, "hot": {"hot_share": 0.3, "hot_factor": 1.5}, "evolve":
             "st": {"method": "st"}, "topk": {"method": "topk"},
             # E4, the bridge ablation (paper figure 11): plain eto uses 1-hop bridges
             "nobridges": {"bridges": "none"}, "allbridges": {"bridges": "all"},
-            # the plan without its cap on a reuse's reduction growth (eto.planning.planner.MAX_REDUCTION_RATIO)
+            # the plan without its cap on a reuse's reduction growth (eto.options.MAX_REDUCTION_RATIO)
             "nocap": {"max_reduction_ratio": None},
-            # the plan by cost alone, without its preference for near sources (eto.planning.planner.DISTANCE_WEIGHT)
+            # the plan by cost alone, without its preference for near sources (eto.options.DISTANCE_WEIGHT)
             "nodistance": {"distance_weight": 0.0},
             # the roots as MetaSchedule leaves them, not polished by a self-reuse (eto.runs.polish)
             "nopolish": {"polish": False},
@@ -176,6 +176,7 @@ def run_method(kind: str, opset, target, db_dir: str, trials: int, seed: int, pl
     from eto.store.database import Database
     from eto.runs.pipeline import tune
     from eto.runs.tuning import tune_with_backend
+    from tuner.measure.options import BackendOptions
     from tuner.measure.measurer import MeasureConfig, Measurer
 
     db = Database(db_dir)
@@ -185,7 +186,7 @@ def run_method(kind: str, opset, target, db_dir: str, trials: int, seed: int, pl
         started = time.time()
         t0 = time.perf_counter()
         if kind == MS:
-            report = tune_with_backend(opset, target, db, trials=trials, measurer=measurer, seed=seed, strategy=search)
+            report = tune_with_backend(opset, target, db, BackendOptions(trials=trials, seed=seed, search=search), measurer=measurer)
         else:
             from eto.options import TuneOptions
 

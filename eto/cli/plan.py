@@ -6,16 +6,21 @@ With the default ``--cost analytic`` and no ``--db`` nothing imports TVM.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import os
 
-from typing import get_args
+from typing import TYPE_CHECKING, get_args
 
 from tuner.reuse.space import DEFAULT_STRATEGY, Strategy
 
 from eto.operators.opsets import load_opset
-from eto.planning.planner import DISTANCE_WEIGHT, MAX_REDUCTION_RATIO
+from eto.options import DISTANCE_WEIGHT, MAX_REDUCTION_RATIO
 from eto.cli.errors import EXIT_OK, CLIError, check_target
+
+if TYPE_CHECKING:  # pragma: no cover
+    from eto.store.database import Database
 
 
 def add_strategy_option(p: argparse.ArgumentParser, *, suffix: str = "") -> None:
@@ -96,7 +101,35 @@ def _solve_graph(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def add_prior_option(p: argparse.ArgumentParser, what: str) -> None:
+    """``--prior DB`` (repeatable): databases read, never written; one copy for tune and plan."""
+    p.add_argument("--prior", action="append", default=[], metavar="DB",
+                   help=f"a prior database, read and never written (repeatable): {what}")
+
+
+def _prior_database(paths: list[str], stack: contextlib.ExitStack) -> "Database":
+    """One prior database read as it is, or several merged into a temporary one (none is written)."""
+    import tempfile
+
+    from eto.store.database import Database
+
+    for path in paths:
+        if not os.path.isdir(path):
+            raise CLIError(f"--prior {path}: no such database directory")
+    if len(paths) == 1:
+        return Database(paths[0], readonly=True)
+    db = Database(stack.enter_context(tempfile.TemporaryDirectory(prefix="eto-priors-")))
+    for path in paths:
+        db.merge_from(Database(path, readonly=True))
+    return db
+
+
 def _plan(args: argparse.Namespace) -> int:
+    with contextlib.ExitStack() as stack:
+        return _plan_in(args, stack)
+
+
+def _plan_in(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     if args.graph:
         if args.opset:
             raise CLIError("give either --graph or --opset, not both")
@@ -105,26 +138,28 @@ def _plan(args: argparse.Namespace) -> int:
 
     opset = load_opset(args.opset or "resnet50")
     db = target = None
-    if args.db or args.cost == "estimate":
+    if args.prior or args.cost == "estimate":
         from eto.target import parse_target
 
         target = parse_target(args.target)
-    if args.db:
-        from eto.store.database import Database
-
-        db = Database(args.db, readonly=True)
+    if args.prior:
+        db = _prior_database(args.prior, stack)
         check_target(db, target, fatal=False)
     if args.method == "st":
         from tuner.reuse.topk import DEFAULT_K
 
         result = plan_selective(opset, budget=args.budget, k=DEFAULT_K, database=db, target=target)
     else:
-        result = plan_operator_set(opset, budget=args.budget, bridges=args.bridges, solver=args.solver,
-                                   database=db, target=target, time_limit=args.time_limit, cost=args.cost,
-                                   strategy=args.strategy, top_k=top_k_of(args),
-                                   max_reduction_ratio=max_reduction_ratio_of(args),
-                                   distance_weight=distance_weight_of(args),
-                                   polish=None if args.polish else False)
+        from eto.options import OptionError, TuneOptions
+
+        try:
+            options = TuneOptions.of(trials=args.budget, bridges=args.bridges, solver=args.solver, cost=args.cost,
+                                     strategy=args.strategy, top_k=top_k_of(args),
+                                     max_reduction_ratio=max_reduction_ratio_of(args),
+                                     distance_weight=distance_weight_of(args), polish=None if args.polish else False)
+        except OptionError as exc:
+            raise CLIError(f"--{'budget' if exc.name == 'trials' else exc.name.replace('_', '-')} {exc.message}") from None
+        result = plan_operator_set(opset, options, database=db, target=target, time_limit=args.time_limit)
     if args.json:
         print(json.dumps(result.to_json(), indent=1))
     else:
@@ -156,8 +191,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--bridges", default="1hop", choices=["none", "1hop", "all"])
     p.add_argument("--solver", default="auto", choices=["auto", "exact", "approx"])
     p.add_argument("--budget", type=int, default=1000, help="backend trials per operator (root edge cost)")
-    p.add_argument("--db", help="prior database: its operators are free reuse sources")
-    p.add_argument("--target", default="cpu", help="target of the prior database's programs")
+    add_prior_option(p, "its operators are free roots and reuse sources, as in eto tune")
+    p.add_argument("--target", default="cpu", help="target of the prior databases' programs")
     p.add_argument("--time-limit", type=float, default=30.0, help="seconds for the exact solver")
     p.add_argument("--cost", default="estimate", choices=["estimate", "analytic"],
                    help="edge costs: the tuner's trial estimator (default; about 7-8 s for ResNet-50 on 2 cores) "

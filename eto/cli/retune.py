@@ -11,13 +11,14 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from tuner.measure.options import DEFAULT_TRIALS
 from eto.operators.opsets import OperatorSet, parse_vary, vary
 from eto.report import format_table
 from eto.cli.errors import EXIT_FAILED, EXIT_OK, CLIError, check_target
 from eto.cli.ops import parse_dims
-from eto.cli.plan import add_strategy_option, distance_weight_of, max_reduction_ratio_of, top_k_of
-from eto.cli.tune import (DEFAULT_DB, operators_from_args, add_finalists_option, add_function_trials_option,
-    add_operator_options, finalists_of, function_trials_of, tasks_opset)
+from eto.cli.plan import add_strategy_option
+from eto.cli.tune import (DEFAULT_DB, add_finalists_option, add_function_trials_option, add_operator_options,
+    operators_from_args, tasks_opset, tune_options_of)
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
@@ -27,11 +28,9 @@ def _retune(args: argparse.Namespace) -> int:
     dim, values = parse_vary(args.vary)
     if not os.path.isdir(args.db):
         raise CLIError(f"--db {args.db}: no such database directory (tune the known sizes first: eto tune)")
-    if args.trials < 1:
-        raise CLIError(f"--trials must be positive, got {args.trials}")
     if args.fast_math and not args.model:
         raise CLIError("--fast-math applies to --model (it rewrites the model's functions)")
-    finalists, function_trials = finalists_of(args), function_trials_of(args)
+    options = tune_options_of(args)
     from eto.store.database import Database
     from eto.shapes.retune import retune
     from eto.target import parse_target
@@ -48,11 +47,7 @@ def _retune(args: argparse.Namespace) -> int:
     print(f"eto: retune {len(values)} sizes of {dim} ({', '.join(map(str, values[:8]))}"
           f"{', ...' if len(values) > 8 else ''}) from {args.db}, target {target}", file=sys.stderr)
     log = None if args.quiet or args.json else (lambda m: print(f"eto: {m}", file=sys.stderr, flush=True))
-    report = retune(shapes, target, db, dim=dim, trials=args.trials, instant_only=args.instant_only, log=log,
-                    strategy=args.strategy, top_k=top_k_of(args), seed=args.seed,
-                    max_reduction_ratio=max_reduction_ratio_of(args), distance_weight=distance_weight_of(args),
-                    plan_budget=args.plan_budget, finalists=finalists, function_trials=function_trials,
-                    polish=None if args.polish else False)
+    report = retune(shapes, target, db, options, dim=dim, instant_only=args.instant_only, log=log)
     if args.json:
         print(json.dumps(report.to_json(), indent=1))
     else:
@@ -187,7 +182,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "as 1,2,4 or START:STOP:STEP")
     p.add_argument("--db", default=DEFAULT_DB, help=f"the database of known sizes, where results go (default {DEFAULT_DB})")
     p.add_argument("--target", default="cpu", help="cpu (this machine), cuda, or a TVM tag")
-    p.add_argument("--trials", type=int, default=64, help="backend trials where nothing can be reused")
+    p.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help="backend trials where nothing can be reused")
     p.add_argument("--plan-budget", type=int, default=None,
                    help="backend cost per operator when planning (default: --trials)")
     p.add_argument("--instant-only", action="store_true", help="store the instant programs and stop (seconds)")

@@ -11,6 +11,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Sequence
 
+from tuner.measure.options import DEFAULT_TRIALS, DEFAULT_TRIALS_PER_ITER
 from eto.models import extract_from_file
 from eto.operators import Operator
 from eto.operators.task import FUNCTION_TRIALS
@@ -18,7 +19,7 @@ from eto.operators.opsets import OperatorSet, load_opset
 from eto.report import format_table
 from eto.cli.errors import EXIT_FAILED, EXIT_OK, CLIError, check_target
 from eto.cli.ops import add_dim_option, add_fast_math_option, parse_dims
-from eto.cli.plan import add_strategy_option, distance_weight_of, max_reduction_ratio_of, top_k_of
+from eto.cli.plan import add_prior_option, add_strategy_option, distance_weight_of, max_reduction_ratio_of, top_k_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from eto.options import TuneOptions
@@ -56,21 +57,24 @@ def add_operator_options(p: argparse.ArgumentParser) -> None:
     add_fast_math_option(p)
 
 
-def _open_database(paths: Sequence[str]) -> "Database":
-    """The first ``--db`` directory, with every further (prior) database's programs merged into it."""
+def _open_database(path: str, priors: Sequence[str] = ()) -> "Database":
+    """The database to write, with the programs of every prior database (read, never written) copied in:
+    they cost nothing in the plan and serve as reuse sources, and the written database alone then holds
+    every program its operators need."""
     from eto.store.database import Database
 
-    db = Database(paths[0])
-    for p in db.problems:
-        print(f"eto: warning: {os.path.join(paths[0], str(p))} (skipped)", file=sys.stderr)
-    for prior in paths[1:]:  # prior databases: their programs join the first one, then count as tuned
+    for prior in priors:  # checked before anything is created
         if not os.path.isdir(prior):
-            raise CLIError(f"--db {prior}: no such database directory")
-        if os.path.abspath(prior) == os.path.abspath(paths[0]):
+            raise CLIError(f"--prior {prior}: no such database directory")
+    db = Database(path)
+    for p in db.problems:
+        print(f"eto: warning: {os.path.join(path, str(p))} (skipped)", file=sys.stderr)
+    for prior in priors:
+        if os.path.abspath(prior) == os.path.abspath(path):
             continue
         counts = db.merge_from(Database(prior, readonly=True))
-        print(f"eto: prior database {prior}: {counts['results']} results, {counts['records']} records merged into "
-              f"{paths[0]}", file=sys.stderr)
+        print(f"eto: prior database {prior}: {counts['results']} results, {counts['records']} records copied into "
+              f"{path}", file=sys.stderr)
     return db
 
 
@@ -106,35 +110,27 @@ def _tune(args: argparse.Namespace) -> int:
                             label=args.model)
     else:
         opset = operators_from_args(args)
-    if args.trials < 1:
-        raise CLIError(f"--trials must be positive, got {args.trials}")
     if args.method == "ansor" and (args.hot_share is not None or args.evolve or args.rpc or args.devices != 1):
         raise CLIError("--hot-share, --evolve, --rpc and --devices apply to --method eto only")
     if args.method in ("topk", "st") and (args.hot_share is not None or args.evolve):
         raise CLIError(f"--hot-share and --evolve apply to --method eto only, not {args.method}")
     # every flag checked before the database is opened: bad flags leave no empty database behind
     devices = _rpc_devices(args)
-    options = None if args.method == "ansor" else tune_options_of(args)
-    paths = args.db or [DEFAULT_DB]
-    db = _open_database(paths)
+    options = tune_options_of(args)
+    db = _open_database(args.db, args.prior)
     check_target(db, target, fatal=False)  # its programs are neither sources nor skipped
     todo = [e for e in opset if not db.attempted(e.op, target)]
     how = {"ansor": "MetaSchedule for every operator", "eto": "eto (reuse)",
            "topk": "eto's plan with TopK instead of the reuse tuner (baseline)",
            "st": "Selective Tuning (baseline)"}[args.method]
-    print(f"eto: {opset.name}: {len(opset)} operators, {len(opset) - len(todo)} already in {paths[0]}; "
+    print(f"eto: {opset.name}: {len(opset)} operators, {len(opset) - len(todo)} already in {args.db}; "
           f"tuning {len(todo)} with {how}, backend budget {args.trials} trials, target {target}", file=sys.stderr)
     from tuner.measure.backend import search_strategy
 
-    search = search_strategy(args.search)
-    if options is not None:
-        options = options.replace(search=search)
+    options = options.replace(search=search_strategy(args.search))
     on_batch = None if args.json or args.quiet else progress_printer()
     if args.method == "ansor":
-        report = tune_with_backend(
-            opset, target, db, trials=args.trials, num_trials_per_iter=args.trials_per_iter, seed=args.seed,
-            strategy=search, on_batch=on_batch, verbose=args.verbose,
-        )
+        report = tune_with_backend(opset, target, db, options.backend, on_batch=on_batch, verbose=args.verbose)
     else:
         from eto.runs.pipeline import tune
 
@@ -154,20 +150,29 @@ def _tune(args: argparse.Namespace) -> int:
     return EXIT_FAILED if report.failed else EXIT_OK
 
 
+#: flags whose value is an option field as it is (flag attribute -> TuneOptions.of name)
+_OPTION_FLAGS = {"trials": "trials", "trials_per_iter": "num_trials_per_iter", "seed": "seed",
+                 "plan_budget": "plan_budget", "bridges": "bridges", "cost": "cost", "strategy": "strategy",
+                 "hot_share": "hot_share", "hot_factor": "hot_factor", "evolve": "evolve_trials"}
+
+
 def tune_options_of(args: argparse.Namespace) -> "TuneOptions":
-    """The :class:`eto.options.TuneOptions` that ``eto tune``'s flags say (checked there, once)."""
+    """The :class:`eto.options.TuneOptions` that a command's flags say (``eto tune``, ``eto retune``),
+    checked there, once; a bad value names its flag."""
     from eto.options import OptionError, TuneOptions
 
+    given = vars(args)
+    method = given.get("method", "eto")
     try:
-        return TuneOptions.of(
-            method=args.method, trials=args.trials, num_trials_per_iter=args.trials_per_iter, seed=args.seed,
-            plan_budget=args.plan_budget, bridges=args.bridges, cost=args.cost, strategy=args.strategy,
+        return TuneOptions.of(  # MetaSchedule alone (--method ansor) reads the backend's options only
+            method="eto" if method == "ansor" else method,
+            **{field: given[flag] for flag, field in _OPTION_FLAGS.items() if flag in given},
             top_k=top_k_of(args), max_reduction_ratio=max_reduction_ratio_of(args),
             distance_weight=distance_weight_of(args), finalists=finalists_of(args),
-            function_trials=function_trials_of(args), polish=None if args.polish else False,
-            hot_share=args.hot_share, hot_factor=args.hot_factor, evolve_trials=args.evolve)
+            function_trials=function_trials_of(args), polish=None if args.polish else False)
     except OptionError as exc:
-        raise CLIError(f"--{exc.name.replace('_', '-')} {exc.message}") from None
+        flag = {field: flag for flag, field in _OPTION_FLAGS.items()}.get(exc.name, exc.name)
+        raise CLIError(f"--{flag.replace('_', '-')} {exc.message}") from None
 
 
 def add_finalists_option(p: argparse.ArgumentParser) -> None:
@@ -248,7 +253,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "ansor: MetaSchedule for every operator; the paper's baselines: topk (eto's plan, "
                         "each reuse by TopK: the parent's top 3 programs applied, no search), st (Selective "
                         "Tuning: clusters by tuning-space overlap, one backend root each, the rest by TopK)")
-    p.add_argument("--trials", type=int, default=64, help="measured candidates per backend-tuned operator")
+    p.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help="measured candidates per backend-tuned operator")
     add_function_trials_option(p, "; --method ansor gives them --trials")
     p.add_argument("--plan-budget", type=int, default=None,
                    help="backend cost per operator when planning (default: --trials) (eto)")
@@ -268,10 +273,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--rpc-key", help="device key registered with the tracker")
     p.add_argument("--devices", type=int, default=1,
                    help="tune this many independent subtrees of the plan at once, one RPC device each (eto)")
-    p.add_argument("--trials-per-iter", type=int, default=64, help="MetaSchedule batch size")
-    p.add_argument("--db", action="append", default=None,
-                   help=f"database directory (default: {DEFAULT_DB}); repeat to add prior databases, whose "
-                        "programs are merged into the first and reused")
+    p.add_argument("--trials-per-iter", type=int, default=DEFAULT_TRIALS_PER_ITER, help="MetaSchedule batch size")
+    p.add_argument("--db", default=DEFAULT_DB, help=f"the database to write (default: {DEFAULT_DB})")
+    add_prior_option(p, "their programs are copied into --db, cost nothing in the plan and are reused")
     p.add_argument("--target", default="cpu", help="cpu (this machine), cuda, or a TVM tag")
     p.add_argument("--search", default="evolutionary", choices=["evolutionary", "light"],
                    help="MetaSchedule's evolutionary search with its defaults, or a small-population one")

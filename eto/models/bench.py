@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
+from tuner.measure.options import DEFAULT_TRIALS_PER_ITER
 from eto.models.build import BuiltModel, build_model, model_inputs
 from eto.models.tasks import ModelTasks, model_tasks
 
@@ -189,7 +190,7 @@ def tune_metaschedule(tasks: ModelTasks, target: "Target", trials: int, work_dir
             extracted, work_dir, strategy=search_strategy(search))
         db = ms.relax_integration.tune_tasks(tasks=contexts, task_weights=weights, work_dir=work_dir,
                                              max_trials_global=trials * len(contexts), max_trials_per_task=trials,
-                                             num_trials_per_iter=min(64, trials), builder=measurer.builder,
+                                             num_trials_per_iter=min(DEFAULT_TRIALS_PER_ITER, trials), builder=measurer.builder,
                                              runner=measurer.runner)
         seconds = time.perf_counter() - start
     with open(os.path.join(work_dir, MS_TIME_FILE), "w") as f:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable, Collection, Iterable, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Collection, Iterable, Mapping, Sequence
 
 from selector import (SIMILARITY_THRESHOLD, LoopNestOp, Plan, distance_preference, replan, select_reuse_pairs,
                       selective_plan)
@@ -26,12 +26,11 @@ from tuner.reuse.space import DEFAULT_STRATEGY, target_limits
 
 from eto.operators import Operator
 from eto.operators.opsets import OperatorSet
-from eto.options import DISTANCE_WEIGHT, MAX_REDUCTION_RATIO, BridgeOption, CostModel, default_polish
+from eto.options import MAX_REDUCTION_RATIO, TuneOptions
 from eto.planning.time_model import TimeModel, learn_time_model
 
 if TYPE_CHECKING:  # pragma: no cover
     from eto.store.database import Database, ProgramRecord
-    from tuner.reuse.ranked import TopK
     from tuner.reuse.space import Strategy
 
     from eto.target import TargetKind
@@ -232,45 +231,36 @@ def estimator_cost_fn(operator_of: Callable[[LoopNestOp], "Operator | None"], ta
 
 def plan_operator_set(
     opset: OperatorSet,
+    options: TuneOptions | None = None,
     *,
-    budget: int = 1000,
-    bridges: BridgeOption = "1hop",
-    solver: Literal["auto", "exact", "approx"] = "auto",
     database: "Database | None" = None,
     target=None,
+    hot: Collection[Operator] = (),
     cost_fn: Callable[[LoopNestOp, LoopNestOp], float] | None = None,
     time_limit: float | None = 30.0,
-    cost: CostModel = "estimate",
-    hot: Collection[Operator] = (),
-    hot_budget: int | None = None,
-    strategy: "Strategy" = DEFAULT_STRATEGY,
-    top_k: "TopK" = None,
     time_model: TimeModel | None = None,
-    max_reduction_ratio: float | None = MAX_REDUCTION_RATIO,
-    distance_weight: float = DISTANCE_WEIGHT,
-    polish: bool | None = None,
 ) -> OperatorPlan:
     """Select reuse pairs for ``opset``; operators already in ``database`` for ``target`` are free roots.
 
-    ``cost_fn`` estimates the candidates of tuning α from β; by default ``cost`` picks it:
-    ``"estimate"`` is the tuner's trial estimator for the reuse tuner's ``strategy`` and ``top_k``
-    (the ranked few per round, ``"auto"`` as :func:`tuner.reuse.ranked.default_top_k` gives it for ``target``;
-    None or a budget too small to train the ranker: every candidate)
-    (reads every operator's program), ``"analytic"`` the selector's TVM-free stand-in
-    (milliseconds). The backend costs ``budget`` trials per operator. Candidates become seconds by
-    ``time_model`` (default: learned from ``database`` for ``target``, see :mod:`eto.planning.time_model`).
-    ``hot`` operators (see :func:`hot_operators`) are never derived by reuse: they are roots with a
-    backend budget of ``hot_budget`` (default ``budget``), and reuse sources for the rest.
-    ``max_reduction_ratio``: no reuse edge where α's reduction grows more (:func:`reduction_ratio`;
-    None: no cap). ``distance_weight``: the selection's preference for near sources
-    (:data:`DISTANCE_WEIGHT`; 0: by cost alone, as in the paper); the plan's costs stay estimated seconds.
-    ``polish``: each root edge costs a self-reuse too, as the pipeline polishes its roots (:mod:`eto.runs.polish`;
-    False: the backend's budget alone, as in the paper; None: as the pipeline decides by ``budget``,
-    :func:`eto.options.default_polish`).
+    ``options`` (:class:`eto.options.TuneOptions`, default its defaults) are the run's the plan is for:
+    the backend costs ``options.plan_budget`` trials per operator, and ``hot`` operators (see
+    :func:`hot_operators`) ``options.plan.hot_budget`` of it: they are never derived by reuse, and are
+    reuse sources for the rest. ``cost_fn`` estimates the candidates of tuning α from β; by default
+    ``options.plan.cost`` picks it: ``"estimate"`` is the tuner's trial estimator for the reuse tuner's
+    strategy and ``top_k`` (the ranked few per round; ``"auto"`` as :func:`tuner.reuse.ranked.default_top_k`
+    gives it for ``target``; None, or a budget too small to train the ranker: every candidate; it reads every
+    operator's program), ``"analytic"`` the selector's TVM-free stand-in (milliseconds). Candidates become
+    seconds by ``time_model`` (default: learned from ``database`` for ``target``, see
+    :mod:`eto.planning.time_model`). ``max_reduction_ratio``: no reuse edge where α's reduction grows more
+    (:func:`reduction_ratio`). ``distance_weight``: the selection's preference for near sources (0: by
+    cost alone, as in the paper); the plan's costs stay estimated seconds. With polish, each root edge
+    costs a self-reuse too, as the pipeline polishes its roots (:mod:`eto.runs.polish`).
     """
-    if budget < 1:
-        raise ValueError(f"budget must be positive, got {budget}")
-    polish = default_polish(budget) if polish is None else polish
+    options = options or TuneOptions()
+    budget, p = options.plan_budget, options.plan
+    bridges, solver, cost, max_reduction_ratio, distance_weight = (
+        p.bridges, p.solver, p.cost, p.max_reduction_ratio, p.distance_weight)
+    strategy, top_k, polish, hot_budget = options.reuse.strategy, options.reuse.top_k, options.polishes, p.hot_budget(budget)
     from eto.target import parse_target, target_kind
 
     kind = target_kind(target) if target is not None else "cpu"
@@ -297,7 +287,7 @@ def plan_operator_set(
     hot_names = {n for n, op in names.items() if op in set(hot)}
     relaxed: set[str] = set()  # minor roots the cap is doubled for (read by ``edge`` at each call)
     capped: set[str] = set()  # operators that lost a reuse edge to the cap (written by ``edge``)
-    edge, root, estimates = _seconds(cost_fn, tm, hot_names, float(budget), float(hot_budget or budget),
+    edge, root, estimates = _seconds(cost_fn, tm, hot_names, float(budget), float(hot_budget),
                                      max_reduction_ratio, relaxed, capped, polish)
     plan = select_reuse_pairs(nodes, cost_fn=edge, backend_cost=root, bridges=bridges, solver=solver,
                               sketch_check=lambda b: catalogue(b) is not None, time_limit=time_limit,
@@ -306,7 +296,7 @@ def plan_operator_set(
         relaxed |= minor_roots(plan, capped)
         if relaxed:  # the same request; its edge costs now admit them (kept for later replans)
             plan = replan(plan)
-    alone = {n.name: tm.backend_seconds((hot_budget or budget) if n.name in hot_names else budget, gflops(n))
+    alone = {n.name: tm.backend_seconds(hot_budget if n.name in hot_names else budget, gflops(n))
              for n in nodes if not n.tuned and n.name in names}
     return OperatorPlan(_baseline(plan, alone), _with_bridges(names, plan, catalogue), catalogue, tm, estimates, alone)
 

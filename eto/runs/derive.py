@@ -16,6 +16,7 @@ Each falls back to the backend when there is nothing to reuse, and keeps the rea
 from __future__ import annotations
 
 import abc
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
@@ -53,8 +54,6 @@ class RunContext:
     #: ranks each reuse round's candidates (None: measure them all, as the paper does); shared by
     #: every reuse of the run, so each one trains it for the next
     ranker: "LearnedRanker | None" = None
-    #: the reuse rounds' top k, resolved for the target (None: every candidate)
-    top_k: int | None = None
     fed: set = field(default_factory=set)  # database record lines the ranker has been trained on
 
     @property
@@ -65,18 +64,14 @@ class RunContext:
     def hot_trials(self) -> int:
         return self.options.plan.hot_budget(self.trials)
 
-    @property
-    def backend_kw(self) -> dict:
-        """The backend's keyword arguments (:func:`eto.runs.tuning.tune_with_backend`) for this run."""
-        b, eto = self.options.backend, self.options.method == "eto"
-        return dict(num_trials_per_iter=b.num_trials_per_iter, seed=b.seed, on_batch=self.on_batch, strategy=b.search,
-                    finalists=self.options.reuse.finalists if eto else 0, short_builds=eto)
-
-    @property
-    def reuse_kw(self) -> dict:
-        """The reuse tuner's keyword arguments shared by every search of the run (and the polish)."""
-        return dict(strategy=self.options.reuse.strategy, ranker=self.ranker, top_k=self.top_k,
-                    finalists=self.options.reuse.finalists)
+    def run_backend(self, ops: Sequence[Operator], measurer: "Measurer", trials: int,
+                    extra: "Mapping[Operator, dict] | None" = None) -> None:
+        """The backend over ``ops``, ``trials`` each, as this run's options say: with method eto its
+        roots' finalists settled and their builds cut short as the reuse searches' are."""
+        eto = self.options.method == "eto"
+        tune_with_backend(ops, self.target, self.database, dataclasses.replace(self.options.backend, trials=trials),
+                          measurer=measurer, on_batch=self.on_batch, extra=extra,
+                          finalists=self.options.reuse.finalists if eto else 0, short_builds=eto)
 
     def history(self, op_type: str) -> list:
         """Measured records of ``op_type`` on the target the ranker has not seen yet (marked seen):
@@ -97,22 +92,19 @@ class RunContext:
                          ([o for o in ops if o not in self.hot], self.trials)):
             if group:
                 self.say(f"backend: {len(group)} operators, {n} trials each")
-                tune_with_backend(group, self.target, self.database, trials=n, measurer=measurer,
-                                  extra={o: (estimates or {})[o] for o in group if o in (estimates or {})},
-                                  **self.backend_kw)
+                self.run_backend(group, measurer, n, {o: (estimates or {})[o] for o in group if o in (estimates or {})})
         self.polish_roots(ops, measurer)
 
     def fallback(self, alpha: Operator, measurer: "Measurer", reason: str, estimate: dict,
                  trials: int | None = None) -> None:
         """α by the backend (``trials``, default the run's), the reason kept with its result."""
         self.say(f"backend fallback for {alpha.name}: {reason}")
-        tune_with_backend([alpha], self.target, self.database, trials=trials or self.trials, measurer=measurer,
-                          extra={alpha: {**estimate, "fallback": reason}}, **self.backend_kw)
+        self.run_backend([alpha], measurer, trials or self.trials, {alpha: {**estimate, "fallback": reason}})
 
     def polish_roots(self, ops: Sequence[Operator], measurer: "Measurer") -> None:
         """With polish on, each of ``ops`` that is a plan root not yet polished (:mod:`eto.runs.polish`)."""
-        for op in ops if self.options.polish else ():
-            polish_root(op, self.database, self.target, measurer, say=self.say, reuse_kw=self.reuse_kw,
+        for op in ops if self.options.polishes else ():
+            polish_root(op, self.database, self.target, measurer, self.options.reuse, ranker=self.ranker, say=self.say,
                         history=lambda: self.history(op.type) if self.ranker else ())
 
 
@@ -145,7 +137,7 @@ class Derivation(abc.ABC):
         """The derivation a run's options ask for."""
         if options.method != "eto":
             return TopKDerivation()
-        return ReuseThenEvolve(options.backend.evolve_trials) if options.backend.evolve_trials else ReuseSearch()
+        return ReuseThenEvolve(options.evolve_trials) if options.evolve_trials else ReuseSearch()
 
 
 class ReuseSearch(Derivation):
@@ -180,9 +172,9 @@ class ReuseSearch(Derivation):
         else:
             kill_point("reuse.start")
             try:
-                res = reuse_tune(alpha.prim_func(), source.tuning_record, run.target, measurer,
-                                 history=run.history(alpha.type) if run.ranker else (), known=known,
-                                 on_measured=checkpoint, seeds=seeds, alternates=alternates, **run.reuse_kw)
+                res = reuse_tune(alpha.prim_func(), source.tuning_record, run.target, measurer, run.options.reuse,
+                                 ranker=run.ranker, history=run.history(alpha.type) if run.ranker else (),
+                                 known=known, on_measured=checkpoint, seeds=seeds, alternates=alternates)
             except ValueError as exc:  # e.g. reuse condition 1 fails on this target
                 reason = str(exc)
             else:
@@ -240,9 +232,11 @@ class ReuseThenEvolve(ReuseSearch):
     def extend(self, alpha: Operator, res: "ReuseResult", run: RunContext, measurer: "Measurer") -> Extension:
         from tuner.measure.backend import BackendTask, tune_backend
 
-        kw = {**run.backend_kw, "num_trials_per_iter": min(self.trials, run.backend_kw["num_trials_per_iter"])}
-        ev = tune_backend([BackendTask(alpha.name, alpha.prim_func())], run.target, trials_per_task=self.trials,
-                          measurer=measurer, warm_start=[res.measured], **kw)[0]
+        b = run.options.backend
+        options = dataclasses.replace(b, trials=self.trials, num_trials_per_iter=min(self.trials, b.num_trials_per_iter))
+        ev = tune_backend([BackendTask(alpha.name, alpha.prim_func())], run.target, options, measurer=measurer,
+                          warm_start=[res.measured], on_batch=run.on_batch, finalists=run.options.reuse.finalists,
+                          short_builds=True)[0]
         known = {str(r.trace) for r in res.records}  # the warm start comes back among evolve's records
         new = [r for r in ev.records if str(r.trace) not in known]
         reuse_s = found = float("inf")

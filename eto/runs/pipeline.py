@@ -55,7 +55,7 @@ from eto.operators.task import FUNCTION_TRIALS, same_function_sources
 from eto.options import TuneOptions
 from eto.planning.planner import OperatorPlan, hot_operators, plan_operator_set, plan_selective
 from eto.runs.derive import Derivation, ReuseSearch, RunContext
-from eto.runs.tuning import OperatorReport, SetProgress, TuneReport, report_row, tune_with_backend
+from eto.runs.tuning import OperatorReport, SetProgress, TuneReport, report_row
 from eto.store.database import Database
 from eto.target import export_threads, parse_target, target_key
 
@@ -92,19 +92,14 @@ def tune(
     plan = options.plan
     hot = hot_operators(opset, plan.hot_share) if plan.hot_share is not None else frozenset()
     run = RunContext(target, database, options, hot, log or (lambda _msg: None), on_batch,
-                     ranker=LearnedRanker(target) if top_k is not None and options.method == "eto" else None,
-                     top_k=top_k)
+                     ranker=LearnedRanker(target) if top_k is not None and options.method == "eto" else None)
     wall_start = time.time()
     kill_point("plan.before")
     budget = options.plan_budget
     if options.method == "st":
         planned = plan_selective(opset, budget=budget, k=DEFAULT_K, database=database, target=target)
     else:
-        planned = plan_operator_set(opset, budget=budget, bridges=plan.bridges, solver=plan.solver,
-                                    database=database, target=target, cost=plan.cost, hot=hot,
-                                    hot_budget=plan.hot_budget(budget), strategy=options.reuse.strategy, top_k=top_k,
-                                    max_reduction_ratio=plan.max_reduction_ratio,
-                                    distance_weight=plan.distance_weight, polish=options.polish)
+        planned = plan_operator_set(opset, options, database=database, target=target, hot=hot)
     kill_point("plan.after")
     measurers = _measurers(measurer)
     derivation = Derivation.create(options)
@@ -112,7 +107,7 @@ def tune(
         planned, estimated = _tune_multi_sketch_kinds_first(planned, run, measurers[0])
         _tune_plan(planned, run, derivation, measurers)
         _tune_functions(opset, run, derivation, measurers[0],
-                        min(run.trials, options.backend.function_trials or FUNCTION_TRIALS))
+                        min(run.trials, options.function_trials or FUNCTION_TRIALS))
     finally:
         if measurer is None:  # our own
             measurers[0].close()
@@ -150,7 +145,7 @@ def _tune_functions(opset: OperatorSet, run: RunContext, derivation: Derivation,
         if len(group):
             run.say(f"backend: {len(group)} function{'s' * (len(group) > 1)} outside the catalogue, "
                     f"{n} trial{'s' * (n > 1)} each")
-            tune_with_backend(group, run.target, run.database, trials=n, measurer=measurer, **run.backend_kw)
+            run.run_backend(group, measurer, n)
 
 
 def _estimate(planned: OperatorPlan, name: str) -> dict:

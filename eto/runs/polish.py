@@ -19,7 +19,7 @@ and the two best programs are re-measured side by side before either is preferre
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from tuner.measure.faults import kill_point
 
@@ -32,6 +32,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
 
     from tuner.measure.measurer import Measurer
+    from tuner.reuse.cost_model import LearnedRanker
+    from tuner.reuse.options import ReuseOptions
 
 
 def needs_polish(database: Database, op: Operator, target: "Target") -> bool:
@@ -47,28 +49,29 @@ def needs_polish(database: Database, op: Operator, target: "Target") -> bool:
             and not any(r.get("method") == POLISH for r in mine))
 
 
-def polish_root(op: Operator, database: Database, target: "Target", measurer: "Measurer", *,
-                reuse_kw: Mapping[str, Any], history: Callable[[], Sequence] = tuple,
-                say: Callable[[str], None] = lambda _msg: None) -> None:
+def polish_root(op: Operator, database: Database, target: "Target", measurer: "Measurer",
+                options: "ReuseOptions | None" = None, *, ranker: "LearnedRanker | None" = None,
+                history: Callable[[], Sequence] = tuple, say: Callable[[str], None] = lambda _msg: None) -> None:
     """Polish ``op``'s best backend program by a self-reuse if it :func:`needs_polish` (another process
     on the database may be doing it: :mod:`eto.store.claims`); commit the result (method ``"polish"``).
 
     Each measured batch is checkpointed, so a killed polish continues where it stopped. Every
     candidate that ran is stored, rescaled so that the database's best is the program that won side by
     side (the backend's records keep their own scale). A polish that fails leaves the backend's
-    program as the root's and records why. ``reuse_kw``: the reuse tuner's options of the run
-    (strategy, ranker, top_k, finalists); ``history()``: records to train the ranker with first.
+    program as the root's and records why. ``options``, ``ranker``: the reuse tuner's of the
+    run; ``history()``: records to train the ranker with first.
     """
     from eto.store.claims import claim
 
     if needs_polish(database, op, target):
         with claim(database, op, target):
             if needs_polish(database, op, target):
-                _polish(op, database, target, measurer, reuse_kw, history, say)
+                _polish(op, database, target, measurer, options, ranker, history, say)
 
 
 def _polish(op: Operator, database: Database, target: "Target", measurer: "Measurer",
-            reuse_kw: Mapping[str, Any], history: Callable[[], Sequence], say: Callable[[str], None]) -> None:
+            options: "ReuseOptions | None", ranker: "LearnedRanker | None", history: Callable[[], Sequence],
+            say: Callable[[str], None]) -> None:
     from tuner.measure.apply import scheduled_module
     from tuner.reuse.search import reuse_tune, trace_key
 
@@ -82,8 +85,8 @@ def _polish(op: Operator, database: Database, target: "Target", measurer: "Measu
         kill_point("reuse.checkpointed")  # a polish is a reuse search: its kill points are the reuse's
 
     try:
-        res = reuse_tune(op.prim_func(), base.tuning_record, target, measurer, history=history(), known=known,
-                         on_measured=checkpoint, seeds=seeds, alternates=alternates, **reuse_kw)
+        res = reuse_tune(op.prim_func(), base.tuning_record, target, measurer, options, history=history(), known=known,
+                         on_measured=checkpoint, seeds=seeds, alternates=alternates, ranker=ranker)
         error = None if res.record is not None else f"no polish candidate built and ran ({res.failed} failed)"
     except ValueError as exc:  # the root's sketch cannot be replayed on itself (not expected)
         res, error = None, str(exc)

@@ -8,6 +8,7 @@ flight.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import threading
@@ -17,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Literal, Mapping, Sequence
 
 from tuner.measure.faults import kill_point
+from tuner.measure.options import BackendOptions
 from tuner.measure.trajectory import median_secs
 
 from eto.store.database import POLISH, Database
@@ -156,20 +158,18 @@ def tune_with_backend(
     opset: OperatorSet | Iterable[Operator],
     target: "Target",
     database: Database,
+    options: BackendOptions | None = None,
     *,
-    trials: int,
     measurer: "Measurer | None" = None,
-    num_trials_per_iter: int = 64,
-    seed: int | None = None,
     work_dir: str | None = None,
     on_batch: Callable[[str, int, int, float], None] | None = None,
-    strategy: str | object = "evolutionary",
     finalists: int = 0,
     short_builds: bool = False,
     verbose: bool = False,
     extra: "Mapping[Operator, dict] | None" = None,
 ) -> TuneReport:
-    """Tune every operator not yet in ``database`` with MetaSchedule (task scheduler, ``trials`` each).
+    """Tune every operator not yet in ``database`` with MetaSchedule as ``options`` say
+    (:class:`tuner.measure.options.BackendOptions`, default its defaults: 64 trials each, evolutionary search).
 
     Every measured program that passes the correctness gate is stored; ``extra`` adds per operator
     metadata (e.g. the plan's estimate). ``finalists``: each operator's best few re-timed in every
@@ -193,21 +193,21 @@ def tune_with_backend(
     if todo:
         own = measurer is None
         measurer = measurer or Measurer.local(MeasureConfig())
-        kw = dict(measurer=measurer, num_trials_per_iter=num_trials_per_iter, seed=seed, work_dir=work_dir,
-                  on_batch=on_batch, strategy=strategy, finalists=finalists, short_builds=short_builds,
-                  verbose=verbose)
+        options = options or BackendOptions()
+        kw = dict(measurer=measurer, work_dir=work_dir, on_batch=on_batch, finalists=finalists,
+                  short_builds=short_builds, verbose=verbose)
         try:
             with ExitStack() as held:
                 mine = [e for e in todo if held.enter_context(claim(database, e.op, target, wait=False))
                         and not database.attempted(e.op, target)]
                 if mine:
-                    _resumable_backend(mine, target, database, trials, extra or {}, kw)
+                    _resumable_backend(mine, target, database, options, extra or {}, kw)
                 tuned_now.update(e.op for e in mine)
             for e in todo:  # claimed by another writer: wait for it
                 if e.op not in tuned_now:
                     with claim(database, e.op, target):
                         if not database.attempted(e.op, target):
-                            _resumable_backend([e], target, database, trials, extra or {}, kw)
+                            _resumable_backend([e], target, database, options, extra or {}, kw)
                             tuned_now.add(e.op)
                     kill_point("between.operators")
         finally:
@@ -217,7 +217,7 @@ def tune_with_backend(
     return TuneReport(str(target), rows, time.perf_counter() - start)
 
 
-def _resumable_backend(todo: list[OperatorEntry], target: "Target", database: Database, trials: int,
+def _resumable_backend(todo: list[OperatorEntry], target: "Target", database: Database, options: BackendOptions,
                        extra: "Mapping[Operator, dict]", kw: dict) -> None:
     """The backend over ``todo``, every measured batch made durable and an interrupted run continued.
 
@@ -227,6 +227,7 @@ def _resumable_backend(todo: list[OperatorEntry], target: "Target", database: Da
     """
     from tuner.measure.backend import BackendTask, tune_backend
 
+    trials = options.trials
     by_name = {e.op.name: e for e in todo}
     local = checkable_here(kw["measurer"], target)
     before = {e.op.name: database.progress(e.op, target) for e in todo}
@@ -268,7 +269,7 @@ def _resumable_backend(todo: list[OperatorEntry], target: "Target", database: Da
             continue
         tasks = [BackendTask(e.op.name, e.op.prim_func(), float(e.frequency)) for e in group]
         warm = [[r for r, _ in before[e.op.name].programs()] for e in group]
-        tune_backend(tasks, target, trials_per_task=left, warm_start=warm, on_result=commit,
+        tune_backend(tasks, target, dataclasses.replace(options, trials=left), warm_start=warm, on_result=commit,
                      on_measured=checkpoint, **kw)
 
 

@@ -24,6 +24,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from tuner.measure.measurer import Measurer
 
+    from eto.options import TuneOptions
+
 
 @dataclass(frozen=True)
 class ShapeRow:
@@ -56,15 +58,15 @@ class RetuneReport:
                 "rows": [asdict(r) for r in self.rows]}
 
 
-def retune(shapes: Sequence[tuple[int, OperatorSet]], target: "Target", database: Database, *, dim: str,
-           trials: int = 64, instant_only: bool = False, measurer: "Measurer | None" = None,
-           log: Callable[[str], None] | None = None, **tune_kw) -> RetuneReport:
+def retune(shapes: Sequence[tuple[int, OperatorSet]], target: "Target", database: Database,
+           options: "TuneOptions | None" = None, *, dim: str, instant_only: bool = False,
+           measurer: "Measurer | None" = None, log: Callable[[str], None] | None = None) -> RetuneReport:
     """Instant programs for every new operator of ``shapes``, then (unless ``instant_only``) tuned ones.
 
     ``shapes``: (value, operator set) per new size, as :func:`eto.operators.opsets.vary` gives them. Operators
     the database already tuned are served as they are. An operator no stored program can serve
     (another type or sketch) gets no instant program, a message saying so, and the backend.
-    ``tune_kw``: the run's options (:meth:`eto.options.TuneOptions.of`: ``strategy``, ``top_k``, ``seed``...).
+    ``options``: the tuning run's (:class:`eto.options.TuneOptions`, default its defaults).
     """
     say = log or (lambda _m: None)
     warn_target_mismatch(database, target)
@@ -90,10 +92,9 @@ def retune(shapes: Sequence[tuple[int, OperatorSet]], target: "Target", database
             f"in {r.seconds:.2f} s")
     instant_s = time.perf_counter() - start
     if not instant_only:
-        from eto.options import TuneOptions
         from eto.runs.pipeline import tune
 
-        tune(everything, target, database, TuneOptions.of(trials=trials, **tune_kw), measurer=measurer, log=log)
+        tune(everything, target, database, options, measurer=measurer, log=log)
     rows = []
     for value, opset in shapes:
         for e in opset:

@@ -15,6 +15,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from tuner.measure.options import DEFAULT_TRIALS
 from eto.store.database import PREDICTED, Database, ProgramRecord
 from eto.shapes.instant import instant
 from eto.operators import Operator
@@ -44,7 +45,7 @@ class ProgramCache:
     trials where nothing can be reused). ``log`` receives one line per event.
     """
 
-    def __init__(self, database: Database, target: "str | Target" = "cpu", *, tune: bool = True, trials: int = 64,
+    def __init__(self, database: Database, target: "str | Target" = "cpu", *, tune: bool = True, trials: int = DEFAULT_TRIALS,
                  measurer: "Measurer | None" = None, log: Callable[[str], None] | None = None) -> None:
         from eto.target import parse_target, use_threads, warn_target_mismatch
 

@@ -1,5 +1,5 @@
 """Where do reuses lose quality? Every reused operator of set-benchmark results, by how much larger
-α is than its source β: in FLOPs, and in reduction iterations (what ``eto.planning.planner.MAX_REDUCTION_RATIO``
+α is than its source β: in FLOPs, and in reduction iterations (what ``eto.options.MAX_REDUCTION_RATIO``
 caps).
 
 Reads ``experiments/set_bench.py`` result files (any number; every seed of each), takes each operator

@@ -33,6 +33,7 @@ from tuner.measure.faults import kill_point
 from tuner.measure.finalists import settle_records
 from tuner.analysis.intrinsics import register_tensor_intrinsics
 from tuner.measure.measurer import BuildCut, Measurer, run_error_message
+from tuner.measure.options import BackendOptions
 from tuner.measure.trajectory import TrajectoryPoint, median_secs, time_to_reach, trials_to_reach
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -40,8 +41,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from tvm.s_tir import Schedule
     from tvm.target import Target
     from tvm.tirx import PrimFunc
-
-Scheduler = Literal["gradient", "round-robin"]
 
 
 @dataclass(frozen=True)
@@ -336,12 +335,9 @@ def default_cost_model(threads: int, batch: int) -> "ms.CostModel":
 def tune_backend(
     tasks: Sequence[BackendTask],
     target: "Target",
+    options: BackendOptions,
     *,
-    trials_per_task: int,
     measurer: Measurer,
-    num_trials_per_iter: int = 64,
-    scheduler: Scheduler = "gradient",
-    seed: int | None = None,
     top_k: int | None = None,
     prior: "MSDatabase | None" = None,
     warm_start: "Sequence[Sequence[tuple[Schedule, float] | TuningRecord]] | None" = None,
@@ -351,12 +347,12 @@ def tune_backend(
     on_result: Callable[[BackendResult], None] | None = None,
     on_batch: Callable[[str, int, int, float], None] | None = None,
     on_measured: "Callable[[str, list[TuningRecord], int, float], None] | None" = None,
-    strategy: "str | ms.search_strategy.SearchStrategy" = "evolutionary",
     finalists: int = 0,
     short_builds: bool = False,
     verbose: bool = False,
 ) -> list[BackendResult]:
-    """Tune ``tasks`` with MetaSchedule, ``trials_per_task`` measured candidates each.
+    """Tune ``tasks`` with MetaSchedule as ``options`` say (:class:`~tuner.measure.options.BackendOptions`:
+    ``trials`` measured candidates each, the batch, the search strategy, the seed, the task scheduler).
 
     ``prior`` (a MetaSchedule database) seeds the evolutionary search with programs measured
     before; ``warm_start`` gives per task programs measured elsewhere (postprocessed schedules and
@@ -368,19 +364,20 @@ def tune_backend(
     ``on_measured(name, records, trials, seconds)``: each batch as soon as it is measured (the
     programs that ran, and the batch's trials and seconds, failures included), so a caller can make
     progress durable before the task ends. ``warm_start`` entries may also be TuningRecords (a
-    resumed run's own batches), stored with their run times. ``strategy``: evolutionary by default
-    (:func:`light_search`). ``short_builds``: :meth:`Measurer.search_build_timeout` (eto's roots)."""
-    if not tasks or trials_per_task < 1:
-        raise ValueError("no tasks to tune" if not tasks else f"trials_per_task must be positive, got {trials_per_task}")
+    resumed run's own batches), stored with their run times. ``short_builds``: :meth:`Measurer.search_build_timeout` (eto's roots)."""
+    if not tasks:
+        raise ValueError("no tasks to tune")
+    trials_per_task = options.trials
     register_tensor_intrinsics(target)  # what a TuneContext would import, without its 25 s
 
     threads = num_threads or int(os.environ.get("TVM_NUM_THREADS", "0") or 0) or measurer.config.num_threads or 1
-    contexts = _contexts(tasks, target, strategy=strategy, seed=seed, threads=threads, work_dir=work_dir, verbose=verbose)
+    contexts = _contexts(tasks, target, strategy=options.search, seed=options.seed, threads=threads, work_dir=work_dir,
+                         verbose=verbose)
     database = ms.database.MemoryDatabase()
     for rec in prior.get_all_tuning_records() if prior is not None else ():
         database.commit_workload(rec.workload.mod)
         database.commit_tuning_record(rec)
-    batch = min(num_trials_per_iter, trials_per_task)
+    batch = min(options.num_trials_per_iter, trials_per_task)
     cost_model = cost_model or default_cost_model(threads, batch)
     _warm_start(contexts, tasks, warm_start or [[] for _ in tasks], database, cost_model, target)
     progress = [_TaskProgress(t.name, trials_per_task) for t in tasks]
@@ -408,7 +405,7 @@ def tune_backend(
                                   measurer.search_build_timeout(target) if short_builds else None),
             runner=_TimedRunner(measurer.runner, clock),
             database=database, cost_model=cost_model,
-            measure_callbacks=ms.MeasureCallback.create("default") + [callback], task_scheduler=scheduler,
+            measure_callbacks=ms.MeasureCallback.create("default") + [callback], task_scheduler=options.scheduler,
         )
     for i in [i for i, r in enumerate(results) if r is None]:  # the search space ran out before the budget
         finish(i)

@@ -31,15 +31,15 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from tuner.measure.faults import kill_point
-from tuner.measure.finalists import DEFAULT_FINALISTS
 from tuner.analysis.intrinsics import register_tensor_intrinsics
 from tuner.reuse.leads import lead_tiles
 from tuner.analysis.gathers import bounded_unroll
 from tuner.reuse.registers import covering_unroll, register_tiles
 from tuner.reuse.panel import blocked_lead, unroll_covering
-from tuner.reuse.ranked import DEFAULT_TOP_K, MIN_GAIN, TopK, resolve_top_k
+from tuner.reuse.ranked import DEFAULT_TOP_K, MIN_GAIN, resolve_top_k
 from tuner.analysis.features import Kind, LoopNest, TileConfig
 from tuner.reuse.session import ReuseResult, Candidate, SearchSession
+from tuner.reuse.options import ReuseOptions
 from tuner.reuse.space import DEFAULT_STRATEGY, RangeName, ReuseSpace, Strategy, default_ranges, target_limits
 from tuner.analysis.tiling import achievable_products, largest_divisor_at_most
 
@@ -326,16 +326,15 @@ class ReuseTuner:
         return TuningRecord(sch.trace, wl, [float(seconds)], self.target, args)
 
 
-def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target", measurer: "Measurer", *,
-               vector_lanes: int = 8, strategy: Strategy = DEFAULT_STRATEGY,
-               ranges: RangeName | None = None, ranker: "LearnedRanker | None" = None,
-               history: Sequence["TuningRecord"] = (), top_k: TopK = "auto",
-               known: "Mapping[str, float] | None" = None,
+def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target", measurer: "Measurer",
+               options: ReuseOptions | None = None, *, ranker: "LearnedRanker | None" = None,
+               history: Sequence["TuningRecord"] = (), known: "Mapping[str, float] | None" = None,
                on_measured: "Callable[[list[TuningRecord], int, float], None] | None" = None,
-               seeds: Sequence["TuningRecord"] = (), alternates: Sequence["TuningRecord"] = (),
-               finalists: int = DEFAULT_FINALISTS) -> ReuseResult:
+               seeds: Sequence["TuningRecord"] = (), alternates: Sequence["TuningRecord"] = ()) -> ReuseResult:
     """Derive α's program (``func``) from β's best program (``source_record``) by Algorithm 1.
 
+    ``options`` (:class:`~tuner.reuse.options.ReuseOptions`, default its defaults): the strategy, the
+    ranked ``top_k`` per round, the finalists, the B/T/M ranges.
     Every candidate is built and timed by ``measurer``, screened, and the ``finalists`` best again
     in full (:mod:`tuner.measure.finalists`; 0: all in full); the result's record carries the median of the
     full repeats as its run time. ``ranker`` (shared across a run, so it keeps learning)
@@ -356,8 +355,9 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
     """
     from tuner.measure.measurer import BuildCut
 
+    options = options or ReuseOptions()
     start, clock = time.perf_counter(), dict(measurer.clock)
-    tuner = ReuseTuner(func, source_record, target, vector_lanes=vector_lanes, ranges=ranges)
+    tuner = ReuseTuner(func, source_record, target, vector_lanes=options.vector_lanes, ranges=options.ranges)
     seed_cfgs = [cfg for cfg in (config_of(r, tuner) for r in seeds) if cfg is not None]
     seed_cfgs += [cfg for cfg in (_kept_from(r, tuner) for r in alternates) if cfg is not None]
     if ranker is not None and history:
@@ -370,7 +370,7 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
     def capped(mods: list) -> list:
         res = []
         for part in cut.parts(mods):
-            res += (done := measurer.measure(part, target, screen=finalists > 0, search=True, build_cap=cut.cap))
+            res += (done := measurer.measure(part, target, screen=options.finalists > 0, search=True, build_cap=cut.cap))
             cut.record(r.build_s for r in done if r.ok)
         return res
 
@@ -393,8 +393,8 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
                         time.perf_counter() - t0)
         return out
 
-    res = tuner.tune(measure, strategy=strategy, ranker=ranker, top_k=resolve_top_k(top_k, target), seeds=seed_cfgs,
-                     finalists=finalists)
+    res = tuner.tune(measure, strategy=options.strategy, ranker=ranker, top_k=resolve_top_k(options.top_k, target),
+                     seeds=seed_cfgs, finalists=options.finalists)
     build, run = (measurer.clock[k] - clock[k] for k in ("build_s", "run_s"))
     phases = {"setup_s": setup, "search_s": max(res.seconds - build - run, 0.0), "build_s": build, "run_s": run}
     # a finalist that passed its screening and failed in full counts as failed too
