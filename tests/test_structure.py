@@ -31,7 +31,7 @@ MAX_FUNCTION_LINES = 60
 ROOMS = {
     "tuner": ["analysis", "measure", "reuse"],
     "eto": ["options", "report", "target", "operators", "store", "models", "planning", "runs", "shapes",
-            "plots", "cli", "__main__"],
+            "api", "plots", "cli", "__main__"],
 }
 
 

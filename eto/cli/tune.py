@@ -110,7 +110,7 @@ def _tune(args: argparse.Namespace) -> int:
                             label=args.model)
     else:
         opset = operators_from_args(args)
-    if args.method == "ansor" and (args.hot_share is not None or args.evolve or args.rpc or args.devices != 1):
+    if args.method == "metaschedule" and (args.hot_share is not None or args.evolve or args.rpc or args.devices != 1):
         raise CLIError("--hot-share, --evolve, --rpc and --devices apply to --method eto only")
     if args.method in ("topk", "st") and (args.hot_share is not None or args.evolve):
         raise CLIError(f"--hot-share and --evolve apply to --method eto only, not {args.method}")
@@ -120,7 +120,7 @@ def _tune(args: argparse.Namespace) -> int:
     db = _open_database(args.db, args.prior)
     check_target(db, target, fatal=False)  # its programs are neither sources nor skipped
     todo = [e for e in opset if not db.attempted(e.op, target)]
-    how = {"ansor": "MetaSchedule for every operator", "eto": "eto (reuse)",
+    how = {"metaschedule": "MetaSchedule for every operator", "eto": "eto (reuse)",
            "topk": "eto's plan with TopK instead of the reuse tuner (baseline)",
            "st": "Selective Tuning (baseline)"}[args.method]
     print(f"eto: {opset.name}: {len(opset)} operators, {len(opset) - len(todo)} already in {args.db}; "
@@ -129,7 +129,7 @@ def _tune(args: argparse.Namespace) -> int:
 
     options = options.replace(search=search_strategy(args.search))
     on_batch = None if args.json or args.quiet else progress_printer()
-    if args.method == "ansor":
+    if args.method == "metaschedule":
         report = tune_with_backend(opset, target, db, options.backend, on_batch=on_batch, verbose=args.verbose)
     else:
         from eto.runs.pipeline import tune
@@ -164,8 +164,8 @@ def tune_options_of(args: argparse.Namespace) -> "TuneOptions":
     given = vars(args)
     method = given.get("method", "eto")
     try:
-        return TuneOptions.of(  # MetaSchedule alone (--method ansor) reads the backend's options only
-            method="eto" if method == "ansor" else method,
+        return TuneOptions.of(  # MetaSchedule alone (--method metaschedule) reads the backend's options only
+            method="eto" if method == "metaschedule" else method,
             **{field: given[flag] for flag, field in _OPTION_FLAGS.items() if flag in given},
             top_k=top_k_of(args), max_reduction_ratio=max_reduction_ratio_of(args),
             distance_weight=distance_weight_of(args), finalists=finalists_of(args),
@@ -248,13 +248,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``eto tune`` and its options."""
     p = subparsers.add_parser("tune", help="tune an operator set into a database")
     add_operator_options(p)
-    p.add_argument("--method", default="eto", choices=["eto", "ansor", "topk", "st"],
+    p.add_argument("--method", default="eto", choices=["eto", "metaschedule", "ansor", "topk", "st"],
+                   type=lambda m: "metaschedule" if m == "ansor" else m,
                    help="eto: reuse pair selection + backend for roots + reuse tuner (default); "
-                        "ansor: MetaSchedule for every operator; the paper's baselines: topk (eto's plan, "
+                        "metaschedule (alias ansor): MetaSchedule for every operator; the paper's baselines: topk (eto's plan, "
                         "each reuse by TopK: the parent's top 3 programs applied, no search), st (Selective "
                         "Tuning: clusters by tuning-space overlap, one backend root each, the rest by TopK)")
     p.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help="measured candidates per backend-tuned operator")
-    add_function_trials_option(p, "; --method ansor gives them --trials")
+    add_function_trials_option(p, "; --method metaschedule gives them --trials")
     p.add_argument("--plan-budget", type=int, default=None,
                    help="backend cost per operator when planning (default: --trials) (eto)")
     p.add_argument("--bridges", default="1hop", choices=["none", "1hop", "all"], help="bridge operators (eto)")

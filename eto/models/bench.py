@@ -9,7 +9,7 @@ scheduler; optional, it takes as long as MetaSchedule takes), and PyTorch eager 
 (for ``torch.export`` programs; oneDNN on the CPU) and ONNX Runtime (for ONNX files, where it is
 installed). Every output is compared with PyTorch's (or, for ONNX files, with the untuned build's). Tuning time per method: eto's is the sum of the seconds its
 database recorded for the model's tasks; MetaSchedule's is its wall time in this process, measuring
-with eto's builder and runner (:class:`tuner.measure.measurer.Measurer`, as ``eto tune --method ansor``).
+with eto's builder and runner (:class:`tuner.measure.measurer.Measurer`, as ``eto tune --method metaschedule``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,231 @@
+"""eto's Python API, in the style of MetaSchedule's ``tune_relax`` / ``compile_relax``.
+
+>>> import eto
+>>> report = eto.tune("quickstart", database="eto-db", trials=64)      # doctest: +SKIP
+>>> model = eto.build("resnet.onnx", database="eto-db")                 # doctest: +SKIP
+>>> outputs = model(np.random.rand(1, 3, 224, 224).astype("float32"))  # doctest: +SKIP
+
+Every entry point takes keyword-only options; :func:`tune` and :func:`retune` take either a
+:class:`~eto.options.TuneOptions` or its fields as flat keywords (``trials=``, ``strategy=`` ...), which
+are checked when the options are made, before anything is tuned. The command line (``eto tune``,
+``eto retune``, ``eto build``) runs the same functions underneath.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, Union
+
+import numpy as np
+
+from eto.operators.opsets import OperatorSet, load_opset, vary
+from eto.options import TuneOptions
+from eto.store.database import Database
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tvm.ir import IRModule
+    from tvm.target import Target
+
+    from eto.models.build import BuiltModel
+    from eto.models.load import RelaxModel
+    from eto.runs.tuning import TuneReport
+    from eto.shapes.retune import RetuneReport
+    from tuner.measure.measurer import Measurer
+
+#: What can be tuned: an operator set, a built-in set's name, a path to an operator-set JSON file,
+#: an ONNX model or a ``torch.export`` archive (``.pt2``), or a Relax ``IRModule``.
+Tunable = Union[OperatorSet, str, "os.PathLike[str]", "IRModule", "RelaxModel"]
+#: What can be built: a model file or a Relax ``IRModule``.
+Buildable = Union[str, "os.PathLike[str]", "IRModule", "RelaxModel"]
+
+MODEL_SUFFIXES = (".onnx", ".pt2")
+
+
+def _database(database: "str | os.PathLike[str] | Database", *, readonly: bool = False) -> Database:
+    return database if isinstance(database, Database) else Database(os.fspath(database), readonly=readonly)
+
+
+def _options(options: TuneOptions | None, flat: Mapping[str, Any]) -> TuneOptions:
+    if options is not None and flat:
+        raise TypeError(f"give options or flat option keywords ({', '.join(flat)}), not both")
+    return options if options is not None else TuneOptions.of(**flat)
+
+
+def _relax_model(model: Buildable, dims: Mapping[str, int] | None) -> "RelaxModel":
+    """A model file or a Relax module as eto's :class:`~eto.models.load.RelaxModel`."""
+    from eto.models.load import RelaxModel, bind_dims, load_relax
+
+    if isinstance(model, RelaxModel):
+        return bind_dims(model, dims) if dims else model
+    if isinstance(model, (str, os.PathLike)):
+        return load_relax(model, dims=dims)
+    from tvm.ir import IRModule
+
+    if isinstance(model, IRModule):
+        wrapped = RelaxModel(model, "module", "<IRModule>")
+        return bind_dims(wrapped, dims) if dims else wrapped
+    raise TypeError(f"expected a model file or a Relax IRModule, got {type(model).__name__}")
+
+
+def operator_set(what: Tunable, *, target: "str | Target" = "cpu", dims: Mapping[str, int] | None = None,
+                 fast_math: bool = False) -> OperatorSet:
+    """The operator set :func:`tune` would tune for ``what`` (see :data:`Tunable`): a model's fused tasks
+    as Relax compiles them for ``target`` (``dims`` binds its symbolic dimensions; ``fast_math`` first
+    rewrites its functions with fast approximations), or the set itself."""
+    if isinstance(what, OperatorSet):
+        return what
+    if isinstance(what, (str, os.PathLike)) and not os.fspath(what).endswith(MODEL_SUFFIXES):
+        return load_opset(os.fspath(what))
+    from eto.models.fast_math import fast_math as approximate
+    from eto.models.tasks import model_tasks
+    from eto.target import parse_target
+
+    return model_tasks(approximate(_relax_model(what, dims), fast_math), parse_target(target)).opset
+
+
+def tune(
+    what: Tunable,
+    *,
+    target: "str | Target" = "cpu",
+    database: "str | os.PathLike[str] | Database" = "eto-db",
+    options: TuneOptions | None = None,
+    priors: Sequence["str | os.PathLike[str]"] = (),
+    dims: Mapping[str, int] | None = None,
+    measurer: "Measurer | None" = None,
+    log: Callable[[str], None] | None = None,
+    **flat_options: Any,
+) -> "TuneReport":
+    """Tune ``what`` into ``database`` and return the report (one row per operator, bridges too).
+
+    ``what``: an operator set, a built-in set's name (``"quickstart"``, ``"resnet50"`` ...), a path to an
+    operator-set JSON file, an ONNX model or a ``.pt2`` archive, or a Relax ``IRModule`` (its fused tasks are
+    tuned). ``options``: a :class:`~eto.options.TuneOptions`, or its fields as keywords (``trials=64``,
+    ``strategy="global"`` ...); ``method="metaschedule"`` tunes every operator with MetaSchedule alone.
+    ``priors``: databases read, never written, whose programs are copied into ``database`` and reused.
+    A rerun of the same call resumes: operators the database holds are not tuned again.
+    """
+    from eto.target import parse_target
+
+    method = flat_options.pop("method", None)
+    alone = method in ("metaschedule", "ansor")
+    if method is not None and not alone:
+        flat_options["method"] = method
+    opts = _options(options, flat_options)
+    target = parse_target(target)
+    opset = operator_set(what, target=target, dims=dims)
+    db = _database(database)
+    for prior in priors:
+        db.merge_from(Database(os.fspath(prior), readonly=True))
+    if alone:
+        from eto.runs.tuning import tune_with_backend
+
+        return tune_with_backend(opset, target, db, opts.backend, measurer=measurer)
+    from eto.runs.pipeline import tune as run
+
+    return run(opset, target, db, opts, measurer=measurer, log=log)
+
+
+def retune(
+    what: Tunable,
+    *,
+    dim: str,
+    sizes: Sequence[int],
+    database: "str | os.PathLike[str] | Database" = "eto-db",
+    target: "str | Target" = "cpu",
+    options: TuneOptions | None = None,
+    instant_only: bool = False,
+    log: Callable[[str], None] | None = None,
+    **flat_options: Any,
+) -> "RetuneReport":
+    """``what`` at new ``sizes`` of dimension ``dim``, from what ``database`` holds.
+
+    Each new operator gets an instant program at once (no measurement, checked against numpy), then,
+    unless ``instant_only``, a tuned one: the plan reuses the database's programs wherever it can. For a
+    model, ``dim`` names one of its symbolic dimensions; for an operator set, an operator parameter
+    (``"M"``, ``"H"`` ...).
+    """
+    from eto.shapes.retune import retune as run
+    from eto.target import parse_target
+
+    opts = _options(options, flat_options)
+    target = parse_target(target)
+    if isinstance(what, OperatorSet) or (isinstance(what, (str, os.PathLike))
+                                         and not os.fspath(what).endswith(MODEL_SUFFIXES)):
+        shapes = vary(what if isinstance(what, OperatorSet) else os.fspath(what), dim, list(sizes))
+    else:
+        shapes = [(v, operator_set(what, target=target, dims={dim: v})) for v in sizes]
+    return run(shapes, target, _database(database), opts, dim=dim, instant_only=instant_only, log=log)
+
+
+@dataclass(frozen=True)
+class Model:
+    """A model compiled with a database's programs: call it with numpy arrays or DLPack tensors
+    (PyTorch's, for one) and get numpy arrays back; :meth:`save` writes a shared library that
+    :func:`load` (or TVM's ``relax.VirtualMachine``) runs."""
+
+    built: "BuiltModel"
+
+    def __call__(self, *inputs: Any) -> list[np.ndarray]:
+        return self.built.run([_array(x) for x in inputs])
+
+    @property
+    def applied_flops_share(self) -> float:
+        """Share of the model's tunable FLOPs that run a program from the database."""
+        return self.built.applied_flops_share
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        """The tunable tasks the database had no program for (they run TVM's default schedule)."""
+        return tuple(t.name for t in self.built.missing)
+
+    def save(self, path: "str | os.PathLike[str]") -> None:
+        self.built.executable.export_library(os.fspath(path))
+
+
+def _array(x: Any) -> np.ndarray:
+    """A numpy array from a numpy array, a DLPack tensor (copied where it is not contiguous on the CPU),
+    or anything numpy reads."""
+    if isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "__dlpack__"):
+        try:
+            return np.from_dlpack(x)
+        except (RuntimeError, TypeError, BufferError):
+            pass
+    if hasattr(x, "numpy"):
+        return np.asarray(x.numpy())
+    return np.asarray(x)
+
+
+def build(model: Buildable, *, database: "str | os.PathLike[str] | Database | None" = "eto-db",
+          target: "str | Target" = "cpu", dims: Mapping[str, int] | None = None, fast_math: bool = False) -> Model:
+    """Compile ``model`` (a model file or a Relax ``IRModule``) for ``target`` with ``database``'s programs
+    (None: TVM's default schedules only) into a :class:`Model`, called with numpy arrays or DLPack tensors.
+    The tasks the database holds no program for keep TVM's defaults, named in :attr:`Model.missing`."""
+    from eto.models.build import build_model
+    from eto.models.fast_math import fast_math as approximate
+    from eto.target import parse_target
+
+    db = None if database is None else _database(database, readonly=True)
+    return Model(build_model(approximate(_relax_model(model, dims), fast_math), db, parse_target(target)))
+
+
+def load(path: "str | os.PathLike[str]", *, device: str = "cpu") -> Callable[..., list[np.ndarray]]:
+    """A model :meth:`Model.save` (or ``eto build -o``) wrote, as a function of numpy arrays."""
+    import tvm
+    from tvm import relax
+
+    dev = tvm.cpu() if device == "cpu" else tvm.cuda()
+    vm = relax.VirtualMachine(tvm.runtime.load_module(os.fspath(path)), dev)
+
+    def run(*inputs: Any) -> list[np.ndarray]:
+        from eto.models.build import flatten
+
+        args = [tvm.runtime.tensor(np.ascontiguousarray(_array(x)), dev) for x in inputs]
+        return flatten(vm["main"](*args))
+
+    return run
+
+
+__all__ = ["Buildable", "Database", "Model", "Tunable", "build", "load", "operator_set", "retune", "tune"]
