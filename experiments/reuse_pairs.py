@@ -59,6 +59,7 @@ import time
 from experiments._bench import (SESSION, add_search_option, backend_search, open_run, search_settings,
                                 warm_measurer, warm_up)
 from experiments._env import environment
+from tuner.reuse.options import ReuseOptions
 from tuner.reuse.ranked import DEFAULT_TOP_K
 from tuner.reuse.space import DEFAULT_STRATEGY, default_ranges
 

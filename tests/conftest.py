@@ -8,15 +8,19 @@ import pytest
 # two-process settling with settle_processes given explicitly. Subprocesses inherit it.
 os.environ["ETO_SETTLE_PROCESSES"] = "1"
 
+# The fast tier (`python -m pytest -m "not slow" tests`) imports no TVM through this file: what follows
+# imports it only for a test marked slow (one that builds or tunes programs), and ``run_llvm`` only for
+# the tests that ask for it.
+_RESTORE: list = []
 
-@pytest.fixture(autouse=True, scope="session")
+
 def _small_evolutionary_population():
     """MetaSchedule's evolutionary search, in this process, is :func:`tuner.measure.backend.light_search` with a
     population of 128 instead of 512. The suite's backend runs measure 2-64 trials: at that budget the population's
     sampling and evolution, not the measured candidates, take most of a run (8 trials of a 3x3
     convolution: 31 s, 14 s with a population of 64). What the tests check (programs correct, results
     stored, resumed, reused) does not depend on the population's size; the benchmarks keep MetaSchedule's
-    defaults. Subprocesses (``eto`` commands run by a test) keep them too."""
+    defaults. Subprocesses (``eto`` commands run by a test) keep them too. Returns the undo."""
     from tvm.s_tir.meta_schedule.search_strategy import SearchStrategy
 
     from tuner.measure.backend import light_search
@@ -29,8 +33,25 @@ def _small_evolutionary_population():
         return create(kind, *args, **kwargs)
 
     SearchStrategy.create = staticmethod(small)
-    yield
-    SearchStrategy.create = staticmethod(create)
+
+    def undo():
+        SearchStrategy.create = staticmethod(create)
+
+    return undo
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """The small population from the first slow test on, for the rest of the session, set before the
+    test's fixtures (a module fixture that tunes, e.g. ``tests/test_retune.py``'s ``tuned_db``, runs
+    under it too)."""
+    if not _RESTORE and item.get_closest_marker("slow") is not None:
+        _RESTORE.append(_small_evolutionary_population())
+
+
+def pytest_sessionfinish(session, exitstatus):
+    while _RESTORE:
+        _RESTORE.pop()()
 
 
 @pytest.fixture(scope="session")

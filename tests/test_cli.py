@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from eto.cli import main
 
 
@@ -59,6 +61,7 @@ def test_console_script_does_not_import_tvm():
     assert r.stderr.endswith("NO_TVM")
 
 
+@pytest.mark.slow  # a fresh process per command, TVM imported
 def test_commands_without_a_model_import_tvm_without_torch():
     """`eto target` as the process's command: TVM without PyTorch, which stays importable."""
     code = ("import sys; sys.argv = ['eto', 'target', 'cpu', '--json']; from eto.cli import main; main(); "

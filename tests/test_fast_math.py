@@ -33,6 +33,7 @@ def _source(mod) -> str:
         return ""
 
 
+@pytest.mark.slow  # builds the model
 def test_fast_math_swaps_gelu_and_softmax_and_keeps_the_outputs(files, cpu):  # noqa: F811
     from eto.models import load_relax
     from eto.models.build import build_model, model_inputs
@@ -52,6 +53,7 @@ def test_fast_math_swaps_gelu_and_softmax_and_keeps_the_outputs(files, cpu):  # 
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow  # builds the function
 def test_the_fast_gelu_calls_no_scalar_erf(files, cpu):  # noqa: F811
     """Why: TVM's erf is the C library's scalar erff, called per element even in a vectorised loop."""
     from eto.models import load_relax
@@ -67,6 +69,7 @@ def test_the_fast_gelu_calls_no_scalar_erf(files, cpu):  # noqa: F811
     assert "erff" not in _calls(gelu_task(fast_math(model)), cpu)
 
 
+@pytest.mark.slow  # builds the model
 def test_the_tanh_gelu_is_written_out_for_fast_tanh_and_keeps_the_outputs(tmp_path, cpu):  # noqa: F811
     """GELU's tanh form (GPT-2's) is legalised late too: written out, FastMathTransform sees its tanh."""
     from eto.models import load_relax
@@ -95,6 +98,7 @@ def test_fast_math_applies_to_models_only(capsys):
     assert code == 2 and "--fast-math applies to --model" in err
 
 
+@pytest.mark.slow  # tunes the model (tuned)
 def test_the_plan_reads_a_models_tuned_tasks_back_with_their_functions(files, tuned, cpu):  # noqa: F811
     """A database reads a fused task without its function; the plan takes it from the stored workload
     (a second ``eto tune --model`` into a database with the model's bridges failed on them)."""

@@ -496,6 +496,7 @@ def _experiment():
     return module
 
 
+@pytest.mark.slow  # imports whole networks: seconds
 @pytest.mark.parametrize("model, builtin, extra", [
     ("ResNet50", "resnet50", {op("DENSE", M=1, N=1000, K=2048): 1}),   # the fc layer the paper leaves out
     ("MobileNetV2", "mobilenetv2", {op("DENSE", M=1, N=1000, K=1280): 1}),  # Linear classifier ...

@@ -191,6 +191,7 @@ def spec_dicts(draw) -> dict:
     return item
 
 
+@pytest.mark.slow  # hundreds of examples: seconds
 @fuzz(600)
 @given(spec=spec_texts())
 def test_fuzz_op_spec_text(capsys, spec):
@@ -203,6 +204,7 @@ def test_fuzz_op_spec_text(capsys, spec):
     assert_named_error(code, err, repr(spec), *([first.upper()] if first else []))
 
 
+@pytest.mark.slow  # hundreds of examples: seconds
 @fuzz(300)
 @given(items=st.lists(spec_dicts(), min_size=1, max_size=3), show=st.booleans())
 def test_fuzz_op_spec_objects(capsys, tmp_path, items, show):
@@ -230,6 +232,7 @@ def opset_files(draw) -> tuple[bytes, bool]:
     return data, json_parses(data)
 
 
+@pytest.mark.slow  # hundreds of examples: seconds
 @fuzz(400)
 @given(case=opset_files(), name=st.sampled_from(["set.json", "set.txt", "set"]), show=st.booleans())
 def test_fuzz_opset_files(capsys, tmp_path, case, name, show):
@@ -271,6 +274,7 @@ def graph_files(draw) -> tuple[bytes, bool]:
     return data, json_parses(data)
 
 
+@pytest.mark.slow  # hundreds of examples: seconds
 @fuzz(400)
 @given(case=graph_files(), solver=st.sampled_from(["auto", "exact", "approx"]), as_json=st.booleans())
 def test_fuzz_graph_files(capsys, tmp_path, case, solver, as_json):
@@ -345,6 +349,7 @@ def corrupt_line_numbers(lines: list[bytes], partial_last: bool) -> set[int]:
     return bad | ({len(lines)} if partial_last and lines and lines[-1] else set())
 
 
+@pytest.mark.slow  # hundreds of examples: seconds
 @fuzz(400)
 @given(files=databases(), flags=st.sampled_from([(), ("--json",), ("--all",), ("--all", "--json")]))
 def test_fuzz_database_lines(capsys, tmp_path, files, flags):
@@ -406,6 +411,7 @@ MODEL_BYTES = st.one_of(
 )
 
 
+@pytest.mark.slow  # hundreds of examples: seconds
 @MODEL_EXTRAS
 @fuzz(200)
 @given(data=MODEL_BYTES, name=st.sampled_from(["m.onnx", "m.pt2", "m.pt", "m.bin", "m"]),

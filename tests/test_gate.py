@@ -29,6 +29,7 @@ def wrong_records(op, secs, target):
     return [TuningRecord(Trace([], {}), wl, [s], target, ArgInfo.from_prim_func(func)) for s in secs]
 
 
+@pytest.mark.slow  # the gate builds and runs each program
 def test_a_wrong_program_is_rejected_and_the_next_right_one_stored(tmp_path):
     cpu = parse_target("cpu")
     op = Operator.create("DENSE", M=8, N=16, K=32)
@@ -45,6 +46,7 @@ def test_a_wrong_program_is_rejected_and_the_next_right_one_stored(tmp_path):
     assert db.results()[0]["rejected"][0]["latency_s"] == pytest.approx(1e-6)
 
 
+@pytest.mark.slow  # builds and runs the programs
 def test_a_result_whose_programs_are_all_wrong_stores_none():
     cpu = parse_target("cpu")
     op = Operator.create("DENSE", M=8, N=16, K=32)
@@ -60,6 +62,7 @@ def test_programs_for_a_device_not_here_are_stored_unchecked():
     assert [float(r.run_secs[0]) for r in kept] == [1e-6, 2e-6] and checked == {"checked": None} and error is None
 
 
+@pytest.mark.slow  # builds and runs the programs
 def test_a_program_faster_by_mean_is_checked_too():
     """MetaSchedule picks by mean run time, eto by median: the best by either must have passed."""
     cpu = parse_target("cpu")

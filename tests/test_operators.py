@@ -77,6 +77,7 @@ def test_loop_nest_matches_hand_computation(type_, params, extents):
     assert len(op.space) == len(spec.space_names) and len(op.reduction) == len(spec.reduction_names)
 
 
+@pytest.mark.slow  # builds each program with LLVM
 @pytest.mark.parametrize("type_,params,extents", CASES, ids=lambda v: v if isinstance(v, str) else None)
 def test_program_matches_numpy(type_, params, extents, run_llvm):
     op = Operator.create(type_, **params)
@@ -113,6 +114,7 @@ def test_numpy_references_agree_with_independent_formulas():
     assert math.isclose(np.sum(c.reference(x, w) * y), np.sum(x * t.reference(y, w)), rel_tol=1e-9)
 
 
+@pytest.mark.slow  # builds with LLVM
 def test_winograd_equals_direct_convolution(run_llvm):
     for m in (2, 4):
         win = Operator.create("WIN", N=1, CI=4, H=10, W=10, CO=3, tile_size=m, padding=1)

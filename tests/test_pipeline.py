@@ -1,6 +1,7 @@
 """The main job: select reuse pairs, tune roots with the backend and the rest by reuse, store."""
 
 import json
+import os
 import statistics
 from pathlib import Path
 
@@ -116,6 +117,7 @@ def test_roots_are_polished_and_a_root_left_unpolished_by_a_kill_is_polished_nex
     from eto.runs.pipeline import tune
     from eto.runs.polish import needs_polish
     from eto.runs.tuning import tune_with_backend
+    from tuner.measure.options import BackendOptions
     from tuner.measure.backend import light_search
 
     target = parse_target("cpu")
@@ -123,8 +125,8 @@ def test_roots_are_polished_and_a_root_left_unpolished_by_a_kill_is_polished_nex
     one = OperatorSet.from_layers("one", [op])
     kw = dict(trials=8, num_trials_per_iter=8, seed=0)
     db = Database(tmp_path / "killed")  # the root's backend result, marked a plan root, then the kill
-    tune_with_backend([op], target, db, strategy=light_search(), extra={op: {"root": True, "estimated_seconds": 5.0}},
-                      **kw)
+    tune_with_backend([op], target, db, BackendOptions(search=light_search(), **kw),
+                      extra={op: {"root": True, "estimated_seconds": 5.0}})
     assert needs_polish(db, op, target)
     (row,) = tune(one, target, db, TuneOptions.of(search=light_search(), bridges="none", polish=True, **kw)).rows  # (8 < 32 trials)
     backend, polish = db.results()
@@ -141,7 +143,7 @@ def test_roots_are_polished_and_a_root_left_unpolished_by_a_kill_is_polished_nex
     assert check_record(op, db.best(op, target).tuning_record, target).ok
 
     ms_db = Database(tmp_path / "metaschedule")
-    tune_with_backend([op], target, ms_db, strategy=light_search(), **kw)
+    tune_with_backend([op], target, ms_db, BackendOptions(search=light_search(), **kw))
     assert not needs_polish(ms_db, op, target)
     tune(one, target, ms_db, TuneOptions.of(search=light_search(), bridges="none", polish=True, **kw))
     assert [r["method"] for r in ms_db.results()] == ["backend"]
@@ -226,14 +228,18 @@ def test_hot_share_evolve_and_prior_databases(capsys, tmp_path):
         assert check_record(op, db.best(op, target).tuning_record, target).ok
 
     # the first database as a prior of a new one: both operators count as tuned, nothing is measured
-    code, out, err = run_cli(capsys, "tune", "--opset", set_file, "--db", tmp_path / "new", "--db", tmp_path / "db",
+    prior_lines = {f: (tmp_path / "db" / f).read_bytes() for f in os.listdir(tmp_path / "db")
+                   if (tmp_path / "db" / f).is_file()}
+    code, out, err = run_cli(capsys, "tune", "--opset", set_file, "--db", tmp_path / "new", "--prior", tmp_path / "db",
                              *common)
     assert code == 0, err
     assert {r["status"] for r in json.loads(out)["operators"]} == {"cached"}
-    assert "prior database" in err and "merged into" in err
-    code, _, err = run_cli(capsys, "tune", "--opset", set_file, "--db", tmp_path / "new", "--db", tmp_path / "nope",
+    assert "prior database" in err and "copied into" in err
+    assert prior_lines == {f: (tmp_path / "db" / f).read_bytes() for f in prior_lines}  # the prior: never written
+    code, _, err = run_cli(capsys, "tune", "--opset", set_file, "--db", tmp_path / "newer", "--prior", tmp_path / "nope",
                            *common)
-    assert code == 2 and "nope" in err and "no such database" in err
+    assert code == 2 and "--prior" in err and "nope" in err and "no such database" in err
+    assert not (tmp_path / "newer").exists()  # checked before the database to write is created
 
 
 def test_multi_sketch_kind_is_tuned_first_then_replanned(tmp_path):
@@ -246,7 +252,7 @@ def test_multi_sketch_kind_is_tuned_first_then_replanned(tmp_path):
     ops = [Operator.create("FRB", B=4, M=32, N=32), Operator.create("FRB", B=4, M=32, N=64),
            Operator.create("FRB", B=8, M=32, N=64)]
     opset = OperatorSet.from_layers("frb", ops)
-    first = plan_operator_set(opset, budget=1000, bridges="none", cost="estimate", target="cpu").plan
+    first = plan_operator_set(opset, TuneOptions.of(trials=1000, bridges="none", cost="estimate", top_k=None), target="cpu").plan
     assert first.replan_after == ("FRB[4,32,32]",) and not first.reuse_pairs
     db = Database(tmp_path / "db")
     lines = []
@@ -289,7 +295,7 @@ def test_baselines_topk_and_selective_tuning(capsys, tmp_path):
     assert 1 <= rows[other]["candidates"] <= 3 + 8  # TopK measures K = 3 that run, plus failures
 
     code, out, err = run_cli(capsys, "tune", "--method", "topk", "--op", new.key, "--db", tmp_path / "topk",
-                             "--db", tmp_path / "st", *common)
+                             "--prior", tmp_path / "st", *common)
     assert code == 0, err
     (row,) = [r for r in json.loads(out)["operators"] if r["key"] == new.key]
     assert row["method"] == "topk" and row["source"] in {o.key for o in bmms} and row["status"] == "tuned"

@@ -15,6 +15,7 @@ def plan_json(capsys, *argv):
     return json.loads(out)
 
 
+@pytest.mark.slow  # the tuner's estimates, in worker processes
 @pytest.mark.parametrize("opset,bridges,count", [
     ("resnet50", "1hop", 44), ("resnet50", "all", 49), ("mobilenetv2", "1hop", 81), ("mobilenetv2", "all", 121),
 ])
@@ -31,6 +32,7 @@ def test_bert_reuse_pairs(capsys):
     assert plan_json(capsys, "--opset", "bert_base", "--bridges", "1hop")["candidate_pairs"] == 18
 
 
+@pytest.mark.slow  # the tuner's estimates, in worker processes
 def test_plan_is_a_tree_over_the_set(capsys):
     from eto.operators.opsets import builtin_opset
 
@@ -60,7 +62,7 @@ def test_prior_database_makes_operators_free(capsys, tmp_path):
     db = Database(tmp_path / "db")
     for e in bert:
         db.commit(e.op, target, make_records(e.op, [[1e-3]], target), method="backend", candidates=1, seconds=1)
-    d = plan_json(capsys, "--opset", "bert_base", "--db", str(tmp_path / "db"))
+    d = plan_json(capsys, "--opset", "bert_base", "--prior", str(tmp_path / "db"))
     assert d["total_cost"] == 0 and sorted(d["prior"]) == sorted(e.op.name for e in bert)
 
 
@@ -109,7 +111,8 @@ def test_plan_with_the_tuners_trial_estimator(capsys, strategy):
     from tuner.reuse.ranked import DEFAULT_TOP_K
     from tuner.reuse.space import target_limits
 
-    d = plan_json(capsys, "--opset", "bert_base", "--bridges", "none", "--cost", "estimate", "--strategy", strategy)
+    d = plan_json(capsys, "--opset", "bert_base", "--bridges", "none", "--cost", "estimate", "--strategy", strategy,
+                  "--plan-budget", "1000")
     limits = target_limits("cpu", parse_target("cpu"))  # the plan's: num-cores of the target it tunes for
     ops = {e.op.name: e.op for e in builtin_opset("bert_base")}
 
@@ -156,10 +159,9 @@ def test_hot_operators_are_backend_roots_with_extra_budget():
     with pytest.raises(ValueError, match="hot share"):
         hot_operators(opset, 0)
 
-    plain = plan_operator_set(opset, budget=1000, bridges="none", cost="analytic")
+    plain = plan_operator_set(opset, TuneOptions.of(trials=1000, bridges="none", cost="analytic", top_k=None))
     assert list(plain.plan.parent.values()).count("root") == 1  # reuse is cheaper than the backend
-    hot = plan_operator_set(opset, budget=1000, bridges="none", hot={small}, hot_budget=2000, cost="analytic",
-                            polish=False)  # the backend's budget alone (a polish is costed as in the test below)
+    hot = plan_operator_set(opset, TuneOptions.of(trials=1000, bridges="none", cost="analytic", polish=False, top_k=None), hot={small})  # the backend's budget alone (a polish is costed as in the test below)
     assert hot.plan.parent["BMM[2,32,32,16]"] == "root"
     assert hot.candidates("root", "BMM[2,32,32,16]") == 2000
     assert hot.plan.total_cost == pytest.approx(hot.time_model.backend_seconds(2000, small.flops / 1e9)
@@ -177,9 +179,8 @@ def test_a_models_functions_outside_the_catalogue_are_never_planned():
 
     bmms = [OperatorEntry(Operator.create("BMM", B=2, M=32, N=32, K=k), 1) for k in (16, 32)]
     task = Operator.parse("TASK(size=2048,hash=99)+softmax")
-    without = plan_operator_set(OperatorSet("s", tuple(bmms)), budget=1000, bridges="none", cost="analytic")
-    planned = plan_operator_set(OperatorSet("s", (*bmms, OperatorEntry(task, 3))), budget=1000, bridges="none",
-                                cost="analytic")
+    without = plan_operator_set(OperatorSet("s", tuple(bmms)), TuneOptions.of(trials=1000, bridges="none", cost="analytic", top_k=None))
+    planned = plan_operator_set(OperatorSet("s", (*bmms, OperatorEntry(task, 3))), TuneOptions.of(trials=1000, bridges="none", cost="analytic", top_k=None))
     assert task not in planned.operators.values() and planned.plan.parent == without.plan.parent
     assert planned.plan.total_cost == pytest.approx(without.plan.total_cost)
 
@@ -190,7 +191,7 @@ def test_subtrees_are_balanced_over_devices():
     from eto.runs.pipeline import balance_subtrees
     from eto.planning.planner import plan_operator_set
 
-    plan = plan_operator_set(load_opset("resnet50"), budget=1000, bridges="none", cost="analytic").plan
+    plan = plan_operator_set(load_opset("resnet50"), TuneOptions.of(trials=1000, bridges="none", cost="analytic", top_k=None)).plan
     trees = plan.subtrees()
     assert sorted(n for t in trees for n in t) == sorted(plan.order)
     for t in trees:
@@ -210,7 +211,7 @@ def test_replan_after_a_multi_sketch_kind_is_tuned():
     from eto.operators.opsets import load_opset
     from eto.planning.planner import plan_operator_set
 
-    planned = plan_operator_set(load_opset("mobilenetv2"), budget=1000, bridges="none", cost="analytic")
+    planned = plan_operator_set(load_opset("mobilenetv2"), TuneOptions.of(trials=1000, bridges="none", cost="analytic", top_k=None))
     (first,) = planned.plan.replan_after
     assert planned.operators[first].sketch_count() == 2
     again = planned.replan([first])
@@ -227,21 +228,19 @@ def test_plans_cost_the_strategy_that_tuning_runs(tmp_path):
 
     import eto.runs.pipeline
     from eto.cli import build_parser
-    from eto.planning.planner import plan_operator_set
     from tuner.reuse.estimate import estimate_trials
-    from tuner.reuse.ranked import DEFAULT_TOP_K
-    from tuner.reuse.search import reuse_tune
+    from tuner.reuse.options import ReuseOptions
+    from tuner.reuse.ranked import DEFAULT_TOP_K, resolve_top_k
     from tuner.reuse.space import DEFAULT_STRATEGY
 
     defaults = {f.__name__: inspect.signature(f).parameters["strategy"].default
-                for f in (reuse_tune, estimate_trials, plan_operator_set)}
+                for f in (ReuseOptions, estimate_trials)}
     defaults["TuneOptions"] = TuneOptions().reuse.strategy
     parser = build_parser()
     defaults["eto tune"] = parser.parse_args(["tune"]).strategy
     defaults["eto plan"] = parser.parse_args(["plan"]).strategy
     assert set(defaults.values()) == {DEFAULT_STRATEGY}, defaults
-    top_k = {"reuse_tune": inspect.signature(reuse_tune).parameters["top_k"].default,
-             "TuneOptions": TuneOptions().reuse.top_k}
+    top_k = {"ReuseOptions": ReuseOptions().top_k, "TuneOptions": TuneOptions().reuse.top_k}
     top_k["eto tune"] = parser.parse_args(["tune"]).top_k
     top_k["eto plan"] = parser.parse_args(["plan"]).top_k
     assert set(top_k.values()) == {"auto"}, top_k
@@ -249,8 +248,8 @@ def test_plans_cost_the_strategy_that_tuning_runs(tmp_path):
     class Planned(Exception):
         pass
 
-    def plan_and_stop(*args, **kwargs):
-        raise Planned(kwargs.get("strategy"), kwargs.get("top_k"))
+    def plan_and_stop(opset, options, **kwargs):  # what the planner resolves "auto" to, for the run's target
+        raise Planned(options.reuse.strategy, resolve_top_k(options.reuse.top_k, kwargs["target"]))
 
     from eto.store.database import Database
     from eto.operators.opsets import load_opset
@@ -272,7 +271,7 @@ def test_plans_cost_the_strategy_that_tuning_runs(tmp_path):
 
 def test_top_k_option_takes_auto_a_number_or_zero_and_names_a_bad_value(capsys):
     from eto.cli import build_parser, main
-    from eto.cli.plan import top_k_of
+    from eto.cli.options import top_k_of
 
     parser = build_parser()
     assert [top_k_of(parser.parse_args(["tune", *a])) for a in ([], ["--top-k", "8"], ["--top-k", "0"])] == \
@@ -296,16 +295,14 @@ def test_the_plan_roots_the_operator_whose_backend_trials_are_cheap():
     tm = TimeModel(Line(0.0, 0.7, 2.0), Line(4.0, 0.45, 0.4))
     for order in ((big, small), (small, big)):
         opset = OperatorSet("s", tuple(OperatorEntry(op, 1) for op in order))
-        planned = plan_operator_set(opset, budget=100, bridges="none", cost_fn=lambda a, b: 20.0, time_model=tm,
-                                    polish=False)
+        planned = plan_operator_set(opset, TuneOptions.of(trials=100, bridges="none", polish=False, top_k=None), cost_fn=lambda a, b: 20.0, time_model=tm)
         assert planned.plan.parent[small.name] == "root" and planned.plan.parent[big.name] == small.name
         g = big.flops / 1e9
         assert planned.plan.total_cost == pytest.approx(tm.backend_seconds(100, small.flops / 1e9)
                                                         + tm.reuse_seconds(20, g))
     # charged alike (no growth with size), the tie goes either way: the size is what decides
     flat = TimeModel(Line(0.0, 0.7), Line(4.0, 0.45))
-    tied = plan_operator_set(OperatorSet("s", (OperatorEntry(big, 1), OperatorEntry(small, 1))), budget=100,
-                             bridges="none", cost_fn=lambda a, b: 20.0, time_model=flat, polish=False)
+    tied = plan_operator_set(OperatorSet("s", (OperatorEntry(big, 1), OperatorEntry(small, 1))), TuneOptions.of(trials=100, bridges="none", polish=False, top_k=None), cost_fn=lambda a, b: 20.0, time_model=flat)
     assert tied.plan.total_cost == pytest.approx(70 + 4 + 0.45 * 20)
 
 
@@ -327,9 +324,9 @@ def test_a_polished_root_costs_its_backend_budget_and_a_self_reuse():
         return 12.0 if a.name == b.name else 20.0
 
     opset = OperatorSet("s", (OperatorEntry(small, 1), OperatorEntry(big, 1)))
-    plain = plan_operator_set(opset, budget=100, bridges="none", cost_fn=cost, time_model=tm, polish=False)
+    plain = plan_operator_set(opset, TuneOptions.of(trials=100, bridges="none", polish=False, top_k=None), cost_fn=cost, time_model=tm)
     assert all(a != b for a, b in asked)  # without polish no self-reuse is costed
-    planned = plan_operator_set(opset, budget=100, bridges="none", cost_fn=cost, time_model=tm)
+    planned = plan_operator_set(opset, TuneOptions.of(trials=100, bridges="none", top_k=None), cost_fn=cost, time_model=tm)
     assert planned.plan.parent == plain.plan.parent == {small.name: "root", big.name: small.name}
     g = small.flops / 1e9
     assert planned.plan.edge_costs[("root", small.name)] == pytest.approx(
@@ -356,18 +353,18 @@ def test_no_reuse_edge_grows_the_reduction_past_the_cap(capsys):
                    for c, p in planned.plan.parent.items() if p != "root" and c != but)
 
     opset = load_opset("resnet50")
-    capped = plan_operator_set(opset, budget=1000, cost="analytic")
-    uncapped = plan_operator_set(opset, budget=1000, cost="analytic", max_reduction_ratio=None)
+    capped = plan_operator_set(opset, TuneOptions.of(trials=1000, cost="analytic", top_k=None))
+    uncapped = plan_operator_set(opset, TuneOptions.of(trials=1000, cost="analytic", max_reduction_ratio=None, top_k=None))
     stem = next(e.op.name for e in opset if dict(e.op.params)["KH"] == 7)  # minor: see the next test
     assert worst(capped, but=stem) <= MAX_REDUCTION_RATIO < worst(uncapped)
     assert capped.plan.total_cost >= uncapped.plan.total_cost  # the cap only removes edges
-    one = plan_operator_set(opset, budget=1000, cost="analytic", max_reduction_ratio=1.0)
+    one = plan_operator_set(opset, TuneOptions.of(trials=1000, cost="analytic", max_reduction_ratio=1.0, top_k=None))
     assert worst(one) <= 2  # twice the cap, for minor roots only (next test)
     work = {e.op.name: e.frequency * e.op.flops for e in opset}
     over = [c for c, p in one.plan.parent.items()
             if p != "root" and math.prod(one.operators[c].reduction) > math.prod(one.operators[p].reduction)]
     assert over and all(work[c] <= MINOR_SHARE * sum(work.values()) for c in over)
-    lifted = plan_json(capsys, "--opset", "resnet50", "--budget", "1000", "--cost", "analytic",
+    lifted = plan_json(capsys, "--opset", "resnet50", "--plan-budget", "1000", "--cost", "analytic",
                        "--max-reduction-ratio", "inf")
     assert lifted["total_cost"] == pytest.approx(uncapped.plan.total_cost)
     assert main(["plan", "--opset", "resnet50", "--cost", "analytic", "--max-reduction-ratio", "0.5"]) == 2
@@ -387,9 +384,9 @@ def test_the_estimator_is_not_asked_for_edges_the_cap_removes():
         return 10.0
 
     cost.prefetch = lambda pairs: asked.append(list(pairs))
-    planned = plan_operator_set(load_opset("resnet50"), budget=200, cost_fn=cost)
+    planned = plan_operator_set(load_opset("resnet50"), TuneOptions.of(trials=200, top_k=None), cost_fn=cost)
     assert len(asked) == 2  # ResNet-50's stem is a minor root: selected twice
-    everything = plan_operator_set(load_opset("resnet50"), budget=200, cost_fn=cost, max_reduction_ratio=None)
+    everything = plan_operator_set(load_opset("resnet50"), TuneOptions.of(trials=200, max_reduction_ratio=None, top_k=None), cost_fn=cost)
     assert len(asked) == 3 and len(asked[0]) < len(asked[2])
     assert all(carries_reduction(a, b) and reduction_ratio(a, b) <= MAX_REDUCTION_RATIO for a, b in asked[0])
     relaxed = {a.name for a, b in asked[1] if reduction_ratio(a, b) > MAX_REDUCTION_RATIO}
@@ -409,28 +406,29 @@ def test_a_minor_root_the_cap_isolates_reuses_within_twice_the_cap():
 
     opset = load_opset("resnet50")
     stem = next(e.op for e in opset if dict(e.op.params)["KH"] == 7)
-    planned = plan_operator_set(opset, budget=1000, cost="analytic")
+    planned = plan_operator_set(opset, TuneOptions.of(trials=1000, cost="analytic", top_k=None))
     ops, parent = planned.operators, planned.plan.parent
     assert parent[stem.name] != "root"
     ratio = math.prod(ops[stem.name].reduction) / math.prod(ops[parent[stem.name]].reduction)
     assert MAX_REDUCTION_RATIO < ratio <= 2 * MAX_REDUCTION_RATIO
     assert minor_roots(planned.plan, set(planned.plan.backend)) == set()  # nothing left to relax
-    uncapped = plan_operator_set(opset, budget=1000, cost="analytic", max_reduction_ratio=None).plan
+    uncapped = plan_operator_set(opset, TuneOptions.of(trials=1000, cost="analytic", max_reduction_ratio=None, top_k=None)).plan
     assert minor_roots(uncapped, set(uncapped.backend), share=1.0) <= {n for n, p in parent.items() if p == "root"}
     layers = [e.op for e in opset for _ in range(e.frequency)]
     heavy = OperatorSet.from_layers("heavy stem", layers + [stem] * 60, "the stem as most of the work")
     assert stem.flops * 61 > MINOR_SHARE * sum(e.frequency * e.op.flops for e in heavy)
-    assert plan_operator_set(heavy, budget=1000, cost="analytic").plan.parent[stem.name] == "root"
+    assert plan_operator_set(heavy, TuneOptions.of(trials=1000, cost="analytic", top_k=None)).plan.parent[stem.name] == "root"
 
 
 def test_distance_weight_takes_the_near_source_at_about_the_same_cost(capsys):
     """A matmul at a new length, a wider one beside it, and the matmul at the old length: by cost
     alone the plan derives the matmul from the wider one (10 candidates against 10.5); preferring
-    near sources (eto.planning.planner.DISTANCE_WEIGHT) from the old length (1.5x away, not 4x). Costs stay
+    near sources (eto.options.DISTANCE_WEIGHT) from the old length (1.5x away, not 4x). Costs stay
     seconds."""
     from eto.operators import Operator
     from eto.operators.opsets import OperatorSet, load_opset
-    from eto.planning.planner import DISTANCE_WEIGHT, plan_operator_set
+    from eto.options import DISTANCE_WEIGHT
+    from eto.planning.planner import plan_operator_set
 
     old, new, wide = (Operator.create("BMM", B=1, M=m, N=n, K=768) for m, n in ((128, 768), (192, 768), (192, 3072)))
     opset = OperatorSet.from_layers("lengths", [old, new, wide])
@@ -440,14 +438,38 @@ def test_distance_weight_takes_the_near_source_at_about_the_same_cost(capsys):
     def candidates(alpha, beta):
         return table.get((beta.name, alpha.name), 1000.0)
 
-    paper = plan_operator_set(opset, budget=200, cost_fn=candidates, bridges="none", distance_weight=0)
-    near = plan_operator_set(opset, budget=200, cost_fn=candidates, bridges="none")
+    paper = plan_operator_set(opset, TuneOptions.of(trials=200, bridges="none", distance_weight=0, top_k=None), cost_fn=candidates)
+    near = plan_operator_set(opset, TuneOptions.of(trials=200, bridges="none", top_k=None), cost_fn=candidates)
     assert DISTANCE_WEIGHT > 0
     assert paper.plan.parent[new.name] == wide.name and near.plan.parent[new.name] == old.name
     assert paper.plan.backend == near.plan.backend == (old.name,)
     assert paper.plan.total_cost < near.plan.total_cost == pytest.approx(sum(near.plan.edge_costs.values()))
-    cli = plan_json(capsys, "--opset", "bert_base", "--budget", "200", "--cost", "analytic", "--distance-weight", "0")
-    api = plan_operator_set(load_opset("bert_base"), budget=200, cost="analytic", distance_weight=0)
+    cli = plan_json(capsys, "--opset", "bert_base", "--plan-budget", "200", "--cost", "analytic", "--distance-weight", "0")
+    api = plan_operator_set(load_opset("bert_base"), TuneOptions.of(trials=200, cost="analytic", distance_weight=0, top_k=None))
     assert cli["total_cost"] == pytest.approx(api.plan.total_cost)
     assert main(["plan", "--opset", "bert_base", "--cost", "analytic", "--distance-weight", "-1"]) == 2
     assert "--distance-weight must be a finite number >= 0" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # eto tune imports TVM (no build)
+@pytest.mark.parametrize("extra", [(), ("--trials", "8", "--bridges", "none"), ("--plan-budget", "300", "--no-polish")])
+def test_plan_previews_the_plan_tune_runs_with_the_same_arguments(capsys, tmp_path, monkeypatch, extra):
+    """``eto plan`` and ``eto tune`` given the same arguments print the same plan line (tune stopped at its
+    first backend run, after it logged the plan)."""
+    from eto.runs.derive import RunContext
+
+    class Stop(Exception):
+        pass
+
+    def stop(*args, **kwargs):
+        raise Stop("planned")
+
+    argv = ["--opset", "quickstart", "--cost", "analytic", "--db", str(tmp_path / "db"), *extra]
+    assert main(["plan", *argv]) == 0
+    previewed = capsys.readouterr().out.splitlines()[0].split("; ", 1)[1]
+    monkeypatch.setattr(RunContext, "backend", stop)
+    with pytest.raises(Stop):
+        main(["tune", *argv])
+    logged = [line.removeprefix("eto: ") for line in capsys.readouterr().err.splitlines() if line.startswith("eto: plan:")]
+    assert logged == [previewed]
+    assert not any((tmp_path / "db").glob("*.json*"))  # nothing was tuned

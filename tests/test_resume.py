@@ -38,7 +38,7 @@ def test_killed_backend_continues_where_it_stopped(tmp_path):
     batches = db_dir / PROGRESS
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
-        if batches.exists() and batches.read_text().count("\n") >= 2:
+        if batches.exists() and batches.read_text().count("\n") >= 2 * batch:  # a line per candidate
             break
         time.sleep(0.1)
     assert proc.poll() is None, "tuning finished before it could be killed"
@@ -151,6 +151,7 @@ def test_an_interrupted_reuse_search_is_not_measured_again(tmp_path):
     from eto.target import cpu_target
     from tests.tuner.test_reuse_tuner import sampled_record
     from tuner.reuse.search import reuse_tune, trace_key
+    from tuner.reuse.options import ReuseOptions
 
     target = cpu_target()
     alpha, beta = Operator.create("BMM", B=2, M=64, N=32, K=64), Operator.create("BMM", B=4, M=64, N=64, K=64)
@@ -163,8 +164,7 @@ def test_an_interrupted_reuse_search_is_not_measured_again(tmp_path):
         db.checkpoint(alpha, target, records, method="reuse", trials=measured, seconds=seconds)
 
     whole = _DryMeasurer()
-    full = reuse_tune(alpha.prim_func(), source, target, whole, strategy="global", ranges="paper",
-                      on_measured=checkpoint)
+    full = reuse_tune(alpha.prim_func(), source, target, whole, ReuseOptions(strategy="global", ranges="paper"), on_measured=checkpoint)
     assert len(batches) >= 2 and sum(batches) == whole.measured == full.candidates
     # the kill: only the first batches made it to the database
     kept = batches[: len(batches) // 2]
@@ -174,7 +174,7 @@ def test_an_interrupted_reuse_search_is_not_measured_again(tmp_path):
     assert prior.trials == sum(kept)
     known = {trace_key(r.trace): s for r, s in prior.programs()}
     rest = _DryMeasurer()
-    again = reuse_tune(alpha.prim_func(), source, target, rest, strategy="global", ranges="paper", known=known)
+    again = reuse_tune(alpha.prim_func(), source, target, rest, ReuseOptions(strategy="global", ranges="paper"), known=known)
     assert rest.measured == full.candidates - len(known)  # nothing screened twice
     assert rest.remeasured == whole.remeasured == full.remeasured == 3  # the finalists, in full, once per run
     assert again.candidates == full.candidates and again.latency_s == full.latency_s

@@ -122,6 +122,7 @@ def test_instant_program_also_times_the_widest_panel_where_one_applies(tuned_db,
     assert "panel" not in {p.by for p in (plain, *plain.alternatives)}
 
 
+@pytest.mark.slow  # tuned_db tunes a BMM
 def test_instant_program_follows_a_ranker_only_where_it_knows_the_shape(tuned_db, monkeypatch):
     """Where β's kept tiles do not build, round T is ranked only by a ranker that knows α's shape
     (a ranker trained far from it orders worse than chance); otherwise the nearest BShape wins."""
@@ -178,6 +179,7 @@ def test_eto_retune_serves_every_new_size_then_tunes_it_by_reuse(tuned_db, tmp_p
     assert methods == ["backend", "instant", "instant", "reuse", "reuse"]
 
 
+@pytest.mark.slow  # tuned_db tunes a BMM
 def test_eto_retune_refuses_a_database_tuned_for_another_thread_count(tuned_db, capsys):
     # the key carries num-cores: another TVM_NUM_THREADS would see no source and tune everything anew
     stored = json.loads(Database(tuned_db, readonly=True).programs()[0].target)
@@ -190,7 +192,7 @@ def test_eto_retune_refuses_a_database_tuned_for_another_thread_count(tuned_db, 
     assert f"TVM_NUM_THREADS={stored['num-cores']}" in err
     assert len(Database(tuned_db, readonly=True).results()) == before  # nothing tuned, nothing lost
     # a command that only reads sources warns and goes on
-    assert main(["plan", "--opset", "bert_base", "--db", str(tuned_db), "--target", other]) == 0
+    assert main(["plan", "--opset", "bert_base", "--prior", str(tuned_db), "--target", other]) == 0
     assert f"warning: {tuned_db}: no program for this target" in capsys.readouterr().err
     # the Python API warns (and goes on: a user may mean to tune everything anew)
     from eto.shapes.retune import retune

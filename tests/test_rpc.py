@@ -29,6 +29,8 @@ def test_tuning_through_rpc_devices(tmp_path, tracker):
     from tvm import rpc
 
     from eto.runs.tuning import tune_with_backend
+
+    from tuner.measure.options import BackendOptions
     from eto.runs.verify import check_record
     from tuner.measure.backend import light_search
     from tuner.measure.measurer import MeasureConfig, Measurer
@@ -45,8 +47,7 @@ def test_tuning_through_rpc_devices(tmp_path, tracker):
     measurer = Measurer.rpc("127.0.0.1", tracker.port, "eto-test",
                             MeasureConfig(number=2, repeat=3, min_repeat_ms=5), max_workers=2)
     try:
-        report = tune_with_backend(ops, target, db, trials=8, measurer=measurer, num_trials_per_iter=8,
-                                   strategy=light_search(), seed=0)
+        report = tune_with_backend(ops, target, db, BackendOptions(trials=8, num_trials_per_iter=8, search=light_search(), seed=0), measurer=measurer)
     finally:
         measurer.close()
     assert not report.failed

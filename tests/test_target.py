@@ -52,6 +52,7 @@ def _fresh_process(code: str) -> "subprocess.CompletedProcess[str]":
                           timeout=300, check=True)
 
 
+@pytest.mark.slow  # a fresh process that imports TVM (seconds)
 def test_in_process_kernels_run_on_the_threads_tuning_measures_with():
     # instant programs, the program cache, eto bench and eto dispatch time or serve programs in
     # this process: TVM's pool must start with num_threads() threads, not its default
@@ -62,6 +63,7 @@ def test_in_process_kernels_run_on_the_threads_tuning_measures_with():
     assert "RuntimeWarning" not in out.stderr
 
 
+@pytest.mark.slow  # a fresh process that imports TVM (seconds)
 def test_a_pool_started_with_fewer_threads_is_named_not_ignored():
     out = _fresh_process("import tvm\nstarted = tvm.runtime.num_threads()\n"
                          "from eto.target import num_threads, use_threads\nprint(started, use_threads(), num_threads())")

@@ -14,6 +14,7 @@ from typing import Sequence
 from eto import __version__
 from eto.cli import db, model, ops, plan, retune, target, tune
 from eto.cli.errors import run_command, usage
+from eto.cli.interrupt import handled
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,15 +33,18 @@ TORCH_FREE_COMMANDS = frozenset({"plan", "tune", "retune", "dispatch", "db", "ta
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``eto`` on ``argv`` (default: the process arguments); the exit code.
+    """Run ``eto`` on ``argv`` (default: the process arguments); the exit code. SIGINT and SIGTERM stop
+    it cleanly (:mod:`eto.cli.interrupt`).
 
     As the process's own command (``argv`` None), a command that loads no model imports TVM
     without PyTorch (:func:`import_tvm_without_torch`): 2 of ``import tvm``'s 3 s here.
     """
     args = build_parser().parse_args(argv)
+    args.command_line = list(sys.argv[1:] if argv is None else argv)  # what a stopped run says to rerun
     if argv is None and args.command in TORCH_FREE_COMMANDS and not getattr(args, "model", None):
         import_tvm_without_torch()
-    return run_command(args.func, args)
+    with handled():  # Ctrl-C, SIGTERM: a clean stop, a second one at once
+        return run_command(args.func, args)
 
 
 def import_tvm_without_torch() -> None:

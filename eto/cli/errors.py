@@ -1,15 +1,18 @@
 """Exit codes and the one place where a command's exceptions become messages and exit codes.
 
 Exit codes: 0 success, 1 a run that finished with failures, 2 bad input (unknown operator or set,
-malformed file, impossible shape, a missing optional package), 130 interrupted.
+malformed file, impossible shape, a missing optional package), 128 + the signal's number when
+stopped by a signal: 130 interrupted (Ctrl-C), 143 terminated (SIGTERM) (:mod:`eto.cli.interrupt`).
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import TYPE_CHECKING, Callable
 
+from tuner.measure import stop
 from eto.models import MissingExtraError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -49,18 +52,24 @@ def run_command(command: Command, args: argparse.Namespace) -> int:
     """Run one command: user errors print ``eto: error: ...`` (no traceback) and give an exit code.
 
     A model that needs an uninstalled extra (``onnx``, ``torch``) is bad input like any other: the
-    message says what to install.
+    message says what to install. Whatever ends a command once a stop was requested (SIGINT,
+    SIGTERM: :mod:`tuner.measure.stop`) is that stop, even an error it became inside TVM's C++.
     """
     try:
         return int(command(args) or 0)
-    except (CLIError, ValueError, FileNotFoundError, MissingExtraError) as exc:
-        print(f"eto: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print("eto: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except BrokenPipeError:  # e.g. `eto ops show resnet50 | head`
-        return EXIT_OK
+    except BaseException as exc:  # noqa: BLE001 - sorted below; anything else is raised again
+        signum = stop.requested()
+        if signum is not None or isinstance(exc, KeyboardInterrupt):
+            from eto.cli.interrupt import stopped_message
+
+            print(stopped_message(args, signum or signal.SIGINT), file=sys.stderr)
+            return 128 + (signum or signal.SIGINT)
+        if isinstance(exc, (CLIError, ValueError, FileNotFoundError, MissingExtraError)):
+            print(f"eto: error: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        if isinstance(exc, BrokenPipeError):  # e.g. `eto ops show resnet50 | head`
+            return EXIT_OK
+        raise
 
 
 def usage(parser: argparse.ArgumentParser) -> Command:

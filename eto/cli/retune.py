@@ -16,9 +16,8 @@ from eto.operators.opsets import OperatorSet, parse_vary, vary
 from eto.report import format_table
 from eto.cli.errors import EXIT_FAILED, EXIT_OK, CLIError, check_target
 from eto.cli.ops import parse_dims
-from eto.cli.plan import add_strategy_option
-from eto.cli.tune import (DEFAULT_DB, add_finalists_option, add_function_trials_option, add_operator_options,
-    operators_from_args, tasks_opset, tune_options_of)
+from eto.cli.options import (DEFAULT_DB, HelpFormatter, add_finalists_option, add_function_trials_option, add_operator_options,
+    add_strategy_option, operators_from_args, tasks_opset, tune_options_of)
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
@@ -174,7 +173,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d.add_argument("--quiet", action="store_true", help="no progress lines")
     d.set_defaults(func=_dispatch)
 
-    p = subparsers.add_parser("retune", help="new sizes of a tuned set: instant programs, then reuse tuning")
+    p = subparsers.add_parser("retune", help="new sizes of a tuned set: instant programs, then reuse tuning",
+                              formatter_class=HelpFormatter)
     add_operator_options(p)
     p.add_argument("--vary", required=True, metavar="DIM=VALUES",
                    help="the new sizes: a built-in set's dimension (batch, seq, hw), a symbolic dimension of --model "

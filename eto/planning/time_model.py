@@ -74,13 +74,13 @@ DEFAULTS: Mapping[str, tuple[Line, Line]] = {
 #: own runs; other CPUs get ``DEFAULTS["cpu"]``. The CPU default above under-costed the 2-core Xeon
 #: TVM targets as ``emeraldrapids`` 1.48x per reuse (BERT-Base at N = 100). Its lines were refitted
 #: when eto's searches began to cut their builds at a multiple of their median
-#: (:class:`tuner.measure.measurer.BuildCut`) in a build server that survives a cut (stop 59): the fit before
-#: (stop 57's runs: backend 0.62 s + 0.74 s/GFLOP a trial, reuse 6.53 s + 0.089 s + 0.233 s/GFLOP a
+#: (:class:`tuner.measure.measurer.BuildCut`) in a build server that survives a cut: the fit before
+#: (earlier runs: backend 0.62 s + 0.74 s/GFLOP a trial, reuse 6.53 s + 0.089 s + 0.233 s/GFLOP a
 #: candidate) over-costed that code's reuses 1.25x at N = 200. Now the fit on its 9 BERT-Base
 #: databases (N = 200, 3 seeds, eto and MetaSchedule; N = 100, 3 eto runs;
 #: ``experiments/results/estimate_accuracy_time_fit_emeraldrapids59.json``: 21 backend runs, 36 reuses).
 #: The 2-core AMD EPYC TVM targets as ``znver3`` is slower per candidate than the ``znver4`` default,
-#: which under-costed its reuses 1.30x (BERT-Base at N = 100, stop 63); fitted on that run's 9
+#: which under-costed its reuses 1.30x (BERT-Base at N = 100); fitted on that run's 9
 #: databases (3 seeds of eto with and without root polish, and MetaSchedule:
 #: ``experiments/results/estimate_accuracy_time_fit_znver3.json``: 21 backend runs, 36 reuses, 3 polishes).
 CPU_DEFAULTS: Mapping[str, tuple[Line, Line]] = {

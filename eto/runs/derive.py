@@ -4,7 +4,7 @@ A plan's reuse edge β -> α says *that* α is derived from β; a :class:`Deriva
 implement the one method, :meth:`Derivation.derive`, which commits α's result into the run's database:
 
 * :class:`ReuseSearch` -- the reuse-based tuner (Algorithm 1: the hierarchical B/T/M search), each
-  measured batch checkpointed so an interrupted search resumes where it stopped;
+  measured candidate checkpointed so an interrupted search resumes where it stopped;
 * :class:`ReuseThenEvolve` -- beyond the paper (its future work): the reuse search, then MetaSchedule's
   evolutionary search continued from every candidate it measured; the better program is kept;
 * :class:`TopKDerivation` -- the paper's baseline (Selective Tuning's TopK): β's best programs applied to α.
@@ -141,8 +141,8 @@ class Derivation(abc.ABC):
 
 
 class ReuseSearch(Derivation):
-    """The reuse-based tuner (Algorithm 1), each measured batch checkpointed: an interrupted search's
-    batches are not measured again."""
+    """The reuse-based tuner (Algorithm 1), each measured candidate checkpointed: an interrupted search's
+    candidates are not measured again."""
 
     method = "reuse"
 
@@ -158,12 +158,14 @@ class ReuseSearch(Derivation):
         seeds, alternates = leads(alpha, beta, source, run.database, run.target)
         shown = {"n": len(known), "best": min(known.values(), default=math.inf)}
 
-        def checkpoint(records: list, measured: int, seconds: float) -> None:
+        def checkpoint(records: list, measured: int, seconds: float) -> None:  # each candidate
             run.database.checkpoint(alpha, run.target, records, method="reuse", trials=measured, seconds=seconds)
             kill_point("reuse.checkpointed")
-            if run.on_batch is not None:  # the progress line, against the plan's estimate as the budget
-                shown["n"] += measured
-                shown["best"] = min([shown["best"], *(median_secs(r.run_secs) for r in records)])
+            shown["n"] += measured
+            shown["best"] = min([shown["best"], *(median_secs(r.run_secs) for r in records)])
+
+        def show() -> None:  # after each batch: the progress line, against the plan's estimate as the budget
+            if run.on_batch is not None:
                 run.on_batch(f"reuse {alpha.name}", shown["n"], max(shown["n"], round(estimate["estimate"] or 0)),
                              shown["best"])
 
@@ -174,7 +176,8 @@ class ReuseSearch(Derivation):
             try:
                 res = reuse_tune(alpha.prim_func(), source.tuning_record, run.target, measurer, run.options.reuse,
                                  ranker=run.ranker, history=run.history(alpha.type) if run.ranker else (),
-                                 known=known, on_measured=checkpoint, seeds=seeds, alternates=alternates)
+                                 known=known, on_measured=checkpoint, on_batch=show, seeds=seeds,
+                                 alternates=alternates)
             except ValueError as exc:  # e.g. reuse condition 1 fails on this target
                 reason = str(exc)
             else:

@@ -178,11 +178,7 @@ def _tune_plan(planned: OperatorPlan, run: RunContext, derivation: Derivation,
                measurers: Sequence["Measurer"]) -> None:
     """Roots by the backend, then the rest by reuse, parents first; subtrees spread over measurers."""
     plan, ops = planned.plan, planned.operators
-    run.say(f"plan: {len(plan.backend)} by the backend, {len(plan.reuse_pairs)} by reuse "
-            f"({len(plan.used_bridges)} bridges), {len(plan.prior)} already tuned"
-            + (f", {len(run.hot)} hot" if run.hot else "")
-            + f"; estimated {plan.total_cost:.0f} s ({planned.total_candidates:.0f} candidates) vs "
-              f"{plan.baseline_cost:.0f} s with the backend alone")
+    run.say(plan_summary(planned, len(run.hot)))
 
     progress = SetProgress({n: plan.edge_costs[(plan.parent[n], n)] for n in plan.order}, run.say,
                            done=[n for n in plan.order if run.database.attempted(ops[n], run.target)])
@@ -230,6 +226,15 @@ def _report(opset: OperatorSet, planned: OperatorPlan, run: RunContext, since: f
                       estimated_candidates=estimated[1])
 
 
+def plan_summary(planned: OperatorPlan, hot: int = 0) -> str:
+    """The plan in one line, as ``eto tune`` logs it before tuning and ``eto plan`` previews it."""
+    plan = planned.plan
+    return (f"plan: {len(plan.backend)} by the backend, {len(plan.reuse_pairs)} by reuse "
+            f"({len(plan.used_bridges)} bridges), {len(plan.prior)} already tuned" + (f", {hot} hot" if hot else "")
+            + f"; estimated {plan.total_cost:.0f} s ({planned.total_candidates:.0f} candidates) vs "
+              f"{plan.baseline_cost:.0f} s with the backend alone")
+
+
 def balance_subtrees(plan: Plan, workers: int) -> list[list[str]]:
     """Split the plan's subtrees over ``workers`` by estimated cost, largest first (LPT rule).
 
@@ -256,4 +261,4 @@ def _derive_one(alpha: Operator, beta: Operator, run: RunContext, derivation: De
             derivation.derive(alpha, beta, run, measurer, estimate=estimate, fallback_trials=fallback_trials)
 
 
-__all__ = ["balance_subtrees", "tune"]
+__all__ = ["balance_subtrees", "plan_summary", "tune"]

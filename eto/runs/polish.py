@@ -55,7 +55,7 @@ def polish_root(op: Operator, database: Database, target: "Target", measurer: "M
     """Polish ``op``'s best backend program by a self-reuse if it :func:`needs_polish` (another process
     on the database may be doing it: :mod:`eto.store.claims`); commit the result (method ``"polish"``).
 
-    Each measured batch is checkpointed, so a killed polish continues where it stopped. Every
+    Each measured candidate is checkpointed, so a killed polish continues where it stopped. Every
     candidate that ran is stored, rescaled so that the database's best is the program that won side by
     side (the backend's records keep their own scale). A polish that fails leaves the backend's
     program as the root's and records why. ``options``, ``ranker``: the reuse tuner's of the

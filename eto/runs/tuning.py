@@ -1,9 +1,9 @@
 """Tuning operator sets into a database, resumably.
 
-Every operator's result is committed the moment its tuning finishes and every measured batch as
+Every operator's result is committed the moment its tuning finishes and every measured candidate as
 soon as it is measured; a rerun of the same command skips operators the database already has a
-result for on that target and continues the others, so a killed run loses at most the batch in
-flight.
+result for on that target and continues the others, so a killed run loses at most the candidates
+being built or run.
 """
 
 from __future__ import annotations
@@ -219,11 +219,11 @@ def tune_with_backend(
 
 def _resumable_backend(todo: list[OperatorEntry], target: "Target", database: Database, options: BackendOptions,
                        extra: "Mapping[Operator, dict]", kw: dict) -> None:
-    """The backend over ``todo``, every measured batch made durable and an interrupted run continued.
+    """The backend over ``todo``, every measured candidate made durable and an interrupted run continued.
 
-    Each batch is checkpointed as it is measured; an operator with checkpointed batches gets only
-    the rest of its budget, and its earlier programs seed the search and train its cost model. Tasks
-    with the same remaining budget share one task scheduler.
+    Each candidate is checkpointed as it is measured (a batch's failed builds together); an operator
+    with checkpointed candidates gets only the rest of its budget, and its earlier programs seed the
+    search and train its cost model. Tasks with the same remaining budget share one task scheduler.
     """
     from tuner.measure.backend import BackendTask, tune_backend
 
@@ -259,7 +259,7 @@ def _resumable_backend(todo: list[OperatorEntry], target: "Target", database: Da
     for e in todo:
         groups.setdefault(max(trials - before[e.op.name].trials, 0), []).append(e)
     for left, group in sorted(groups.items(), reverse=True):
-        if left == 0:  # killed after its last batch, before its result: the batches are the result
+        if left == 0:  # killed after its last candidate, before its result: the checkpoints are the result
             for e in group:
                 p = before[e.op.name]
                 records, checked, wrong = gated(e.op, [r for r, _ in p.programs()], target, local)

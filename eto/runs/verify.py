@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from tuner.measure import stop
 from tuner.measure.faults import kill_point
 from tuner.measure.trajectory import median_secs
 
@@ -74,6 +75,7 @@ def gate(op: Operator, records: Sequence["TuningRecord"], target: "Target", *, l
         try:
             c = check_record(op, rec, target, atol=tol)
         except Exception as exc:  # noqa: BLE001 -- a program that cannot be checked is not trusted
+            stop.check()  # unless the error is a stop (SIGINT, SIGTERM) TVM's C++ passed on: no verdict
             text = str(exc).strip()
             return f"could not be checked: {text.splitlines()[-1][:200] if text else repr(exc)}"
         return None if c.ok else f"output differs from numpy (max abs error {c.max_abs_error:.3g})"

@@ -6,7 +6,7 @@ A database is a directory that TVM reads as it is::
     database_tuning_record.json   MetaSchedule: one record per line    [workload_line, record]
     eto_meta.json                 eto: one line per tuning result (operator, target, method,
                                   reused source, candidates, seconds, and the record lines it owns)
-    eto_progress.json             eto: one line per measured batch of a run in flight, records inside
+    eto_progress.json             eto: one line per measured candidate of a run in flight, its record inside
                                   (TVM never reads them: no unchecked program reaches its queries)
     corrupt_lines.txt             lines eto could not read, kept verbatim with file and line
 
@@ -19,7 +19,7 @@ to ``corrupt_lines.txt`` (reported, never silently dropped). A corrupt line anyw
 reported with file and line number and skipped.
 
 Reading needs no TVM: lines are parsed as JSON; TuningRecords are built only when asked for. Each
-file is read once: a reload (before every write, so once per measured batch of a run) parses only
+file is read once: a reload (before every write, so once per measured candidate) parses only
 the lines appended since the last one, so its cost does not grow with the database.
 """
 
@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
 
 from tuner.measure.faults import kill_point
+from tuner.measure.stop import deferred
 from tuner.measure.trajectory import median_secs
 
 from eto.store.jsonlines import Tail, append_lines, count_lines, cut_at, dumps, parse, raw_line
@@ -104,7 +105,7 @@ class Problem:
 
 @dataclass(frozen=True)
 class Progress:
-    """An interrupted run's durable batches: trials, seconds and measured programs so far."""
+    """An interrupted run's durable checkpoints: trials, seconds and measured programs so far."""
 
     trials: int = 0
     seconds: float = 0.0
@@ -298,7 +299,7 @@ class Database:
 
     def checkpoint(self, op: Operator, target: "str | Target", records: Sequence["TuningRecord"], *,
                    method: Method, trials: int, seconds: float, trajectory: Sequence = ()) -> None:
-        """Make one measured batch of a run in flight durable (see :meth:`progress`): one line, one write."""
+        """Make measured candidates of a run in flight durable (see :meth:`progress`): one line, one write."""
         entries = [(rec, median_secs(rec.run_secs)) for rec in records]
         known: list = []
         with self._locked():
@@ -361,20 +362,19 @@ class Database:
     def _locked(self) -> Iterator[None]:
         if self.readonly:
             raise DatabaseError(f"{self.path}: opened read-only")
-        self._mutex.acquire()
-        fd = os.open(self._file(LOCK), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            self._load_unlocked()  # another process may have appended
-            self._repair_partial_lines()
-            self._line_counts = {name: tail.lines for name, tail in self._tails.items()}
-            self._line_counts[CORRUPT] = count_lines(self._file(CORRUPT))
-            yield
-        finally:
-            self._line_counts = None
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
-            self._mutex.release()
+        with deferred(), self._mutex:  # a stop (SIGINT, SIGTERM) waits for the end of the write
+            fd = os.open(self._file(LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                self._load_unlocked()  # another process may have appended
+                self._repair_partial_lines()
+                self._line_counts = {name: tail.lines for name, tail in self._tails.items()}
+                self._line_counts[CORRUPT] = count_lines(self._file(CORRUPT))
+                yield
+            finally:
+                self._line_counts = None
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
 
     def _repair_partial_lines(self) -> None:
         """Move an interrupted write's partial last line to corrupt_lines.txt and cut it off (hold

@@ -108,3 +108,18 @@ def test_selector_imports_no_tvm_eto_or_tuner():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=Path(__file__).resolve().parents[2])
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_selector_tests_import_no_tvm_under_the_suites_conftest():
+    """The fast tier (``-m "not slow"``): selector tests run by pytest with ``tests/conftest.py`` import
+    no TVM (the conftest imports it only for tests marked slow)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys, pytest; rc = pytest.main(['-q', '-p', 'no:cacheprovider', '-m', 'not slow', "
+            "'tests/selector/test_selector_plan.py', 'tests/selector/test_selector_graphio.py']); "
+            "print('tvm imported' if 'tvm' in sys.modules else 'no tvm'); sys.exit(rc or 'tvm' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0 and out.stdout.rstrip().endswith("no tvm"), out.stdout[-2000:] + out.stderr[-2000:]

@@ -62,6 +62,7 @@ def test_set_safe_cuts_the_row_tile_to_the_ways_and_chunks_the_contiguous_reduct
     assert set_safe_config("cpu", alpha, kept, CacheGeometry(32 << 10, 0, 0)) is None
 
 
+@pytest.mark.slow  # builds the program
 def test_a_set_safe_program_builds_and_matches_numpy(monkeypatch):
     """The lead is a real program of α: β's sketch replayed with its tiles, checked against numpy."""
     from tests.tuner.test_reuse_tuner import sampled_record

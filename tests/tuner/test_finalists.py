@@ -14,6 +14,7 @@ from eto.operators import Operator
 from eto.target import cpu_target
 from tests.stand_ins import StandInMeasurer
 from tuner.measure.finalists import settle
+from tuner.reuse.options import ReuseOptions
 
 pytestmark = pytest.mark.serial  # runner processes, build cuts timed
 
@@ -53,6 +54,7 @@ def test_settle_drops_finalists_that_fail_in_full():
     assert settle([C("a", math.inf)], lambda s: [], 3) == (None, 1.0)
 
 
+@pytest.mark.slow  # runner processes
 def test_a_screened_measurement_runs_the_short_configuration_and_restores_the_full_one():
     from tuner.measure.measurer import MeasureConfig, Measurer
     from tvm.ir import IRModule
@@ -94,11 +96,12 @@ class Hashed(StandInMeasurer):
 def test_a_reuse_search_screens_every_candidate_and_returns_the_finalist_that_won_in_full():
     from tests.tuner.test_reuse_tuner import sampled_record
     from tuner.reuse.search import reuse_tune
+    from tuner.reuse.options import ReuseOptions
 
     target = cpu_target()
     alpha, beta = Operator.create("BMM", B=2, M=64, N=32, K=64), Operator.create("BMM", B=4, M=64, N=64, K=64)
     m = Hashed()
-    res = reuse_tune(alpha.prim_func(), sampled_record(beta, target), target, m, strategy="global", finalists=3)
+    res = reuse_tune(alpha.prim_func(), sampled_record(beta, target), target, m, ReuseOptions(strategy="global", finalists=3))
     assert len(m.screened) == res.candidates and len(m.full) == res.remeasured == 3
     ranked = sorted(set(m.screened), key=Hashed.secs)
     assert m.full == ranked[:3]  # the screened best three, timed again in full
@@ -174,7 +177,7 @@ def test_a_reuse_search_builds_one_candidate_first_then_cuts_builds_at_4x_the_me
     target = cpu_target()
     alpha, beta = Operator.create("BMM", B=2, M=64, N=32, K=64), Operator.create("BMM", B=4, M=64, N=64, K=64)
     m = CutBuilds()
-    res = reuse_tune(alpha.prim_func(), sampled_record(beta, target), target, m, strategy="global", finalists=3)
+    res = reuse_tune(alpha.prim_func(), sampled_record(beta, target), target, m, ReuseOptions(strategy="global", finalists=3))
     searched = [c for c in m.calls if not c[2]]
     assert searched[0][:2] == (1, None) and len(searched) > 3
     built: list[float] = []
@@ -223,8 +226,7 @@ def test_the_best_so_far_curve_on_the_full_scale_never_rises():
 
     target = cpu_target()
     alpha, beta = Operator.create("BMM", B=2, M=64, N=32, K=64), Operator.create("BMM", B=4, M=64, N=64, K=64)
-    res = reuse_tune(alpha.prim_func(), sampled_record(beta, target), target, RoundsDown(), strategy="global",
-                     finalists=3)
+    res = reuse_tune(alpha.prim_func(), sampled_record(beta, target), target, RoundsDown(), ReuseOptions(strategy="global", finalists=3))
     assert len(res.trajectory) > 2 and res.remeasured == 3
     assert res.trajectory[-1].best_s == res.latency_s
     assert all(a.best_s >= b.best_s for a, b in zip(res.trajectory, res.trajectory[1:]))
@@ -254,7 +256,7 @@ def test_a_reuse_search_records_why_candidates_failed_in_the_screening_and_among
     target = cpu_target()
     alpha, beta = Operator.create("BMM", B=2, M=64, N=32, K=64), Operator.create("BMM", B=4, M=64, N=64, K=64)
     m = FailsInFull()
-    res = reuse_tune(alpha.prim_func(), sampled_record(beta, target), target, m, strategy="global", finalists=3)
+    res = reuse_tune(alpha.prim_func(), sampled_record(beta, target), target, m, ReuseOptions(strategy="global", finalists=3))
     assert sorted(res.failures) == ["build timed out after 10 s", "run failed: segfault"]
     assert res.failed == 2  # the finalist counts as failed beside the screened one
     ranked = sorted(set(m.screened), key=Hashed.secs)
@@ -265,6 +267,7 @@ def _worker_pids(runner) -> set[int]:
     return {w._proc.pid for w in runner.pool._worker_map.values() if w._proc is not None}
 
 
+@pytest.mark.slow  # runner processes
 def test_a_spread_measurement_times_each_program_in_every_runner_process():
     """Finalists are timed in ``settle_processes`` processes, one after the other (the process lottery)."""
     from tuner.measure.measurer import MeasureConfig, Measurer

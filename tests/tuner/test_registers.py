@@ -145,6 +145,7 @@ def test_a_register_lead_where_betas_block_is_too_small_to_fill_the_multiply_add
     assert latency_bound(bmm.alpha.space, inner, 16) and register_tiles(gathered) is None
 
 
+@pytest.mark.slow  # builds the program
 def test_a_register_lead_builds_and_matches_numpy():
     """The lead is a real program of α: β's sketch replayed with its tiles, checked against numpy."""
     from eto.runs.verify import check_record

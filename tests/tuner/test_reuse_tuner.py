@@ -18,6 +18,7 @@ from tuner.reuse.cost_model import LearnedRanker  # noqa: E402
 from tuner.reuse.estimate import estimate_trials, trials_for_config  # noqa: E402
 from tuner.analysis.features import LoopNest, TileConfig, loop_nest_of, lowered_btm  # noqa: E402
 from tuner.reuse.search import ReuseTuner, reuse_tune  # noqa: E402
+from tuner.reuse.options import ReuseOptions
 from tuner.reuse.space import ReuseSpace, target_limits  # noqa: E402
 from tuner.measure.measurer import MeasureResult  # noqa: E402
 
@@ -359,7 +360,7 @@ def test_cpu_reuse_program_matches_numpy(op_type, alpha, beta):
     a, b = Operator.create(op_type, **alpha), Operator.create(op_type, **beta)
     with Measurer.local(MeasureConfig(number=1, repeat=2, min_repeat_ms=5)) as m:
         # the paper's windows keep this test short; the CPU windows measure about 3x more
-        res = reuse_tune(a.prim_func(), sampled_record(b, target), target, m, strategy="global", ranges="paper")
+        res = reuse_tune(a.prim_func(), sampled_record(b, target), target, m, ReuseOptions(strategy="global", ranges="paper"))
     assert res.record is not None and math.isfinite(res.latency_s)
     assert 0 < res.candidates <= 40 and res.rounds["T"] > 0
     assert res.trajectory[-1].best_s == res.latency_s
@@ -534,6 +535,7 @@ def test_mutated_parallel_extent_keeps_the_sketch_and_getS_takes_betas():
     assert [i[1][1] for i in insts if i[0] == "Annotate" and i[2] == ["meta_schedule.parallel"]] == [7]
 
 
+@pytest.mark.slow  # builds the candidates
 def test_a_padding_stage_beta_lacks_is_placed_at_the_root_then_tried_inlined():
     """α is padded, β (like a bridge) is not: β says nothing about where α's padding is computed.
     GetS computes it at the root by default (no bounds checks in the main loop nest), and one
@@ -599,7 +601,7 @@ def test_alternate_sources_lead_round_t_with_their_tiles_kept_on_alpha():
             return [MeasureResult((1e-3 + i * 1e-6,)) for i in range(len(mods))]
 
     m = FirstBatch()
-    res = reuse_tune(alpha.prim_func(), sampled_record(beta, target), target, m, alternates=[rec], top_k=None)
+    res = reuse_tune(alpha.prim_func(), sampled_record(beta, target), target, m, ReuseOptions(top_k=None), alternates=[rec])
     assert res.candidates > 0
     lead = tuner.schedule(tuner._cand(kept)).mod
     from tvm_ffi import structural_equal
@@ -626,6 +628,7 @@ def _dense_bias_relu(m: int, n: int, k: int):
     return te.create_prim_func([x, w, b, out])
 
 
+@pytest.mark.slow  # builds the program
 @pytest.mark.parametrize("index", [0, 1, 2])
 def test_a_program_with_an_epilogue_is_reused_for_a_bare_batch_matmul_of_another_rank(index):
     """β: a 3-loop ``matmul+add+relu`` program (its epilogue is the write stage); α: a 4-loop batch
@@ -658,7 +661,7 @@ def test_a_program_with_an_epilogue_is_reused_for_a_bare_batch_matmul_of_another
         def measure(self, mods, target, screen=False, search=False, spread=False, build_cap=None):
             return [MeasureResult((1e-3 + i * 1e-6,)) for i in range(len(mods))]
 
-    res = reuse_tune(alpha.prim_func(), record, target, Fake(), top_k=None)
+    res = reuse_tune(alpha.prim_func(), record, target, Fake(), ReuseOptions(top_k=None))
     assert res.record is not None and res.candidates > 0
     check = check_record(alpha, res.record, target)
     assert check.ok, f"max abs error {check.max_abs_error}"

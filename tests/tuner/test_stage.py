@@ -23,7 +23,8 @@ PAIRS = [
 ]
 
 
-@pytest.mark.parametrize("kind", ["cpu", "cuda"])
+# cuda: the first CUDA target registers CUDA's tensor intrinsics (seconds)
+@pytest.mark.parametrize("kind", ["cpu", pytest.param("cuda", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("index", [0, 1, 2])
 def test_the_tuner_finds_the_sibling_write_stages_the_estimator_counts(kind, index):
     """Whichever of its write stages β's program has, the tuner finds the others in α's design
@@ -37,6 +38,7 @@ def test_the_tuner_finds_the_sibling_write_stages_the_estimator_counts(kind, ind
         assert all(sk.stageless == tuner.sketch.stageless for sk, _ in tuner.siblings)
 
 
+@pytest.mark.slow  # builds the program
 def test_a_sibling_write_stage_that_wins_is_kept_through_the_later_rounds_and_matches_numpy():
     """The stage round puts round T's best decisions on each sibling sketch (the tiles land on the
     sibling's own tile instructions); when one wins, the rounds after it build on that sketch."""

@@ -42,6 +42,7 @@ class Scripted:
                 for m in (self.medians.pop(0) for _ in mods)]
 
 
+@pytest.mark.slow  # builds the programs
 def test_topk_walks_down_past_failures_and_keeps_the_fastest_that_ran():
     from eto.runs.verify import check_record
 

@@ -18,8 +18,8 @@ from tuner.analysis.tiling import vector_extent, vector_loops
 
 #: Gathered lanes an unrolled loop body may hold. A vector that reads an input with a stride is
 #: built lane by lane (a scalar load and an insert each), so 4,096 of them are some 8k instructions,
-#: a 32 KB L1 instruction cache's worth. Measured on BERT-Base's BMMs (two runs, every build logged;
-#: README, "Stop 62"): of the 20 candidates over it, 10 were cut at the 2 s build cap and 10 ran
+#: a 32 KB L1 instruction cache's worth. Measured on BERT-Base's BMMs (two runs, every build logged):
+#: of the 20 candidates over it, 10 were cut at the 2 s build cap and 10 ran
 #: 2.6-7.2x slower than their operator's best (alone they compiled in 0.7-13 s); the operators'
 #: best programs held 0-512.
 MAX_UNROLLED_GATHERS = 4096

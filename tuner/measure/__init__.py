@@ -6,5 +6,8 @@
 * :mod:`~tuner.measure.trajectory` -- run times and best-so-far trajectories;
 * :mod:`~tuner.measure.apply` -- a tuning record back into a program (replay, build, run);
 * :mod:`~tuner.measure.backend` -- the backend compiler: MetaSchedule (Ansor's space) per operator;
-* :mod:`~tuner.measure.faults` -- kill points for the fault-injection tests.
+* :mod:`~tuner.measure.timed` -- the backend's builder and runner: timed, each candidate reported as measured;
+* :mod:`~tuner.measure.workers` -- worker processes bound to their run, and stopped at once;
+* :mod:`~tuner.measure.stop` -- stop requests (SIGINT, SIGTERM) and where a run honours them;
+* :mod:`~tuner.measure.faults` -- kill and hang points for the fault-injection tests.
 """

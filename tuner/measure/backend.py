@@ -25,15 +25,14 @@ from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
-from tvm.s_tir.meta_schedule.builder import PyBuilder
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
-from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture
 
 from tuner.measure.faults import kill_point
 from tuner.measure.finalists import settle_records
 from tuner.analysis.intrinsics import register_tensor_intrinsics
-from tuner.measure.measurer import BuildCut, Measurer, run_error_message
+from tuner.measure.measurer import Measurer, run_error_message
 from tuner.measure.options import BackendOptions
+from tuner.measure.timed import BatchClock, Measured, TimedBuilder, TimedRunner
 from tuner.measure.trajectory import TrajectoryPoint, median_secs, time_to_reach, trials_to_reach
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -99,118 +98,13 @@ class _TaskProgress:
     phases: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # search, build, run
 
 
-class _BatchClock:
-    """Times each batch from the end of the previous measurement to the end of its own runs.
-
-    The task scheduler generates a task's candidates, builds and runs them, and calls the measure
-    callbacks only when it comes back to that task; so the gap before a build (search and cost-model
-    update) plus the build and the runs is that batch's cost, and the batch's measurements end when
-    its runs do. Batches are matched to tasks by the identity of their first module. Each batch's
-    seconds are split at the build's start and end into search, build and run.
-    """
-
-    def __init__(self) -> None:
-        self.last_end = time.perf_counter()
-        self.pending: list[list] = []  # [first module, gap start, build start, run start, end]
-
-    def built(self, first_mod) -> None:
-        """A batch's build starts (its search ended)."""
-        self.pending.append([first_mod, self.last_end, time.perf_counter(), None, None])
-
-    def running(self) -> None:
-        """The batch's builds are done; its runs start."""
-        if self.pending and self.pending[-1][3] is None:
-            self.pending[-1][3] = time.perf_counter()
-
-    def ran(self) -> None:
-        self.last_end = time.perf_counter()
-        if self.pending and self.pending[-1][4] is None:
-            self.pending[-1][4] = self.last_end
-
-    def take(self, first_mod) -> tuple[float, float, tuple[float, float, float]] | None:
-        """The batch's seconds, its end, and its (search, build, run) seconds."""
-        for i, (mod, start, build, run, end) in enumerate(self.pending):
-            if mod.same_as(first_mod):
-                del self.pending[i]
-                end = end if end is not None else time.perf_counter()
-                run = run if run is not None else end
-                return end - start, end, (build - start, run - build, end - run)
-        return None
-
-
-@derived_object
-class _TimedBuilder(PyBuilder):
-    """The measurer's builder, timed. ``timeout``: eto's roots' short build timeout (a
-    PersistentBuilder's ``build_within``), lowered per task by a :class:`tuner.measure.measurer.BuildCut` as
-    a reuse search's, probing one candidate per worker. Measured on BERT-Base's root (the stored
-    programs of an eto run and of MetaSchedule's, 190 and 200, rebuilt one by one): the best 10
-    built in 0.2-1.1 s, every build over 2 s ran 2.5-21x slower than the best; cuts at 10 s had
-    cost that eto root 114 s of builds against 27 s in MetaSchedule's own run of it."""
-
-    def __init__(self, inner, clock: _BatchClock, timeout: float | None = None):
-        super().__init__()
-        self.inner, self.clock, self.timeout = inner, clock, timeout
-        self.cuts: dict[str, BuildCut] = {}  # per task
-
-    def build(self, build_inputs):
-        if build_inputs:
-            self.clock.built(build_inputs[0].mod)
-        if self.timeout is None or not build_inputs:
-            results = self.inner.build(build_inputs)
-        else:
-            key = _task_key(build_inputs[0].mod)
-            cut = self.cuts.setdefault(key, BuildCut(probe=getattr(self.inner, "max_workers", 1), ceiling=self.timeout))
-            results = []
-            for part in cut.parts(build_inputs):
-                res = self.inner.build_within(part, cut.cap)
-                results += res
-                cut.record(sec if r.error_msg is None else None for sec, r in zip(self.inner.seconds, res))
-        self.clock.running()
-        kill_point("backend.built")
-        return results
-
-
-def _task_key(mod) -> str:
-    """The task a candidate belongs to, by its parameters' shapes and types (what its builds share)."""
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-
-    return str([info.as_json() for info in ArgInfo.from_entry_func(mod, remove_preproc=True)])
-
-
-@derived_object
-class _TimedRunner(PyRunner):
-    def __init__(self, inner, clock: _BatchClock):
-        super().__init__()
-        self.inner, self.clock = inner, clock
-
-    def run(self, runner_inputs):
-        futures = self.inner.run(runner_inputs)
-        results = [f.result() for f in futures]  # measurements are synchronous: no build overlaps a run
-        self.clock.ran()
-        kill_point("backend.ran")
-        return [_Done(r) for r in results]
-
-
-@derived_object
-class _Done(PyRunnerFuture):
-    def __init__(self, result):
-        super().__init__()
-        self.res = result
-
-    def done(self) -> bool:
-        return True
-
-    def result(self):
-        return self.res
-
-
 @derived_object
 class _ProgressCallback(PyMeasureCallback):
     """Runs after MetaSchedule's own callbacks (so the batch is already in its database)."""
 
-    def __init__(self, progress: list[_TaskProgress], start: float, clock: _BatchClock,
+    def __init__(self, progress: list[_TaskProgress], start: float, clock: BatchClock,
                  finish: Callable[[int], None], on_batch: Callable[[str, int, int, float], None] | None,
-                 on_measured: "Callable[[int, list, int, float], None] | None" = None):
+                 on_measured: "Callable[[int, list, int, float], None] | None" = None, each: Measured | None = None):
         super().__init__()
         self.progress = progress
         self.start = start
@@ -218,6 +112,7 @@ class _ProgressCallback(PyMeasureCallback):
         self.finish = finish
         self.on_batch = on_batch
         self.on_measured = on_measured
+        self.each = each  # reports each candidate as it is measured; a batch it could not match, here
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
         p = self.progress[task_id]
@@ -240,8 +135,8 @@ class _ProgressCallback(PyMeasureCallback):
             measured.append((c, r.run_secs))
             p.best = min(p.best, latency)
             p.trajectory.append(TrajectoryPoint(at, p.trials, p.best))
-        kill_point("backend.measured")
-        if self.on_measured is not None:
+        if self.on_measured is not None and not (self.each is not None and self.each.reported(task_id)):
+            kill_point("backend.measured")
             self.on_measured(task_id, measured, len(measure_candidates), timing[0])
         if not p.trajectory or p.trajectory[-1].trial != p.trials:
             p.trajectory.append(TrajectoryPoint(at, p.trials, p.best))
@@ -361,15 +256,14 @@ def tune_backend(
     instead of starting cold. ``cost_model``: the search's (default: :func:`default_cost_model`).
     Results keep every program that ran, best first (``top_k``: the best few), as MetaSchedule's
     JSON database does: a later reuse's ranker learns from all. ``on_result``: each result at once;
-    ``on_measured(name, records, trials, seconds)``: each batch as soon as it is measured (the
-    programs that ran, and the batch's trials and seconds, failures included), so a caller can make
-    progress durable before the task ends. ``warm_start`` entries may also be TuningRecords (a
+    ``on_measured(name, records, trials, seconds)``: each candidate as soon as it is measured (the
+    program if it ran, one trial and its seconds; a batch's failed builds together, no program), so a
+    caller can make progress durable before the task ends (:class:`tuner.measure.timed.Measured`): a
+    kill loses what is being built or run. ``warm_start`` entries may also be TuningRecords (a
     resumed run's own batches), stored with their run times. ``short_builds``: :meth:`Measurer.search_build_timeout` (eto's roots)."""
     if not tasks:
         raise ValueError("no tasks to tune")
-    trials_per_task = options.trials
     register_tensor_intrinsics(target)  # what a TuneContext would import, without its 25 s
-
     threads = num_threads or int(os.environ.get("TVM_NUM_THREADS", "0") or 0) or measurer.config.num_threads or 1
     contexts = _contexts(tasks, target, strategy=options.search, seed=options.seed, threads=threads, work_dir=work_dir,
                          verbose=verbose)
@@ -377,10 +271,10 @@ def tune_backend(
     for rec in prior.get_all_tuning_records() if prior is not None else ():
         database.commit_workload(rec.workload.mod)
         database.commit_tuning_record(rec)
-    batch = min(options.num_trials_per_iter, trials_per_task)
+    batch = min(options.num_trials_per_iter, options.trials)
     cost_model = cost_model or default_cost_model(threads, batch)
     _warm_start(contexts, tasks, warm_start or [[] for _ in tasks], database, cost_model, target)
-    progress = [_TaskProgress(t.name, trials_per_task) for t in tasks]
+    progress = [_TaskProgress(t.name, options.trials) for t in tasks]
     results: list[BackendResult | None] = [None] * len(tasks)
 
     def finish(i: int) -> None:
@@ -393,19 +287,22 @@ def tune_backend(
         if on_result is not None:
             on_result(res)
 
-    clock = _BatchClock()
+    scheduler = ms.task_scheduler.TaskScheduler.create(options.scheduler)
+    clock, each = BatchClock(), None
     measured = None if on_measured is None else partial(_as_records, database, contexts, target, tasks, on_measured)
-    callback = _ProgressCallback(progress, clock.last_end, clock, finish, on_batch, measured)
+    if measured is not None:
+        each = Measured(scheduler, clock, partial(_one_measured, measured))
+    callback = _ProgressCallback(progress, clock.last_end, clock, finish, on_batch, measured, each)
     with contextlib.nullcontext(work_dir) if work_dir else tempfile.TemporaryDirectory(prefix="eto-ms-") as scratch:
         ms.tune.tune_tasks(
             tasks=contexts, task_weights=[t.weight for t in tasks], work_dir=scratch,
-            max_trials_global=trials_per_task * len(tasks), max_trials_per_task=trials_per_task,
+            max_trials_global=options.trials * len(tasks), max_trials_per_task=options.trials,
             num_trials_per_iter=batch,
-            builder=_TimedBuilder(measurer.builder, clock,
-                                  measurer.search_build_timeout(target) if short_builds else None),
-            runner=_TimedRunner(measurer.runner, clock),
+            builder=TimedBuilder(measurer.builder, clock,
+                                 measurer.search_build_timeout(target) if short_builds else None, each),
+            runner=TimedRunner(measurer.runner, clock, each),
             database=database, cost_model=cost_model,
-            measure_callbacks=ms.MeasureCallback.create("default") + [callback], task_scheduler=options.scheduler,
+            measure_callbacks=ms.MeasureCallback.create("default") + [callback], task_scheduler=scheduler,
         )
     for i in [i for i, r in enumerate(results) if r is None]:  # the search space ran out before the budget
         finish(i)
@@ -419,6 +316,13 @@ def _best_first(database, mod, top_k: int | None) -> list:
     everything = database.get_top_k(database.commit_workload(mod), 1 << 30)
     ran = (r for r in everything if median_secs(r.run_secs) < math.inf)
     return sorted(ran, key=lambda r: median_secs(r.run_secs))[:top_k or None]
+
+
+def _one_measured(measured: Callable, i: int, candidates: list, result, seconds: float) -> None:
+    """One report of :class:`Measured` (a run, or a batch's failed builds: ``result`` None) to ``measured``."""
+    ok = result is not None and result.error_msg is None and median_secs(result.run_secs) < math.inf
+    kill_point("backend.measured")
+    measured(i, [(candidates[0], result.run_secs)] if ok else [], len(candidates), seconds)
 
 
 def _as_records(database, contexts, target, tasks, on_measured, i: int, batch: list, trials: int,

@@ -25,6 +25,8 @@ from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuild
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 from tuner.analysis.host import physical_cores
+from tuner.measure.faults import hang_point
+from tuner.measure.workers import bind_to_parent, stop_pool
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.ir import IRModule
@@ -79,19 +81,15 @@ class _BuildServer:
         import multiprocessing
 
         self.conn, child = multiprocessing.Pipe()
+        worker = os.getpid()
         self.pid = os.fork()
         if self.pid == 0:  # the server: build each job, reply (ok, value); exit when the worker goes
-            self.conn.close()
-            while True:
-                try:
-                    job = child.recv()
-                except EOFError:
-                    os._exit(0)
-                try:
-                    reply = (True, _build_and_export(*job))
-                except BaseException:  # noqa: BLE001 - every failure goes back to the worker as text
-                    reply = (False, traceback.format_exc())
-                child.send(reply)
+            try:
+                self.conn.close()
+                bind_to_parent(worker)  # a fork does not inherit its parent's binding
+                _serve(child)
+            finally:  # never back into the worker's code
+                os._exit(0)
         child.close()
 
     def build(self, job: tuple, timeout_s: float) -> tuple[bool, object] | None:
@@ -115,6 +113,27 @@ class _BuildServer:
             os.waitpid(self.pid, 0)
         except (ProcessLookupError, ChildProcessError):
             pass
+
+
+def _serve(conn) -> None:
+    """The build server's loop: build each job, reply (ok, value); return when the worker goes."""
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:
+            return
+        try:
+            hang_point("build")
+            reply = (True, _build_and_export(*job))
+        except BaseException:  # noqa: BLE001 - every failure goes back to the worker as text
+            reply = (False, traceback.format_exc())
+        conn.send(reply)
+
+
+def _build_job(job: tuple) -> tuple[str, float]:
+    """A worker's build (MetaSchedule's builds, uncut): :func:`_build_and_export`."""
+    hang_point("build")
+    return _build_and_export(*job)
 
 
 #: this worker process's build server (:func:`_build_in_fork`)
@@ -195,6 +214,8 @@ class PersistentBuilder(PyBuilder):
             max_workers=self.max_workers,
             timeout=timeout_sec,
             maximum_process_uses=recycle_after,
+            initializer=bind_to_parent,
+            initargs=(os.getpid(),),
         )
         #: each input of the last batch: its build's seconds (the timeout for one that timed out,
         #: None for one that failed)
@@ -214,7 +235,7 @@ class PersistentBuilder(PyBuilder):
         results, self.seconds = [], []
         limit = self.timeout_sec if cut is None else cut
         if cut is None:
-            jobs, job = [(b.mod, b.target, self.out_dir) for b in build_inputs], lambda x: _build_and_export(*x)
+            jobs, job = [(b.mod, b.target, self.out_dir) for b in build_inputs], _build_job
         else:
             jobs, job = [(b.mod, b.target, self.out_dir, cut) for b in build_inputs], lambda x: _build_in_fork(*x)
         for res in self.pool.map_with_error_catching(job, jobs):
@@ -230,7 +251,8 @@ class PersistentBuilder(PyBuilder):
         return results
 
     def shutdown(self) -> None:
-        self.pool.shutdown()
+        """Stop the workers at once (a build in flight is abandoned) and remove the artifacts."""
+        stop_pool(self.pool)
         shutil.rmtree(self.out_dir, ignore_errors=True)
 
 

@@ -25,15 +25,17 @@ import shutil
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable, Literal, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Literal, Sequence, TypeVar
 
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.builder import BuilderInput
 from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig, RunnerInput
 
+from tuner.measure import stop
 from tuner.measure.builder import PersistentBuilder, one_line
 from tuner.analysis.host import physical_cores
 from tuner.measure.trajectory import median_secs
+from tuner.measure.workers import bind_to_parent, stop_pool
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.ir import IRModule
@@ -109,7 +111,7 @@ class MeasureResult:
         return median_secs(self.run_secs) if self.ok else float("inf")
 
 
-#: eto's searches (reuses; since stop 59 its backend roots too, per task) cut a candidate's build
+#: eto's searches (reuses; now its backend roots too, per task) cut a candidate's build
 #: at this many times the median build of the search's candidates so far (never below
 #: ``SEARCH_BUILD_FLOOR_S``, never above ``search_build_timeout_s``): one α's candidates build in
 #: about the same time unless the code explodes, and the ones that explode are slow programs.
@@ -174,10 +176,12 @@ def default_settle_processes() -> int:
     return n
 
 
-# -- builder ------------------------------------------------------------------------------------
-def _set_threads(n: int) -> None:
-    """Worker initializer: TVM reads TVM_NUM_THREADS when its thread pool starts."""
+# -- runner -------------------------------------------------------------------------------------
+def _init_runner(n: int, parent: int) -> None:
+    """Runner process initializer: TVM reads TVM_NUM_THREADS when its thread pool starts; the process
+    dies with ``parent`` (:func:`tuner.measure.workers.bind_to_parent`)."""
     os.environ["TVM_NUM_THREADS"] = str(n)
+    bind_to_parent(parent)
 
 
 # -- measurer -----------------------------------------------------------------------------------
@@ -211,7 +215,7 @@ class Measurer:
 
         def runner() -> ms.Runner:  # one worker process, started at its first run
             return ms.runner.LocalRunner(timeout_sec=config.run_timeout_s, evaluator_config=config.evaluator(),
-                                         initializer=functools.partial(_set_threads, threads))
+                                         initializer=functools.partial(_init_runner, threads, os.getpid()))
 
         return cls(builder, runner(), config, "local", runner)
 
@@ -252,7 +256,8 @@ class Measurer:
         return short if ok else None
 
     def measure(self, mods: Sequence["IRModule"], target: "Target", *, screen: bool = False,
-                search: bool = False, spread: bool = False, build_cap: float | None = None) -> list[MeasureResult]:
+                search: bool = False, spread: bool = False, build_cap: float | None = None,
+                on_result: "Callable[[int, MeasureResult], None] | None" = None) -> list[MeasureResult]:
         """Build all candidates in parallel, then run each; failures are results, not exceptions.
 
         ``screen``: time them with the configuration's screening repeats (a third of the run time
@@ -261,24 +266,17 @@ class Measurer:
         where that is lower (:func:`search_build_cap`). ``spread``:
         time each in the :attr:`spares` processes too, one process after the other (a search's
         finalists, :attr:`MeasureConfig.settle_processes`); its samples are all processes' together,
-        and it fails if it failed in any."""
+        and it fails if it failed in any. ``on_result(i, result)``: each candidate's result as soon as
+        it is known (failed builds after the builds, each run as it ends), so a caller can make it
+        durable before the next one runs. Between candidates a requested stop (:mod:`tuner.measure.stop`)
+        is raised: what has not run yet is abandoned."""
+        stop.check()
         if not mods:
             return []
         from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-        to_build = [BuilderInput(m, target) for m in mods]
-        t0 = time.perf_counter()
-        short = self.search_build_timeout(target) if search else None
-        if short is not None and build_cap is not None:
-            short = min(short, build_cap)
-        if short is not None:
-            built = self.builder.build_within(to_build, short)
-        else:
-            built = self.builder.build(to_build)
+        built, seconds = self._build(mods, target, search, build_cap)
         t1 = time.perf_counter()
-        self.clock["build_s"] += t1 - t0
-        seconds = getattr(self.builder, "seconds", None)
-        seconds = seconds if isinstance(seconds, list) and len(seconds) == len(mods) else [None] * len(mods)
         results: list[MeasureResult | None] = [None] * len(mods)
         inputs, where = [], []
         for i, (mod, b) in enumerate(zip(mods, built)):
@@ -291,24 +289,49 @@ class Measurer:
             device = "cpu" if target.kind.name == "llvm" else target.kind.name
             inputs.append(RunnerInput(b.artifact_path, device, args))
             where.append(i)
+        for i, r in enumerate(results):
+            if r is not None and on_result is not None:
+                on_result(i, r)
         if spread and self.spare is not None:
             self.spares += [self.spare() for _ in range(self.config.settle_processes - 1 - len(self.spares))]
-        runs = [self._run(runner, inputs, screen) for runner in (self.runner, *(self.spares if spread else ()))]
-        self.clock["run_s"] += time.perf_counter() - t1
-        for k, (i, inp) in enumerate(zip(where, inputs)):
-            outcomes = [run[k] for run in runs]
-            bad = next((r for r in outcomes if r.error_msg is not None or r.run_secs is None), None)
-            if bad is not None:
-                self.counters["run_failed"] += 1
-                results[i] = MeasureResult(None, run_error_message(bad.error_msg), "run", seconds[i])
-            else:
-                self.counters["ok"] += 1
-                results[i] = MeasureResult(tuple(float(s) for r in outcomes for s in r.run_secs), build_s=seconds[i])
+        first = self._run(self.runner, inputs, screen)  # each run's result as it ends
+        if spread and self.spares:  # its runs end before a spare's start
+            first = list(first)
+        others = [list(self._run(runner, inputs, screen)) for runner in (self.spares if spread else ())]
+        for k, ((i, inp), ran) in enumerate(zip(zip(where, inputs), first)):
+            results[i] = self._outcome([ran, *(run[k] for run in others)], seconds[i])
             remove_artifact(str(inp.artifact_path))
+            if on_result is not None:
+                on_result(i, results[i])  # type: ignore[arg-type]
+            stop.check()
+        self.clock["run_s"] += time.perf_counter() - t1
         return results  # type: ignore[return-value]
 
-    def _run(self, runner: ms.Runner, inputs: list[RunnerInput], screen: bool) -> list:
-        """Every input run by ``runner``, waited for (so two runners never time at once)."""
+    def _build(self, mods: Sequence["IRModule"], target: "Target", search: bool,
+               build_cap: float | None) -> tuple[list, list[float | None]]:
+        """Every candidate built (see :meth:`measure`): the builder's results and each build's seconds."""
+        to_build = [BuilderInput(m, target) for m in mods]
+        t0 = time.perf_counter()
+        short = self.search_build_timeout(target) if search else None
+        if short is not None and build_cap is not None:
+            short = min(short, build_cap)
+        built = self.builder.build_within(to_build, short) if short is not None else self.builder.build(to_build)
+        self.clock["build_s"] += time.perf_counter() - t0
+        seconds = getattr(self.builder, "seconds", None)
+        return built, seconds if isinstance(seconds, list) and len(seconds) == len(mods) else [None] * len(mods)
+
+    def _outcome(self, outcomes: list, build_s: float | None) -> MeasureResult:
+        """One candidate's result from its runs (one per runner process); it failed if one did."""
+        bad = next((r for r in outcomes if r.error_msg is not None or r.run_secs is None), None)
+        if bad is not None:
+            self.counters["run_failed"] += 1
+            return MeasureResult(None, run_error_message(bad.error_msg), "run", build_s)
+        self.counters["ok"] += 1
+        return MeasureResult(tuple(float(s) for r in outcomes for s in r.run_secs), build_s=build_s)
+
+    def _run(self, runner: ms.Runner, inputs: list[RunnerInput], screen: bool) -> Iterator:
+        """Every input submitted to ``runner`` now; the results, each waited for as it is taken (the
+        caller takes them all before another runner's: two runners never time at once)."""
         # MetaSchedule's local and RPC runners read it when a run is submitted; another runner times its way
         full = getattr(runner, "evaluator_config", None)
         swap = screen and full is not None
@@ -319,7 +342,7 @@ class Measurer:
         finally:
             if swap:
                 runner.evaluator_config = full
-        return [fut.result() for fut in futures]
+        return (fut.result() for fut in futures)
 
     def remeasure(self, mods: Sequence["IRModule"], target: "Target", *, rounds: int = 3) -> list[float]:
         """Median seconds of each module over ``rounds`` interleaved measurements (inf if one failed).
@@ -334,12 +357,13 @@ class Measurer:
         return [statistics.median(t) if all(math.isfinite(x) for x in t) else math.inf for t in times]
 
     def close(self) -> None:
+        """Stop the build workers and every runner process at once (:func:`tuner.measure.workers.stop_pool`)."""
         if isinstance(self.builder, PersistentBuilder):
             self.builder.shutdown()
-        for runner in self.spares:
+        for runner in (self.runner, *self.spares):
             pool = getattr(runner, "pool", None)
             if pool is not None:
-                pool.shutdown()
+                stop_pool(pool)
 
     def __enter__(self) -> "Measurer":
         return self

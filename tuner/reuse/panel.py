@@ -18,7 +18,7 @@ too, but in blocks of 4-8 register rows of 2-4 vectors, with a reduction chunk o
 from the layer's 768 x 768 root kept the root's tiles (a fourth of the rows per thread tile,
 outside the reduction loop; all 16 best programs of that root alike) and its search ended at
 2.8-3.1 ms against MetaSchedule's 2.2-2.4 ms; blocked panels re-measured beside MetaSchedule's
-best ran 2.16-2.26 ms (4 rows x 4 vectors and 8 rows x 2 vectors, chunk 32; README, "Stop 60").
+best ran 2.16-2.26 ms (4 rows x 4 vectors and 8 rows x 2 vectors, chunk 32).
 
 It applies where a panel can pay: some input (the weights) is larger than a core's private cache,
 is read along the vectorised loop and not along another space loop (the rows), and the rows'
@@ -26,7 +26,7 @@ accumulators of the widest panel fit that cache. The blocked family only where n
 along the vectorised loop (the layer's weights ``W[k, j]`` are contiguous there; the catalogue's
 ``BMM`` reads ``Y[b, j, k]``): each step of a blocked panel's 32-step chunk, unrolled, then gathers
 every vector of its block element by element. Measured on the BERT-Base set (N = 100, every build
-of one run logged; README, "Stop 62"): the six blocked panels of its two feed-forward reuses ran
+of one run logged): the six blocked panels of its two feed-forward reuses ran
 3.5-5.3x slower than their reuse's best or were cut at the 2 s build cap (LLVM took 13 s on those
 two), while the first family, chunks of 4-8 steps, won both reuses.
 """
@@ -122,7 +122,7 @@ def widest_panel(configs: Sequence[TileConfig]) -> TileConfig | None:
     """The panel with the widest register block (inner column tiles x vector width), then the
     longest reduction chunk; None for none. The instant program's one pick, made without measuring:
     of round "panel"'s winners on E7's eight large matmuls (seq 64-384), all eight ran two vectors
-    per tile and six of them two tiles (blocked panels, measured since stop 60, are not picked
+    per tile and six of them two tiles (blocked panels, measured too, are not picked
     unmeasured). O(configs)."""
     return max((c for c in configs if register_rows(c) == 1),
                key=lambda c: (c.space[-1][2] * c.space[-1][3], c.reduction[-1][-1]), default=None)

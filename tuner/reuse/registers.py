@@ -135,7 +135,7 @@ def register_tiles(space: "ReuseSpace") -> TileConfig | None:
     without inputs to model, or where the moved factors would leave fewer parallel blocks than
     ``min(kept's, 4 x cores)``. O(prod of α's divisor counts).
 
-    Why the gate: on ResNet-50's pairs (stop 47, `reuse_ab.py --switch register`) the lead won by
+    Why the gate: on ResNet-50's pairs (`reuse_ab.py --switch register`) the lead won by
     more than 10% only on 7 x 7 convolutions (X: 453-488 against 704-718 us; C2D[1,2048,7,7,512,1,1]:
     444-476 against 600-644 us); on 28- and 56-wide rows (a narrow vector: the vector lead's case)
     it cost its compile time (a block unrolled 512 deep: 9-10 s against 4-5 s per reuse) for
@@ -143,11 +143,11 @@ def register_tiles(space: "ReuseSpace") -> TileConfig | None:
     ended on one row of four vectors (538 us, 458 us with four rows) passed that row to its
     feed-forward reuses, which ran 3.1-3.3 ms against 1.7-2.1 ms from the four-row root. There the
     lead ran 3.3 and 4.7 ms where the kept tiles ran 6.3 and 6.8, though the reuses it led ended
-    within noise of those without it (README, "Stop 53";
-    experiments/results/reuse_ab_register_bert_layer_latency_xeon.json). Not where β's vector
+    within noise of those without it
+    (experiments/results/reuse_ab_register_bert_layer_latency_xeon.json). Not where β's vector
     gathers an input (:meth:`LoopNest.gathered`; the catalogue's ``BMM`` reads ``Y[b, j, k]``
     along its vector): the lead's 16 rows of one gathered vector over a 32-step chunk ran 2.6-5.4x
-    slower than the reuse's best in all five BERT-Base reuses where it fired (README, "Stop 62")."""
+    slower than the reuse's best in all five BERT-Base reuses where it fired."""
     if space.kind != "cpu" or space.native_lanes <= 1 or not space.alpha.space or not space.alpha.inputs:
         return None
     kept = space.kept_tiles()

@@ -30,7 +30,6 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from tuner.measure.faults import kill_point
 from tuner.analysis.intrinsics import register_tensor_intrinsics
 from tuner.reuse.leads import lead_tiles
 from tuner.analysis.gathers import bounded_unroll
@@ -38,7 +37,7 @@ from tuner.reuse.registers import covering_unroll, register_tiles
 from tuner.reuse.panel import blocked_lead, unroll_covering
 from tuner.reuse.ranked import DEFAULT_TOP_K, MIN_GAIN, resolve_top_k
 from tuner.analysis.features import Kind, LoopNest, TileConfig
-from tuner.reuse.session import ReuseResult, Candidate, SearchSession
+from tuner.reuse.session import ReuseResult, Candidate, SearchMeasure, SearchSession, trace_key
 from tuner.reuse.options import ReuseOptions
 from tuner.reuse.space import DEFAULT_STRATEGY, RangeName, ReuseSpace, Strategy, default_ranges, target_limits
 from tuner.analysis.tiling import achievable_products, largest_divisor_at_most
@@ -330,6 +329,7 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
                options: ReuseOptions | None = None, *, ranker: "LearnedRanker | None" = None,
                history: Sequence["TuningRecord"] = (), known: "Mapping[str, float] | None" = None,
                on_measured: "Callable[[list[TuningRecord], int, float], None] | None" = None,
+               on_batch: "Callable[[], None] | None" = None,
                seeds: Sequence["TuningRecord"] = (), alternates: Sequence["TuningRecord"] = ()) -> ReuseResult:
     """Derive α's program (``func``) from β's best program (``source_record``) by Algorithm 1.
 
@@ -344,17 +344,18 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
     seconds and trajectory count from before α's design space is generated, as a MetaSchedule
     run's do, and include training the ranker.
 
-    Durability: ``on_measured(records, measured, seconds)`` gets each batch's programs that ran as
-    soon as they are timed; ``known`` (:func:`trace_key` -> seconds, e.g. an interrupted run's
-    batches) are candidates timed before: the search takes their times instead of measuring them
-    again, so a rerun continues where the interrupted run stopped. ``seeds``: α's own programs
+    Durability: ``on_measured(records, measured, seconds)`` gets each candidate as soon as it is
+    timed (``[record]`` if it ran, else ``[]``; ``measured`` 1; the seconds since the last one, the
+    first of a batch counting its builds: :class:`~tuner.reuse.session.SearchMeasure`), so a kill
+    loses only the candidates being built or run (``on_batch()`` after each measured batch);
+    ``known`` (:func:`trace_key` -> seconds, e.g. an interrupted run's candidates) are candidates
+    timed before: the search takes their times instead of measuring them again, so a rerun
+    continues where the interrupted run stopped. ``seeds``: α's own programs
     found elsewhere (its instant program): their tiles join round T's first batch. ``alternates``:
     best programs of other operators of α's type and sketch; their tiles kept on α's loops
     (:meth:`ReuseSpace.kept_tiles`) join round T's lead too, so a reuse does not hang on one
     source's luck (beyond the paper).
     """
-    from tuner.measure.measurer import BuildCut
-
     options = options or ReuseOptions()
     start, clock = time.perf_counter(), dict(measurer.clock)
     tuner = ReuseTuner(func, source_record, target, vector_lanes=options.vector_lanes, ranges=options.ranges)
@@ -363,43 +364,16 @@ def reuse_tune(func: "PrimFunc", source_record: "TuningRecord", target: "Target"
     if ranker is not None and history:
         ranker.observe_records(history)
     setup = time.perf_counter() - start  # design space, β's sketch, ranker training: on the clock
-    known, failures, finalists_failed = known or {}, [], []
-    # builds cut (a CPU's persistent builder): one candidate first, then at the cap of those that built
-    cut = BuildCut(probe=1 if measurer.search_build_timeout(target) is not None else 0)
-
-    def capped(mods: list) -> list:
-        res = []
-        for part in cut.parts(mods):
-            res += (done := measurer.measure(part, target, screen=options.finalists > 0, search=True, build_cap=cut.cap))
-            cut.record(r.build_s for r in done if r.ok)
-        return res
-
-    def measure(schedules: list, precise: bool = False) -> list[float]:
-        if precise:  # the finalists, not checkpointed: a resumed search re-times its own
-            timed = measurer.measure([s.mod for s in schedules], target, search=True, spread=True)
-            finalists_failed.extend(r.error for r in timed if r.error)
-            return [r.median for r in timed]
-        t0 = time.perf_counter()
-        keys = [trace_key(s.trace) for s in schedules] if known else [None] * len(schedules)
-        todo = [i for i, k in enumerate(keys) if k not in known]
-        out = [known.get(k, math.inf) for k in keys]  # type: ignore[arg-type]
-        for i, r in zip(todo, capped([schedules[i].mod for i in todo]) if todo else ()):
-            out[i] = r.median
-            if r.error:
-                failures.append(r.error)
-        kill_point("reuse.measured")
-        if on_measured is not None and todo:
-            on_measured([tuner.record_of(schedules[i], out[i]) for i in todo if math.isfinite(out[i])], len(todo),
-                        time.perf_counter() - t0)
-        return out
-
+    measure = SearchMeasure(tuner, measurer, target, screen=options.finalists > 0, known=known or {},
+                            on_measured=on_measured, on_batch=on_batch)
     res = tuner.tune(measure, strategy=options.strategy, ranker=ranker, top_k=resolve_top_k(options.top_k, target),
                      seeds=seed_cfgs, finalists=options.finalists)
     build, run = (measurer.clock[k] - clock[k] for k in ("build_s", "run_s"))
     phases = {"setup_s": setup, "search_s": max(res.seconds - build - run, 0.0), "build_s": build, "run_s": run}
     # a finalist that passed its screening and failed in full counts as failed too
     return replace(res, seconds=setup + res.seconds, trajectory=tuple(p.after(setup, 0) for p in res.trajectory),
-                   failed=res.failed + len(finalists_failed), failures=tuple(failures + finalists_failed),
+                   failed=res.failed + len(measure.finalists_failed),
+                   failures=tuple(measure.failures + measure.finalists_failed),
                    phases=phases)
 
 
@@ -462,8 +436,3 @@ def _kept_from(record: "TuningRecord", tuner: ReuseTuner) -> TileConfig | None:
 def built_candidate(tuner: ReuseTuner, cand: Candidate) -> bool:
     cand.sch = tuner.schedule(cand)
     return cand.sch is not None
-
-
-def trace_key(trace) -> str:
-    """A candidate's identity across runs: its trace's text (instructions and decisions)."""
-    return str(trace)

@@ -1,9 +1,11 @@
-"""One reuse search's bookkeeping: its candidates, their measurement in (ranked) batches, what it
-cost, and the :class:`ReuseResult` it ends with (Algorithm 1 itself is :class:`tuner.reuse.search.ReuseTuner`).
+"""One reuse search's bookkeeping: its candidates, their measurement in (ranked) batches, each made
+durable as it is timed (:class:`SearchMeasure`), what it cost, and the :class:`ReuseResult` it ends
+with (Algorithm 1 itself is :class:`tuner.reuse.search.ReuseTuner`).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import random
 import time
@@ -11,11 +13,15 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from tuner.analysis.features import TileConfig
+from tuner.measure.faults import kill_point
 from tuner.measure.finalists import settle
 from tuner.reuse.ranked import ranked_batches
 from tuner.measure.trajectory import TrajectoryPoint
 
 if TYPE_CHECKING:  # pragma: no cover
+    from tvm.target import Target
+
+    from tuner.measure.measurer import Measurer
     from tuner.reuse.cost_model import LearnedRanker
 
 
@@ -144,3 +150,70 @@ class SearchSession:
             features=(best.cfg.features(self.tuner.alpha)  # type: ignore[union-attr]
                       if found and best.cfg is not None else None),  # type: ignore[union-attr]
             records=records, remeasured=self.remeasured)
+
+
+class SearchMeasure:
+    """How a reuse search measures (the ``measure`` Algorithm 1 calls): each batch's builds cut (a
+    CPU's persistent builder: one candidate first, then at the cap of those that built), screened if
+    ``screen``; a candidate in ``known`` (:func:`trace_key` -> seconds, an interrupted run's) takes its
+    time instead of running again; every new one goes to ``on_measured([record] or [], 1, seconds)``
+    the moment it is timed, the seconds since the previous one; ``on_batch()`` after each batch (a
+    progress line). ``precise``: the finalists, timed in full in every runner process and not
+    checkpointed (a resumed search re-times its own)."""
+
+    def __init__(self, tuner: Any, measurer: "Measurer", target: "Target", *, screen: bool,
+                 known: "dict[str, float]", on_measured: "Callable[[list, int, float], None] | None",
+                 on_batch: "Callable[[], None] | None" = None) -> None:
+        from tuner.measure.measurer import BuildCut
+
+        self.tuner, self.measurer, self.target, self.screen = tuner, measurer, target, screen
+        self.known, self.on_measured, self.on_batch = known, on_measured, on_batch
+        self.cut = BuildCut(probe=1 if measurer.search_build_timeout(target) is not None else 0)
+        try:
+            self.streams = "on_result" in inspect.signature(measurer.measure).parameters
+        except (TypeError, ValueError):
+            self.streams = False
+        self.failures: list[str] = []
+        self.finalists_failed: list[str] = []
+
+    def __call__(self, schedules: list, precise: bool = False) -> list[float]:
+        if precise:
+            timed = self.measurer.measure([s.mod for s in schedules], self.target, search=True, spread=True)
+            self.finalists_failed.extend(r.error for r in timed if r.error)
+            return [r.median for r in timed]
+        keys = [trace_key(s.trace) for s in schedules] if self.known else [None] * len(schedules)
+        todo = [i for i, k in enumerate(keys) if k not in self.known]
+        out = [self.known.get(k, math.inf) for k in keys]  # type: ignore[arg-type]
+        mark, reported = [time.perf_counter()], set()
+
+        def each(k: int, r) -> None:  # the k-th new candidate timed: durable at once
+            if k in reported:
+                return
+            reported.add(k)
+            i, now = todo[k], time.perf_counter()
+            kill_point("reuse.measured")
+            if self.on_measured is not None:
+                ran = [self.tuner.record_of(schedules[i], r.median)] if math.isfinite(r.median) else []
+                self.on_measured(ran, 1, now - mark[0])
+            mark[0] = now
+
+        results: list = []
+        for part in self.cut.parts([schedules[i].mod for i in todo]):
+            # a measurer that reports each result as it ends (eto's); a stand-in's, after its batch
+            kw = {"on_result": lambda k, r, at=len(results): each(at + k, r)} if self.streams else {}
+            rs = self.measurer.measure(part, self.target, screen=self.screen, search=True, build_cap=self.cut.cap, **kw)
+            self.cut.record(r.build_s for r in rs if r.ok)
+            for k, r in enumerate(rs, start=len(results)):
+                each(k, r)
+            results += rs
+        for i, r in zip(todo, results):
+            out[i] = r.median
+            self.failures.extend([r.error] if r.error else [])
+        if todo and self.on_batch is not None:
+            self.on_batch()
+        return out
+
+
+def trace_key(trace) -> str:
+    """A candidate's identity across runs: its trace's text (instructions and decisions)."""
+    return str(trace)

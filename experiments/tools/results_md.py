@@ -1,0 +1,351 @@
+"""``experiments/RESULTS.md``: the canonical result of every experiment, written from its JSON.
+
+Which files are canonical is the table "Which script is which experiment" at the top of
+``experiments/README.md`` (its last column); this reads that table, then each named file in
+``experiments/results/``, and writes one section per experiment row: what it measures, the command,
+the machine and scale the JSON records, and the headline numbers. Nothing is measured or imported
+from TVM: a second or less.
+
+    python -m experiments.tools.results_md            # writes experiments/RESULTS.md
+    python -m experiments.tools.results_md --check    # exit 1 when experiments/RESULTS.md is stale
+
+``tests/test_results_md.py`` runs the check, so a changed result file or table without a regenerated
+``RESULTS.md`` fails the suite. Superseded runs stay in ``results/`` while a page cites them; they are
+not listed here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Callable
+
+HERE = Path(__file__).resolve().parent.parent          # experiments/
+README = HERE / "README.md"
+RESULTS = HERE / "results"
+OUT = HERE / "RESULTS.md"
+TABLE_HEADING = "## Which script is which experiment"
+COMMAND = "python -m experiments.tools.results_md"
+
+
+class ResultsError(Exception):
+    """The table or a canonical file cannot be read."""
+
+
+# ---- the table --------------------------------------------------------------------------------------
+
+def experiment_rows(readme: str) -> list[dict]:
+    """The rows of the README's experiment table: id, what it measures, script, command and files."""
+    if TABLE_HEADING not in readme:
+        raise ResultsError(f"{README.name}: no section {TABLE_HEADING!r}")
+    section = readme.split(TABLE_HEADING, 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 5 or not re.fullmatch(r"E\d+b?", cells[0]):
+            continue
+        files = re.findall(r"`([^`]+\.json)`", cells[4])
+        if not files:
+            raise ResultsError(f"{README.name}: row {cells[0]} names no result file")
+        rows.append({"id": cells[0], "what": cells[1], "script": cells[2], "command": cells[3], "files": files})
+    if not rows:
+        raise ResultsError(f"{README.name}: the experiment table has no rows")
+    return rows
+
+
+# ---- number formatting ------------------------------------------------------------------------------
+
+def x(v: float | None, digits: int = 2) -> str:
+    """A ratio as ``1.23x``; ``-`` when absent."""
+    return "-" if v is None else f"{v:.{digits}f}x"
+
+
+def r(v: float | None, digits: int = 2) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def pct(v: float | None, digits: int = 0) -> str:
+    return "-" if v is None else f"{100 * v:.{digits}f}%"
+
+
+def s(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f} s"
+
+
+def spread(agg: dict | None, fmt: Callable = x) -> str:
+    """``median (min-max)`` of an aggregate, or the one value where n = 1."""
+    if not agg:
+        return "-"
+    if agg.get("n", 1) == 1 or agg.get("min") == agg.get("max"):
+        return fmt(agg["median"])
+    return f"{fmt(agg['median'])} ({fmt(agg['min'])}-{fmt(agg['max'])})"
+
+
+def table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+# ---- machine and scale ------------------------------------------------------------------------------
+
+def _target(text: str | None) -> dict:
+    try:
+        return json.loads(text) if text and text.startswith("{") else {}
+    except json.JSONDecodeError:
+        return {}
+
+
+def machine(d: dict) -> str:
+    """The machine a result records: its environment, the selector's machine, or the target alone."""
+    env = d.get("environment")
+    if env:
+        where = env.get("gpu") or f"{env.get('cpu')} (`{env.get('mcpu')}`), {env.get('cores')} cores"
+        return f"{where}, TVM_NUM_THREADS={env.get('TVM_NUM_THREADS')}, tvm {env.get('tvm')}"
+    if d.get("machine"):
+        m = d["machine"]
+        return f"{m.get('cpu')}, {m.get('cores')} cores (TVM-free)"
+    target = _target(d.get("target"))
+    if not target and d.get("sizes"):
+        target = _target(d["sizes"][0].get("bench", {}).get("target"))
+    if target:
+        return f"CPU `{target.get('mcpu')}`, {target.get('num-cores')} threads (target only)"
+    return "not recorded in this file (see its inputs)"
+
+
+def scale(d: dict) -> str:
+    parts = []
+    for key, label in (("scale", ""), ("opset", "set"), ("model", "model"), ("trials_N", "N ="),
+                       ("trials", "trials"), ("budget_per_operator", "budget per operator")):
+        value = d.get(key)
+        if value is not None:
+            text = f"{value:g}" if isinstance(value, float) else f"`{value}`" if isinstance(value, str) else str(value)
+            parts.append(f"{label} {text}".strip())
+    if d.get("seeds"):
+        parts.append(f"{len(d['seeds'])} seed{'s' if len(d['seeds']) > 1 else ''}")
+    if d.get("control_trials"):
+        parts.append(f"control at {d['control_trials']} trials")
+    if isinstance(d.get("inputs"), list) and all(isinstance(i, str) for i in d["inputs"]):
+        parts.append("over the results " + ", ".join(f"`{i}`" for i in d["inputs"]))
+    if d.get("vary"):
+        parts.append(f"vary {d['vary']}")
+    summary = d.get("summary") if isinstance(d.get("summary"), dict) else {}
+    if summary.get("trials_per_task"):
+        parts.append(f"{summary['trials_per_task']} trials per task")
+    return ", ".join(parts) or "-"
+
+
+# ---- headline numbers, one function per kind of result ----------------------------------------------
+
+def reuse_opportunity(d: dict) -> list[str]:
+    sm = d["summary"]
+    rows = [["good program of α in the window (Φ non-empty)"] + [pct(sm["share_phi_nonempty"][k]) for k in "BTM"],
+            ["α's best program in the window"] + [pct(sm["share_alpha_best_in_window"][k]) for k in "BTM"],
+            ["the paper (P100, Ansor, 1,000 trials)"] + [pct(sm["paper_share_phi_nonempty"][k]) for k in "BTM"]]
+    return [f"{sm['pairs']} ordered reuse pairs.", ""] + table(["share of pairs", "B", "T", "M"], rows)
+
+
+def reuse_pairs(d: dict) -> list[str]:
+    out = []
+    for strategy, by_type in d["summary"].items():
+        rows = []
+        for kind, v in sorted(by_type.items(), key=lambda kv: kv[0] != "all"):
+            rows.append([kind, str(v["pairs"]), r(v["median_candidates"], 0), r(v["median_throughput"]),
+                         x(v["median_speedup"], 1), x(v["median_speedup_vs_total"], 1)])
+        out += [f"Strategy `{strategy}`, medians per operator type:", ""]
+        out += table(["type", "pairs", "candidates", "throughput vs MetaSchedule",
+                      "speed-up vs its time to best", "vs its whole run"], rows)
+        a = by_type["all"]
+        out += ["", f"Trial estimator: actual / estimated candidates {r(a['actual_over_estimate_mean'])} (mean), "
+                    f"seconds {r(a.get('actual_over_estimated_seconds_mean'))}.", ""]
+    return out[:-1]
+
+
+def set_bench(d: dict) -> list[str]:
+    a = d["aggregate"]
+    rows = [["less tuning time than MetaSchedule, total", spread(a["speedup_total"])],
+            ["... to MetaSchedule's best", spread(a["speedup_best"])],
+            ["weighted throughput vs MetaSchedule", spread(a["throughput"], r)],
+            ["eto's seconds", spread(a["seconds_eto_total"], s)],
+            ["MetaSchedule's seconds", spread(a["seconds_metaschedule_total"], s)]]
+    est = a.get("estimator") or {}
+    if est.get("reused"):
+        rows.append([f"plan against actual ({est['reused']} reuses): candidates, seconds",
+                     f"{x(est['mean_actual_over_estimate'])}, {x(est['mean_actual_over_estimated_seconds'])}"])
+    c = d.get("control")
+    if c:
+        rows.append([f"control, MetaSchedule twice at {c['trials']} trials: time, latency",
+                     f"{x(c['time_ratio_a_over_b'])}, {x(c['latency_ratio_a_over_b'])}"])
+    seeds = len(d.get("seeds") or [])
+    out = table([f"median (min-max) over {seeds} seed{'s' if seeds != 1 else ''}", "eto"], rows)
+    if a.get("variants"):
+        vrows = [["eto", x(d["speedup"]["total"]), r(d["throughput_eto_vs_metaschedule"]), "1.00", "1.00"]]
+        for name, v in a["variants"].items():
+            vrows.append([name, spread(v["speedup_total"]), spread(v["throughput"], r),
+                          spread(v["vs_plain_eto_throughput"], r), spread(v["vs_plain_eto_seconds"], r)])
+        out += ["", "Variants, each against MetaSchedule and against plain eto in the same runs:", ""]
+        out += table(["arm", "less time than MetaSchedule", "throughput vs MetaSchedule",
+                      "throughput vs eto", "seconds vs eto"], vrows)
+    return out
+
+
+def estimate_accuracy(d: dict) -> list[str]:
+    rows = []
+    for name, v in d["summary"].items():
+        c, t = v["candidates"], v["seconds"]
+        rows.append([name, str(c["n"]), f"{r(c['median'])} ({r(c['min'])}-{r(c['max'])})", pct(c["within_0.67_1.5"]),
+                     f"{r(t['median'])} ({r(t['min'])}-{r(t['max'])})", pct(t["within_0.67_1.5"])])
+    return table(["inputs", "reuses", "candidates: actual / estimate", "within 0.67-1.5",
+                  "seconds: actual / estimate", "within 0.67-1.5"], rows)
+
+
+def selector_scale(d: dict) -> list[str]:
+    rows = [[v["bridges"], f"{v['bridge_operators']:,}", f"{v['arcs']:,}", f"{v['seconds_total']:.1f} s",
+             v["solver"] + (" (optimal)" if v["optimal"] else ""), r(v["cost_ratio_vs_backend"], 3),
+             str(v["backend_tuned"]), str(v["bridges_used"])] for v in d["runs"]]
+    head = f"{d['operator_set']['operators']} conv2d operators; plan cost against tuning all by the backend:"
+    return [head, ""] + table(["bridges", "bridge operators", "arcs", "planning", "solver",
+                               "plan cost / all backend", "backend-tuned", "bridges used"], rows)
+
+
+def selector_gap(d: dict) -> list[str]:
+    rows = [[fam, str(v["instances"]), str(v["proven_optimal"]), pct(v["mean_gap"], 1), pct(v["max_gap"], 1),
+             str(v["approx_equals_opt"]), f"{v['approx_seconds_mean']:.2f} s", f"{v['exact_seconds_mean']:.2f} s"]
+            for fam, v in d["summary"].items()]
+    return table(["instances", "n", "proven optimal", "heuristic's mean gap", "max gap", "heuristic = optimum",
+                  "heuristic (mean)", "exact MIP (mean)"], rows)
+
+
+def retune_bench(d: dict) -> list[str]:
+    m = d["median"]
+    out = [f"Medians over the sizes: reuse tuning {x(m['time_ratio_metaschedule_over_eto'], 1)} less time than "
+           f"MetaSchedule from scratch at {r(m['throughput_eto_vs_metaschedule'])} of its weighted throughput; "
+           f"instant programs {x(m['time_ratio_metaschedule_over_instant'], 0)} at "
+           f"{r(m['throughput_instant_vs_metaschedule'])}.", ""]
+    rows = [[str(v["value"]), s(v["seconds"]["eto"]), s(v["seconds"]["metaschedule"]),
+             x(v["time_ratio_metaschedule_over_eto"], 1), r(v["throughput_eto_vs_metaschedule"]),
+             x(v["time_ratio_metaschedule_over_instant"], 0), r(v["throughput_instant_vs_metaschedule"])]
+            for v in d["shapes"]]
+    return out + table(["size", "eto", "MetaSchedule", "less time", "throughput vs MetaSchedule",
+                        "instant: less time", "instant: throughput"], rows)
+
+
+def model_retune(d: dict) -> list[str]:
+    rows = []
+    for size in d["sizes"]:
+        v, lat = size["summary"], size["summary"]["latency_ms"]
+        ms = "-" if v["metaschedule_s"] is None else (
+            f"{s(v['metaschedule_s'])}, {lat['metaschedule']:.2f} ms: eto {x(v['time_speedup'], 1)} less time "
+            f"at {x(v['retuned_vs_metaschedule'])} its speed")
+        rows.append([str(v["size"]), f"{v['instant_s']:.1f} s", f"{v['retune_s']:.1f} s",
+                     f"{lat['instant']:.2f} / {lat['eto']:.2f} ms", ms,
+                     f"{lat['pytorch']:.2f} ms (eto {x(v['retuned_vs_pytorch'])})"])
+    return [f"Model `{d['model']}`, dimension `{d['dim']}`, from a database tuned at one size:", ""] + table(
+        ["size", "instant programs", "then retune", "instant / retuned model", "MetaSchedule from scratch",
+         "PyTorch eager"], rows)
+
+
+def symbolic_bench(d: dict) -> list[str]:
+    rows = []
+    for op in d["ops"]:
+        o = op["dispatch_over"]
+        buckets = "; ".join(f"{b['from']}-{b['to'] or ''}: {b['candidate']}" for b in op["buckets"])
+        rows.append([f"`{op['op']}`", buckets] + [x(o[k]["median"]) for k in ("per_size", "padded", "tuned", "tvm")])
+    return ["One dispatch function's throughput over other ways of serving every size (medians over sizes):",
+            ""] + table(["operator", "buckets", "per-size instant", "next stored size, padded",
+                         "tuned at that size", "TVM, no schedule"], rows)
+
+
+def vendor_roofline(d: dict) -> list[str]:
+    sm = d["summary"]
+    lat, vs, roof = sm["weighted_latency_s"], sm["throughput_vs_pytorch"], sm["median_share_of_roofline"]
+    rows = [[k, f"{1e3 * lat[k]:.1f} ms", x(vs.get(k)) if k != "pytorch" else "1.00x", pct(roof[k])]
+            for k in lat]
+    return [f"Peak {d['peak_gflops']:.0f} GFLOP/s, {d['bandwidth_gbs']:.0f} GB/s ({d['threads']} threads).",
+            ""] + table(["programs", "weighted latency", "throughput vs PyTorch", "median share of roofline"], rows)
+
+
+def model_bench(d: dict) -> list[str]:
+    sm = d["summary"]
+    lat = sm["latency_ms"]
+    vs = {"metaschedule": sm.get("eto_vs_metaschedule_throughput"), "pytorch": sm.get("eto_vs_pytorch_throughput"),
+          "onnxruntime": sm.get("eto_vs_onnxruntime_throughput")}
+    rows = [[k, f"{v:,.2f} ms", x(vs.get(k)) if k in vs else "-"] for k, v in lat.items()]
+    plan = ", ".join(f"{k} {n}" for k, n in (sm.get("eto_plan") or {}).items())
+    return [f"Tuning: eto {s(sm['eto_tune_wall_s'])} (wall, `eto tune --model`) against MetaSchedule's "
+            f"{s(sm['metaschedule_s'])}: **{x(sm['tuning_speedup_wall'])}** less time; eto's plan: {plan}, "
+            f"{sm.get('eto_bridges', 0)} bridges; its programs cover {pct(sm['eto_applied_flops_share'])} of the "
+            f"tunable FLOPs.", ""] + table(["built model", "latency (median)", "eto's speed against it"], rows)
+
+
+#: (test, renderer): the first whose test holds for a result file renders it
+KINDS: list[tuple[Callable[[dict], bool], Callable[[dict], list[str]]]] = [
+    (lambda d: "share_phi_nonempty" in (d.get("summary") or {}), reuse_opportunity),
+    (lambda d: d.get("benchmark") == "reuse_pairs", reuse_pairs),
+    (lambda d: d.get("benchmark") == "set_bench", set_bench),
+    (lambda d: str(d.get("experiment", "")).startswith("E5"), estimate_accuracy),
+    (lambda d: d.get("experiment") == "selector_scale", selector_scale),
+    (lambda d: d.get("experiment") == "selector_gap", selector_gap),
+    (lambda d: d.get("benchmark") == "retune_bench", retune_bench),
+    (lambda d: "dim" in d and "sizes" in d, model_retune),
+    (lambda d: d.get("benchmark") == "symbolic_bench", symbolic_bench),
+    (lambda d: str(d.get("experiment", "")).startswith("E8"), vendor_roofline),
+    (lambda d: "eto_tune_wall_s" in (d.get("summary") or {}), model_bench),
+]
+
+
+# ---- the page ---------------------------------------------------------------------------------------
+
+def file_section(name: str) -> list[str]:
+    path = RESULTS / name
+    if not path.is_file():
+        raise ResultsError(f"results/{name}, named in {README.name}'s table, does not exist")
+    try:
+        d = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ResultsError(f"results/{name}: not JSON ({e})") from None
+    render = next((f for test, f in KINDS if test(d)), None)
+    if render is None:
+        raise ResultsError(f"results/{name}: no summary for this kind of result (add one to {__name__}.KINDS)")
+    png = path.with_suffix(".png")
+    plot = f", plot [`{png.name}`](results/{png.name})" if png.is_file() else ""
+    return [f"**[`{name}`](results/{name})**{plot}", "",
+            f"- machine: {machine(d)}", f"- scale: {scale(d)}", ""] + render(d) + [""]
+
+
+def render_page(readme_text: str) -> str:
+    lines = ["# Results of the experiments", "",
+             f"Generated by `{COMMAND}` from the canonical result files named in the table at the top of",
+             "[README.md](README.md) (which also says how to run each experiment); do not edit by hand.",
+             f"`{COMMAND} --check` fails when this page is stale. Ratios are eto's against the baseline",
+             "named (above 1: eto better); superseded runs are not listed.", ""]
+    for row in experiment_rows(readme_text):
+        lines += [f"## {row['id']}: {row['what']}", "", f"Script {row['script']}; command: {row['command']}", ""]
+        for name in row["files"]:
+            lines += file_section(name)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--check", action="store_true", help=f"exit 1 when {OUT.name} differs from what this writes")
+    args = p.parse_args(argv)
+    try:
+        page = render_page(README.read_text())
+    except ResultsError as e:
+        print(f"results_md: {e}", file=sys.stderr)
+        return 1 if args.check else 2
+    if args.check:
+        if OUT.is_file() and OUT.read_text() == page:
+            return 0
+        print(f"results_md: experiments/{OUT.name} is stale; run `{COMMAND}` and commit it", file=sys.stderr)
+        return 1
+    OUT.write_text(page)
+    print(f"wrote experiments/{OUT.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
