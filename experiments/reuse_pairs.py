@@ -348,7 +348,7 @@ def run_reuse(ops, pairs, target, kind: str, measurer, work: str, strategies, ra
                 print(f"[topk {k + 1}/{len(pairs)}] {alpha.name} <- {beta.name}: {r['candidates']} programs, "
                       f"{r['seconds']:.1f} s", flush=True)
                 continue
-            est = estimate_trials(kind, alpha_nest, beta_nest, strategy=strategy, ranges=ranges, top_k=top_k)
+            est = estimate_trials(kind, alpha_nest, beta_nest, ReuseOptions(strategy=strategy, ranges=ranges, top_k=top_k))
             r = {**r, "estimated_seconds": time_model.reuse_seconds(est.mean, alpha.flops / 1e9)}
             rows.append({**r, "pair": [a, b], "type": alpha.type, "estimate": est.mean,
                          "estimate_range": [est.low, est.high], "top_k": top_k,

@@ -74,3 +74,16 @@ def test_commands_without_a_model_import_tvm_without_torch():
 def test_target_show(capsys):
     code, out, _ = run(capsys, "target", "nvidia/nvidia-a100", "--json")
     assert code == 0 and json.loads(out)["max_threads_per_block"] == 1024
+
+
+def test_plan_names_an_unknown_target_and_exits_2(capsys, tmp_path, monkeypatch):
+    """``eto plan`` parses the target as ``eto tune`` does, even with the analytic costs."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["plan", "--target", "foo", "--cost", "analytic"]) == 2
+    assert "unknown target 'foo'" in capsys.readouterr().err
+
+
+def test_db_merge_checks_every_source_before_creating_the_destination(capsys, tmp_path):
+    assert main(["db", "merge", str(tmp_path / "dest"), str(tmp_path / "nowhere")]) == 2
+    assert "nowhere: no such database directory" in capsys.readouterr().err
+    assert not (tmp_path / "dest").exists()

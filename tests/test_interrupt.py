@@ -31,6 +31,21 @@ TUNE = ["--trials", "8", "--trials-per-iter", "4", "--search", "light", "--bridg
         "--plan-budget", "1000", "--seed", "0"]
 
 
+@pytest.fixture(autouse=True)
+def _signals_as_in_a_terminal():
+    """The commands these tests start get SIGINT and SIGTERM as a terminal's job does: a test run started
+    in the background by a non-interactive shell (``cmd &``, nohup) ignores SIGINT, its children inherit
+    that, and eto rightly leaves an ignored signal ignored. A handler (unlike an ignored disposition) is
+    reset to the default in the started command."""
+    old = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig, handler in old.items():
+        if handler == signal.SIG_IGN:
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+    yield
+    for sig, handler in old.items():
+        signal.signal(sig, handler)
+
+
 # -- the parts, without TVM -----------------------------------------------------------------------
 def test_a_stop_request_raises_at_once_or_at_the_end_of_a_deferred_section():
     stop.reset()

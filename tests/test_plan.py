@@ -5,6 +5,7 @@ import json
 import pytest
 
 from eto.options import TuneOptions
+from tuner.reuse.options import ReuseOptions
 from eto.cli import main
 
 
@@ -126,18 +127,18 @@ def test_plan_with_the_tuners_trial_estimator(capsys, strategy):
     assert reuse, "BERT-Base has reuse pairs: the plan should use one"
     leads = LeadCount(None, None, ops.values())  # the seeds the pipeline adds to round T's lead
     for p, c, cost in reuse:
-        ranked = estimate_trials("cpu", nest(ops[c]), nest(ops[p]), samples=8, strategy=strategy,
-                                 top_k=DEFAULT_TOP_K, **limits).mean
+        ranked = estimate_trials("cpu", nest(ops[c]), nest(ops[p]), ReuseOptions(strategy=strategy, top_k=DEFAULT_TOP_K),
+                                 samples=8, limits=limits).mean
         want = ranked + leads(ops[c], ops[p])
         assert leads(ops[c], ops[p]) >= 2  # β untuned: its runner-ups expected
         assert candidates[(p, c)] == pytest.approx(want)
         assert cost == pytest.approx(reuse_line(want, ops[c].flops / 1e9))  # α's size, in seconds
-        assert ranked < estimate_trials("cpu", nest(ops[c]), nest(ops[p]), samples=8, strategy=strategy,
-                                        **limits).mean
+        assert ranked < estimate_trials("cpu", nest(ops[c]), nest(ops[p]), ReuseOptions(strategy=strategy, top_k=None),
+                                        samples=8, limits=limits).mean
     roots = [c for p, c, _ in d["edge_costs"] if p == "root"]
     # a root: the backend's budget, then its polish (eto.runs.polish), estimated as a reuse from itself
-    polish = {c: estimate_trials("cpu", nest(ops[c]), nest(ops[c]), samples=8, strategy=strategy,
-                                 top_k=DEFAULT_TOP_K, **limits).mean + leads(ops[c], ops[c]) for c in roots}
+    polish = {c: estimate_trials("cpu", nest(ops[c]), nest(ops[c]), ReuseOptions(strategy=strategy, top_k=DEFAULT_TOP_K),
+                                 samples=8, limits=limits).mean + leads(ops[c], ops[c]) for c in roots}
     assert all(candidates[("root", c)] == pytest.approx(1000 + polish[c]) for c in roots)
     assert d["total_cost"] == pytest.approx(sum(backend(1000, ops[c].flops / 1e9)
                                                 + reuse_line(polish[c], ops[c].flops / 1e9) for c in roots)
@@ -229,12 +230,10 @@ def test_plans_cost_the_strategy_that_tuning_runs(tmp_path):
     import eto.runs.pipeline
     from eto.cli import build_parser
     from tuner.reuse.estimate import estimate_trials
-    from tuner.reuse.options import ReuseOptions
     from tuner.reuse.ranked import DEFAULT_TOP_K, resolve_top_k
     from tuner.reuse.space import DEFAULT_STRATEGY
 
-    defaults = {f.__name__: inspect.signature(f).parameters["strategy"].default
-                for f in (ReuseOptions, estimate_trials)}
+    defaults = {"ReuseOptions": inspect.signature(ReuseOptions).parameters["strategy"].default}
     defaults["TuneOptions"] = TuneOptions().reuse.strategy
     parser = build_parser()
     defaults["eto tune"] = parser.parse_args(["tune"]).strategy
@@ -271,7 +270,7 @@ def test_plans_cost_the_strategy_that_tuning_runs(tmp_path):
 
 def test_top_k_option_takes_auto_a_number_or_zero_and_names_a_bad_value(capsys):
     from eto.cli import build_parser, main
-    from eto.cli.options import top_k_of
+    from eto.cli.flags import top_k_of
 
     parser = build_parser()
     assert [top_k_of(parser.parse_args(["tune", *a])) for a in ([], ["--top-k", "8"], ["--top-k", "0"])] == \

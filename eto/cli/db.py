@@ -102,11 +102,14 @@ def _file_name(text: str) -> str:
 def _merge(args: argparse.Namespace) -> int:
     from eto.store.database import Database
 
+    for src in args.sources:  # every source checked before the destination is created
+        if os.path.abspath(src) == os.path.abspath(args.dest):
+            raise CLIError(f"cannot merge {src} into itself")
+        if not os.path.isdir(src):
+            raise CLIError(f"{src}: no such database directory")
     dest = Database(args.dest)
     total = {"results": 0, "records": 0, "orphans": 0, "problems": 0}
     for src in args.sources:
-        if os.path.abspath(src) == os.path.abspath(args.dest):
-            raise CLIError(f"cannot merge {src} into itself")
         counts = dest.merge_from(Database(src, readonly=True))
         for k, v in counts.items():
             total[k] += v

@@ -1,7 +1,7 @@
 """``eto plan``: preview what ``eto tune`` with the same arguments would run, or solve a plain graph.
 
 ``eto plan`` takes ``eto tune``'s operator and tuning options with the same defaults
-(:mod:`eto.cli.options`), reads the database ``eto tune`` would write (``--db``, never written here)
+(:mod:`eto.cli.flags`), reads the database ``eto tune`` would write (``--db``, never written here)
 and its ``--prior`` databases, and prints the plan ``eto tune`` would log before tuning, then the
 plan's tree. With ``--cost analytic`` and no database nothing imports TVM.
 """
@@ -15,7 +15,7 @@ import os
 from typing import TYPE_CHECKING
 
 from eto.cli.errors import EXIT_OK, CLIError, check_target
-from eto.cli.options import (DEFAULT_DB, HelpFormatter, add_operator_options, add_prior_option, add_tuning_options,
+from eto.cli.flags import (DEFAULT_DB, HelpFormatter, add_operator_options, add_prior_option, add_tuning_options,
     operators_from_args, tasks_opset, tune_options_of)
 
 if TYPE_CHECKING:  # pragma: no cover

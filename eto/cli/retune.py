@@ -16,7 +16,7 @@ from eto.operators.opsets import OperatorSet, parse_vary, vary
 from eto.report import format_table
 from eto.cli.errors import EXIT_FAILED, EXIT_OK, CLIError, check_target
 from eto.cli.ops import parse_dims
-from eto.cli.options import (DEFAULT_DB, HelpFormatter, add_finalists_option, add_function_trials_option, add_operator_options,
+from eto.cli.flags import (DEFAULT_DB, HelpFormatter, add_finalists_option, add_function_trials_option, add_operator_options,
     add_strategy_option, operators_from_args, tasks_opset, tune_options_of)
 
 if TYPE_CHECKING:  # pragma: no cover

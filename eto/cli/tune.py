@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Sequence
 from eto.report import format_table
 from eto.cli.errors import EXIT_FAILED, EXIT_OK, CLIError, check_target
 from eto.cli.ops import parse_dims
-from eto.cli.options import (DEFAULT_DB, HelpFormatter, add_operator_options, add_prior_option, add_tuning_options,
+from eto.cli.flags import (DEFAULT_DB, HelpFormatter, add_operator_options, add_prior_option, add_tuning_options,
     operators_from_args, tasks_opset, tune_options_of)
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Callable, Collection, Iterable, Mapping, Seque
 from selector import (SIMILARITY_THRESHOLD, LoopNestOp, Plan, distance_preference, replan, select_reuse_pairs,
                       selective_plan)
 from selector.analytic_cost import analytic_cost_fn
-from tuner.reuse.space import DEFAULT_STRATEGY, target_limits
+from tuner.reuse.space import target_limits
 
 from eto.operators import Operator
 from eto.operators.opsets import OperatorSet
@@ -31,7 +31,7 @@ from eto.planning.time_model import TimeModel, learn_time_model
 
 if TYPE_CHECKING:  # pragma: no cover
     from eto.store.database import Database, ProgramRecord
-    from tuner.reuse.space import Strategy
+    from tuner.reuse.options import ReuseOptions
 
     from eto.target import TargetKind
 
@@ -172,15 +172,15 @@ def hot_operators(opset: OperatorSet, share: float) -> frozenset[Operator]:
 
 
 def estimator_cost_fn(operator_of: Callable[[LoopNestOp], "Operator | None"], target_kind: "TargetKind",
-                      budget: float, *, strategy: "Strategy" = DEFAULT_STRATEGY, samples: int = 8,
-                      top_k: int | None = None, limits: Mapping[str, int] | None = None,
+                      budget: float, options: "ReuseOptions", *, samples: int = 8,
+                      limits: Mapping[str, int] | None = None,
                       leads: Callable[[Operator, Operator], int] | None = None
                       ) -> Callable[[LoopNestOp, LoopNestOp], float]:
     """Edge costs in candidates from the tuner's trial estimator (paper section 6.1), capped at the budget.
 
-    ``strategy`` and ``top_k`` must be the ones the reuse tuner will run (the pipeline passes its
-    own): the estimate counts that strategy's rounds, each cut to the ranked few when ``top_k`` is
-    set; ``limits`` are the target's (:func:`tuner.reuse.space.target_limits`, default this machine's).
+    ``options`` must be the ones the reuse tuner will run, ``top_k`` resolved for the target: the
+    estimate counts that strategy's rounds, each cut to the ranked few when ``top_k`` is set;
+    ``limits`` are the target's (:func:`tuner.reuse.space.target_limits`, default this machine's).
     ``leads(α, β)``: the seeds the pipeline adds to round T's lead (:class:`eto.planning.lead_sources.LeadCount`),
     each measured once. Loop nests (with their access patterns) are read from each operator's
     program once; an operator the catalogue cannot build costs the budget.
@@ -206,7 +206,7 @@ def estimator_cost_fn(operator_of: Callable[[LoopNestOp], "Operator | None"], ta
                 producers[nests[key]] = producer_count(mod)
         return nests[key]
 
-    options = dict(samples=samples, strategy=strategy, top_k=top_k, **(limits or {}))
+    options = dict(options=options, samples=samples, limits=limits)
     known: dict[tuple[object, object], float] = {}
 
     def prefetch(pairs: list[tuple[LoopNestOp, LoopNestOp]]) -> None:
@@ -260,7 +260,7 @@ def plan_operator_set(
     budget, p = options.plan_budget, options.plan
     bridges, solver, cost, max_reduction_ratio, distance_weight = (
         p.bridges, p.solver, p.cost, p.max_reduction_ratio, p.distance_weight)
-    strategy, top_k, polish, hot_budget = options.reuse.strategy, options.reuse.top_k, options.polishes, p.hot_budget(budget)
+    top_k, polish, hot_budget = options.reuse.top_k, options.polishes, p.hot_budget(budget)
     from eto.target import parse_target, target_kind
 
     kind = target_kind(target) if target is not None else "cpu"
@@ -279,7 +279,7 @@ def plan_operator_set(
         parsed = parse_target(target if target is not None else "cpu")
         # a backend run too short to train the ranker leaves the reuse tuner measuring everything
         counted = resolve_top_k(top_k, parsed) if budget >= LearnedRanker.MIN_SAMPLES else None
-        cost_fn = estimator_cost_fn(operator_of, kind, budget, strategy=strategy, top_k=counted,
+        cost_fn = estimator_cost_fn(operator_of, kind, budget, replace(options.reuse, top_k=counted),
                                     limits=target_limits(kind, parsed if target is not None else None),
                                     leads=LeadCount(database, target, names.values(), tuned=tuned))
     cost_fn = cost_fn or analytic_cost_fn(float(budget))

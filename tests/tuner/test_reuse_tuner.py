@@ -11,6 +11,7 @@ import pytest
 
 from eto.operators import Operator
 from eto.target import cpu_target, cuda_target
+from tuner.reuse.options import ReuseOptions
 
 tvm = pytest.importorskip("tvm")
 
@@ -407,10 +408,13 @@ def test_estimator_counts_what_the_tuner_measures():
 
 
 def test_estimate_is_reproducible_and_global_measures_less_than_per_b(example3):
-    e1 = estimate_trials("cpu", example3.alpha, example3.beta, samples=8, seed=3, strategy="global")
-    assert e1 == estimate_trials("cpu", example3.alpha, example3.beta, samples=8, seed=3, strategy="global")
+    glob, per_b_options = ReuseOptions(strategy="global", top_k=None), ReuseOptions(strategy="per-b", top_k=None)
+    e1 = estimate_trials("cpu", example3.alpha, example3.beta, glob, samples=8, seed=3)
+    assert e1 == estimate_trials("cpu", example3.alpha, example3.beta, glob, samples=8, seed=3)
     assert e1.samples == 8 and e1.low < e1.high  # the sampled β programs differ
-    per_b = estimate_trials("cpu", example3.alpha, example3.beta, samples=8, seed=3, strategy="per-b")
+    per_b = estimate_trials("cpu", example3.alpha, example3.beta, per_b_options, samples=8, seed=3)
+    with pytest.raises(ValueError, match="resolved top_k"):
+        estimate_trials("cpu", example3.alpha, example3.beta, ReuseOptions(), samples=1)
     assert per_b.mean > e1.mean and per_b.low >= e1.low  # rounds after T once per B value vs once
 
 
@@ -424,11 +428,12 @@ def test_estimate_many_in_worker_processes_gives_the_same_numbers(example3, monk
     ops = [Operator.create("C2D", N=1, CI=ci, H=14, W=14, CO=co, KH=1, KW=1) for ci, co in ((64, 64), (128, 32), (96, 48))]
     nests = [nest(o) for o in ops] + [example3.alpha, example3.beta]
     pairs = [(a, b) for a in nests for b in nests if a is not b]
-    serial = [estimate_trials("cpu", a, b, samples=4, strategy="global") for a, b in pairs]
+    options = ReuseOptions(strategy="global", top_k=None)
+    serial = [estimate_trials("cpu", a, b, options, samples=4) for a, b in pairs]
     monkeypatch.setattr(est, "PARALLEL_MIN_PAIRS", 2)
-    assert est.estimate_many("cpu", pairs, workers=3, samples=4, strategy="global") == serial
+    assert est.estimate_many("cpu", pairs, workers=3, options=options, samples=4) == serial
     monkeypatch.setattr(sys, "executable", "/bin/false")
-    assert est.estimate_many("cpu", pairs, workers=2, samples=4, strategy="global") == serial
+    assert est.estimate_many("cpu", pairs, workers=2, options=options, samples=4) == serial
 
 
 # -- other sketch types (section 5.2) ------------------------------------------------------------

@@ -19,11 +19,12 @@ import statistics
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from tuner.analysis.features import Kind, LoopNest, TileConfig, align_loops
 from tuner.reuse.leads import lead_tiles
-from tuner.reuse.space import (DEFAULT_STRATEGY, GPU_MAX_THREADS, GPU_MIN_THREADS, RangeName, ReuseSpace, Strategy,
+from tuner.reuse.options import ReuseOptions
+from tuner.reuse.space import (DEFAULT_STRATEGY, GPU_MAX_THREADS, GPU_MIN_THREADS, ReuseSpace, Strategy,
     default_ranges, target_limits)
 from tuner.analysis.tiling import random_tiling
 
@@ -144,45 +145,54 @@ def _followed(groups: list[tuple[tuple[int, ...], list[int]]], n_slots: int, *, 
     raise AssertionError("median slot outside round T")
 
 
-def estimate_trials(kind: Kind, alpha: LoopNest, beta: LoopNest, *, samples: int = 16, seed: int = 0,
+def estimate_trials(kind: Kind, alpha: LoopNest, beta: LoopNest, options: ReuseOptions | None = None, *,
+                    limits: Mapping[str, int] | None = None, samples: int = 16, seed: int = 0,
                     unroll_values: Sequence[int] | None = None, fetch_lanes: Sequence[int] = FETCH_LANES,
-                    n_fetch: int | None = None, max_threads: int = GPU_MAX_THREADS,
-                    max_shared_bytes: int = 48 * 1024, vector_lanes: int = 8,
-                    strategy: Strategy = DEFAULT_STRATEGY, ranges: RangeName | None = None,
-                    top_k: int | None = None, continue_rate: float = CONTINUE_RATE, cores: int | None = None,
-                    cache_bytes: int | None = None, native_lanes: int | None = None,
-                    registers: int | None = None, stages: int | None = None) -> TrialEstimate:
+                    n_fetch: int | None = None, continue_rate: float = CONTINUE_RATE,
+                    stages: int | None = None) -> TrialEstimate:
     """Mean number of candidates Algorithm 1 measures for (α, β) over ``samples`` random β programs.
 
-    ``n_fetch`` is the number of cooperatively fetched inputs (GPU; default: all of α's inputs),
-    zero on CPU where MetaSchedule's tiling has no cooperative fetch. ``top_k``: the reuse tuner
-    measures a ranked few per round (a trained ranker); None: every candidate (the paper's count).
-    ``cores``, ``cache_bytes``, ``native_lanes`` and ``registers`` (CPU): as
-    :func:`~tuner.reuse.space.target_limits` gives the tuner; None: this machine's, as for a target without
-    ``num-cores``. ``stages``: α's sibling
-    write-stage sketches (default :data:`WRITE_STAGE_SIBLINGS` of ``kind``).
+    ``options``: the reuse tuner's (:class:`~tuner.reuse.options.ReuseOptions`: its strategy, ranges and
+    ``top_k``, resolved for the target: the ranked few measured per round, None: every candidate, the
+    paper's count; default: every candidate). ``limits``: the target's, as
+    :func:`~tuner.reuse.space.target_limits` gives them to the tuner (GPU: threads and shared memory per
+    block; CPU: cores, one core's cache, vector lanes and registers; None or missing: this machine's).
+    ``n_fetch`` is the number of cooperatively fetched inputs (GPU; default: all of α's inputs), zero on
+    CPU where MetaSchedule's tiling has no cooperative fetch. ``stages``: α's sibling write-stage sketches
+    (default :data:`WRITE_STAGE_SIBLINGS` of ``kind``).
     """
+    options = options or ReuseOptions(top_k=None)
+    if options.top_k == "auto":
+        raise ValueError("estimate_trials counts a resolved top_k: tuner.reuse.ranked.resolve_top_k(top_k, target)")
     rng = random.Random(seed)
-    if kind == "cpu" and None in (cores, cache_bytes, native_lanes, registers):
-        here = target_limits(kind)
-        cores, cache_bytes = cores or here["cores"], here["cache_bytes"] if cache_bytes is None else cache_bytes
-        native_lanes = here["native_lanes"] if native_lanes is None else native_lanes
-        registers = here["registers"] if registers is None else registers
+    limits = {**_space_limits(kind, limits), "vector_lanes": options.vector_lanes}
     unroll_values = tuple(unroll_values or UNROLL_VALUES[kind])
     if n_fetch is None:
         n_fetch = fetched_inputs(kind, alpha)
     counts = []
     for _ in range(samples):
-        cfg = random_config(kind, beta, rng, max_threads=max_threads, max_shared_bytes=max_shared_bytes)
+        cfg = random_config(kind, beta, rng, max_threads=limits["max_threads"],
+                            max_shared_bytes=limits["max_shared_bytes"])
         beta_nest, cfg = align_loops(beta, cfg, alpha) or (beta, cfg)  # as the tuner sees β (another rank)
-        space = ReuseSpace(kind, alpha, beta_nest, cfg, max_threads=max_threads, max_shared_bytes=max_shared_bytes,
-                           vector_lanes=vector_lanes, ranges=ranges or default_ranges(kind), cores=cores or 1,
-                           cache_bytes=cache_bytes or 0, native_lanes=native_lanes or 0, registers=registers or 0)
+        space = ReuseSpace(kind, alpha, beta_nest, cfg, ranges=options.ranges or default_ranges(kind), **limits)
         counts.append(count_trials(space, unroll_values=unroll_values, fetch_lanes=fetch_lanes, n_fetch=n_fetch,
-                                   beta_unroll=rng.randrange(len(unroll_values)), strategy=strategy,
-                                   top_k=top_k, continue_rate=continue_rate,
+                                   beta_unroll=rng.randrange(len(unroll_values)), strategy=options.strategy,
+                                   top_k=options.top_k, continue_rate=continue_rate,
                                    stages=WRITE_STAGE_SIBLINGS[kind] if stages is None else stages))
     return TrialEstimate(statistics.fmean(counts), min(counts), max(counts), samples)
+
+
+def _space_limits(kind: Kind, given: Mapping[str, int] | None) -> dict[str, int]:
+    """The :class:`ReuseSpace` limits for an estimate: those ``given``, the rest this machine's (CPU) or a
+    GPU's defaults, as the tuner's space would have them."""
+    given = dict(given or {})
+    cpu = ("cores", "cache_bytes", "native_lanes", "registers")
+    here = target_limits(kind) if kind == "cpu" and any(given.get(k) is None for k in cpu) else {}
+    out = {"max_threads": GPU_MAX_THREADS, "max_shared_bytes": 48 * 1024, "cores": 1, "cache_bytes": 0,
+           "native_lanes": 0, "registers": 0}
+    out.update({k: v for k, v in here.items() if v is not None})
+    out.update({k: v for k, v in given.items() if v is not None})
+    return out
 
 
 #: Fewer pairs than this are estimated in this process: a worker costs ~0.3 s to start.
