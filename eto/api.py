@@ -13,6 +13,7 @@ are checked when the options are made, before anything is tuned. The command lin
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, Union
@@ -44,6 +45,24 @@ MODEL_SUFFIXES = (".onnx", ".pt2")
 
 def _database(database: "str | os.PathLike[str] | Database", *, readonly: bool = False) -> Database:
     return database if isinstance(database, Database) else Database(os.fspath(database), readonly=readonly)
+
+
+def open_database(database: "str | os.PathLike[str] | Database", priors: Sequence["str | os.PathLike[str]"] = (), *,
+                  log: Callable[[str], None] | None = None) -> Database:
+    """The database a run writes, with the programs of every prior database (read, never written) copied
+    in: they cost nothing in the plan and serve as reuse sources, and the written database alone then
+    holds every program its operators need. Every prior is checked before anything is created."""
+    for prior in priors:
+        if not os.path.isdir(prior):
+            raise FileNotFoundError(errno.ENOENT, "no such prior database directory", os.fspath(prior))
+    db = _database(database)
+    for prior in priors:
+        if os.path.abspath(prior) != os.path.abspath(db.path):
+            counts = db.merge_from(Database(os.fspath(prior), readonly=True))
+            if log is not None:
+                log(f"prior database {os.fspath(prior)}: {counts['results']} results, {counts['records']} records "
+                    f"copied into {db.path}")
+    return db
 
 
 def _options(options: TuneOptions | None, flat: Mapping[str, Any]) -> TuneOptions:
@@ -114,9 +133,7 @@ def tune(
     opts = _options(options, flat_options)
     target = parse_target(target)
     opset = operator_set(what, target=target, dims=dims)
-    db = _database(database)
-    for prior in priors:
-        db.merge_from(Database(os.fspath(prior), readonly=True))
+    db = open_database(database, priors, log=log)
     if alone:
         from eto.runs.tuning import tune_with_backend
 
@@ -228,4 +245,5 @@ def load(path: "str | os.PathLike[str]", *, device: str = "cpu") -> Callable[...
     return run
 
 
-__all__ = ["Buildable", "Database", "Model", "Tunable", "build", "load", "operator_set", "retune", "tune"]
+__all__ = ["Buildable", "Database", "Model", "Tunable", "build", "load", "open_database", "operator_set", "retune",
+           "tune"]

@@ -16,9 +16,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
-from tuner.measure.options import DEFAULT_TRIALS, BackendOptions, OptionError
+from tuner.measure.options import DEFAULT_TRIALS, BackendOptions, OptionError, check_choice, check_positive
 from tuner.reuse.options import ReuseOptions
 
 #: How much larger α's reduction may be than β's for a reuse edge (:func:`eto.planning.planner.reduction_ratio`).
@@ -33,18 +33,6 @@ Method = Literal["eto", "topk", "st"]
 BridgeOption = Literal["none", "1hop", "all"]
 CostModel = Literal["analytic", "estimate"]
 SolverOption = Literal["auto", "exact", "approx"]
-
-
-def _positive(name: str, value: int | None, *, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if value is None or value < 1:
-        raise OptionError(name, f"must be positive, got {value}")
-
-
-def _choice(name: str, value: Any, kind: Any) -> None:
-    if value not in get_args(kind):
-        raise OptionError(name, f"must be one of {', '.join(get_args(kind))}, got {value!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,10 +54,10 @@ class PlanOptions:
     hot_factor: float = 2.0
 
     def __post_init__(self) -> None:
-        _positive("budget", self.budget, allow_none=True)
-        _choice("bridges", self.bridges, BridgeOption)
-        _choice("solver", self.solver, SolverOption)
-        _choice("cost", self.cost, CostModel)
+        check_positive("budget", self.budget, allow_none=True)
+        check_choice("bridges", self.bridges, BridgeOption)
+        check_choice("solver", self.solver, SolverOption)
+        check_choice("cost", self.cost, CostModel)
         if self.max_reduction_ratio is not None and not self.max_reduction_ratio >= 1:  # NaN too
             raise OptionError("max_reduction_ratio", f"must be >= 1 (inf: no cap), got {self.max_reduction_ratio}")
         if not (self.distance_weight >= 0 and not math.isinf(self.distance_weight)):
@@ -103,8 +91,8 @@ class TuneOptions:
     function_trials: int | None = None
 
     def __post_init__(self) -> None:
-        _choice("method", self.method, Method)
-        _positive("function_trials", self.function_trials, allow_none=True)
+        check_choice("method", self.method, Method)
+        check_positive("function_trials", self.function_trials, allow_none=True)
         if self.evolve_trials < 0:
             raise OptionError("evolve_trials", f"must be >= 0, got {self.evolve_trials}")
         if self.method != "eto" and (self.plan.hot_share is not None or self.evolve_trials):

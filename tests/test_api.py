@@ -29,6 +29,8 @@ def test_options_are_checked_before_anything_runs(tmp_path):
         eto.tune("quickstart", database=tmp_path / "db", trials=0)
     with pytest.raises(TypeError, match="unknown tuning option 'trails'"):
         eto.tune("quickstart", database=tmp_path / "db", trails=8)
+    with pytest.raises(FileNotFoundError, match="no such prior database directory"):
+        eto.tune("quickstart", database=tmp_path / "db", priors=[tmp_path / "nowhere"])
     assert not (tmp_path / "db").exists()  # nothing was created
 
 

@@ -64,21 +64,6 @@ def add_strategy_option(p, *, suffix: str = "") -> None:
                         "which trains the reuse tuner's ranker); plans cost the same" + suffix)
 
 
-def max_reduction_ratio_of(args: argparse.Namespace) -> float | None:
-    """``--max-reduction-ratio`` as the API takes it (None: no cap)."""
-    r = args.max_reduction_ratio
-    if not r >= 1:  # NaN too
-        raise CLIError(f"--max-reduction-ratio must be >= 1 (inf: no cap), got {r}")
-    return None if math.isinf(r) else r
-
-
-def distance_weight_of(args: argparse.Namespace) -> float:
-    w = args.distance_weight
-    if not (w >= 0 and not math.isinf(w)):  # NaN too
-        raise CLIError(f"--distance-weight must be a finite number >= 0, got {w}")
-    return w
-
-
 def top_k_of(args: argparse.Namespace) -> "int | None | str":
     """``--top-k`` as the API takes it (None: measure everything; ``"auto"``: by target)."""
     if args.top_k == "auto":
@@ -141,11 +126,25 @@ def tasks_opset(model: "RelaxModel", target: "Target", *, fast_math: bool = Fals
     return tasks.opset
 
 
+def tuning_opset(args: argparse.Namespace, target: "Target") -> OperatorSet:
+    """What ``eto tune`` (and ``eto plan``, previewing it) tunes: a model's fused tasks as Relax compiles
+    them for ``target`` (``--model`` alone), else :func:`operators_from_args`."""
+    if args.fast_math and not args.model:
+        raise CLIError("--fast-math applies to --model (it rewrites the model's functions)")
+    if args.model and not (args.op or args.opset):
+        from eto.models import load_relax
+
+        return tasks_opset(load_relax(args.model, dims=parse_dims(args.dim)), target, fast_math=args.fast_math,
+                           label=args.model)
+    return operators_from_args(args)
+
+
 #: flags whose value is an option field as it is (flag attribute -> TuneOptions.of name)
 _OPTION_FLAGS = {"trials": "trials", "trials_per_iter": "num_trials_per_iter", "seed": "seed",
                  "plan_budget": "plan_budget", "bridges": "bridges", "solver": "solver", "cost": "cost",
-                 "strategy": "strategy",
-                 "hot_share": "hot_share", "hot_factor": "hot_factor", "evolve": "evolve_trials"}
+                 "strategy": "strategy", "hot_share": "hot_share", "hot_factor": "hot_factor",
+                 "evolve": "evolve_trials", "distance_weight": "distance_weight", "finalists": "finalists",
+                 "function_trials": "function_trials"}
 
 
 def add_tuning_options(p: argparse.ArgumentParser) -> None:
@@ -196,10 +195,8 @@ def tune_options_of(args: argparse.Namespace) -> "TuneOptions":
         return TuneOptions.of(  # MetaSchedule alone (--method metaschedule) reads the backend's options only
             method="eto" if method == "metaschedule" else method,
             **{field: given[flag] for flag, field in _OPTION_FLAGS.items() if flag in given},
-            top_k=top_k_of(args), max_reduction_ratio=max_reduction_ratio_of(args),
-            distance_weight=distance_weight_of(args), polish=None if args.polish else False,
-            **({"finalists": finalists_of(args)} if "finalists" in given else {}),
-            **({"function_trials": function_trials_of(args)} if "function_trials" in given else {}))
+            top_k=top_k_of(args), polish=None if args.polish else False,
+            max_reduction_ratio=None if math.isinf(args.max_reduction_ratio) else args.max_reduction_ratio)
     except OptionError as exc:
         flag = {field: flag for flag, field in _OPTION_FLAGS.items()}.get(exc.name, exc.name)
         raise CLIError(f"--{flag.replace('_', '-')} {exc.message}") from None
@@ -217,19 +214,7 @@ def add_finalists_option(p: argparse.ArgumentParser) -> None:
                         f"default)")
 
 
-def finalists_of(args: argparse.Namespace) -> int:
-    if args.finalists < 0:
-        raise CLIError(f"--finalists must be >= 0 (0: every candidate timed in full), got {args.finalists}")
-    return args.finalists
-
-
 def add_function_trials_option(p: argparse.ArgumentParser, more: str = "") -> None:
     p.add_argument("--function-trials", type=int, default=None, metavar="N",
                    help=f"backend trials for each of a model's functions outside the catalogue (softmax, norms, "
                         f"element-wise) that cannot be reused (default {FUNCTION_TRIALS}, at most --trials){more}")
-
-
-def function_trials_of(args: argparse.Namespace) -> int | None:
-    if args.function_trials is not None and args.function_trials < 1:
-        raise CLIError(f"--function-trials must be positive, got {args.function_trials}")
-    return args.function_trials

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from eto.cli.errors import EXIT_OK, CLIError, check_target
 from eto.cli.flags import (DEFAULT_DB, HelpFormatter, add_operator_options, add_prior_option, add_tuning_options,
-    operators_from_args, tasks_opset, tune_options_of)
+    tune_options_of, tuning_opset)
 
 if TYPE_CHECKING:  # pragma: no cover
     from eto.store.database import Database
@@ -85,14 +85,7 @@ def _plan_in(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
         if not os.path.isdir(prior):
             raise CLIError(f"--prior {prior}: no such database directory")
     target = parse_target(args.target)
-    if args.model and not (args.op or args.opset):
-        from eto.models import load_relax
-        from eto.cli.ops import parse_dims
-
-        opset = tasks_opset(load_relax(args.model, dims=parse_dims(args.dim)), target, fast_math=args.fast_math,
-                            label=args.model)
-    else:
-        opset = operators_from_args(args)
+    opset = tuning_opset(args, target)
     db = _read_databases([d for d in [args.db] if os.path.isdir(d)] + list(args.prior), stack)
     if db is not None:
         check_target(db, target, fatal=False)

@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING, Sequence
 
 from eto.report import format_table
 from eto.cli.errors import EXIT_FAILED, EXIT_OK, CLIError, check_target
-from eto.cli.ops import parse_dims
 from eto.cli.flags import (DEFAULT_DB, HelpFormatter, add_operator_options, add_prior_option, add_tuning_options,
-    operators_from_args, tasks_opset, tune_options_of)
+    tune_options_of, tuning_opset)
 
 if TYPE_CHECKING:  # pragma: no cover
     from eto.store.database import Database
@@ -23,23 +22,15 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def _open_database(path: str, priors: Sequence[str] = ()) -> "Database":
-    """The database to write, with the programs of every prior database (read, never written) copied in:
-    they cost nothing in the plan and serve as reuse sources, and the written database alone then holds
-    every program its operators need."""
-    from eto.store.database import Database
+    """:func:`eto.api.open_database`, its messages on stderr; a missing prior is bad input."""
+    from eto.api import open_database
 
-    for prior in priors:  # checked before anything is created
-        if not os.path.isdir(prior):
-            raise CLIError(f"--prior {prior}: no such database directory")
-    db = Database(path)
+    try:
+        db = open_database(path, priors, log=lambda m: print(f"eto: {m}", file=sys.stderr))
+    except FileNotFoundError as exc:
+        raise CLIError(f"--prior {exc.filename}: no such database directory") from None
     for p in db.problems:
         print(f"eto: warning: {os.path.join(path, str(p))} (skipped)", file=sys.stderr)
-    for prior in priors:
-        if os.path.abspath(prior) == os.path.abspath(path):
-            continue
-        counts = db.merge_from(Database(prior, readonly=True))
-        print(f"eto: prior database {prior}: {counts['results']} results, {counts['records']} records copied into "
-              f"{path}", file=sys.stderr)
     return db
 
 
@@ -48,15 +39,7 @@ def _tune(args: argparse.Namespace) -> int:
     from eto.runs.tuning import progress_printer, tune_with_backend
 
     target = parse_target(args.target)
-    if args.fast_math and not args.model:
-        raise CLIError("--fast-math applies to --model (it rewrites the model's functions)")
-    if args.model and not (args.op or args.opset):
-        from eto.models import load_relax
-
-        opset = tasks_opset(load_relax(args.model, dims=parse_dims(args.dim)), target, fast_math=args.fast_math,
-                            label=args.model)
-    else:
-        opset = operators_from_args(args)
+    opset = tuning_opset(args, target)
     if args.method == "metaschedule" and (args.hot_share is not None or args.evolve or args.rpc or args.devices != 1):
         raise CLIError("--hot-share, --evolve, --rpc and --devices apply to --method eto only")
     if args.method in ("topk", "st") and (args.hot_share is not None or args.evolve):

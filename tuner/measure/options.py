@@ -21,6 +21,20 @@ class OptionError(ValueError):
         self.name, self.message = name, message
 
 
+def check_positive(name: str, value: int | None, *, allow_none: bool = False) -> None:
+    """An :class:`OptionError` unless ``value`` is a positive number (or None, where allowed)."""
+    if value is None and allow_none:
+        return
+    if value is None or value < 1:
+        raise OptionError(name, f"must be positive, got {value}")
+
+
+def check_choice(name: str, value: Any, kind: Any) -> None:
+    """An :class:`OptionError` unless ``value`` is one of the ``Literal`` ``kind``'s values."""
+    if value not in get_args(kind):
+        raise OptionError(name, f"must be one of {', '.join(get_args(kind))}, got {value!r}")
+
+
 @dataclass(frozen=True, kw_only=True)
 class BackendOptions:
     """How MetaSchedule tunes a task: its budget, batch, search strategy, seed and task scheduler."""
@@ -35,11 +49,10 @@ class BackendOptions:
     scheduler: Scheduler = "gradient"
 
     def __post_init__(self) -> None:
-        for name in ("trials", "num_trials_per_iter"):
-            if getattr(self, name) < 1:
-                raise OptionError(name, f"must be positive, got {getattr(self, name)}")
-        if self.scheduler not in get_args(Scheduler):
-            raise OptionError("scheduler", f"must be one of {', '.join(get_args(Scheduler))}, got {self.scheduler!r}")
+        check_positive("trials", self.trials)
+        check_positive("num_trials_per_iter", self.num_trials_per_iter)
+        check_choice("scheduler", self.scheduler, Scheduler)
 
 
-__all__ = ["BackendOptions", "DEFAULT_TRIALS", "DEFAULT_TRIALS_PER_ITER", "OptionError", "Scheduler"]
+__all__ = ["BackendOptions", "DEFAULT_TRIALS", "DEFAULT_TRIALS_PER_ITER", "OptionError", "Scheduler", "check_choice",
+           "check_positive"]

@@ -4,10 +4,9 @@ a root's polish, and the plan's estimate of what the search will cost."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import get_args
 
 from tuner.measure.finalists import DEFAULT_FINALISTS
-from tuner.measure.options import OptionError
+from tuner.measure.options import OptionError, check_choice
 from tuner.reuse.ranked import TopK
 from tuner.reuse.space import DEFAULT_STRATEGY, RangeName, Strategy
 
@@ -28,14 +27,13 @@ class ReuseOptions:
     vector_lanes: int = 8
 
     def __post_init__(self) -> None:
-        if self.strategy not in get_args(Strategy):
-            raise OptionError("strategy", f"must be one of {', '.join(get_args(Strategy))}, got {self.strategy!r}")
+        check_choice("strategy", self.strategy, Strategy)
         if self.finalists < 0:
             raise OptionError("finalists", f"must be >= 0 (0: every candidate timed in full), got {self.finalists}")
         if not (self.top_k in ("auto", None) or (isinstance(self.top_k, int) and self.top_k >= 0)):
             raise OptionError("top_k", f"must be 'auto', None or a number >= 0, got {self.top_k!r}")
-        if self.ranges is not None and self.ranges not in get_args(RangeName):
-            raise OptionError("ranges", f"must be one of {', '.join(get_args(RangeName))}, got {self.ranges!r}")
+        if self.ranges is not None:
+            check_choice("ranges", self.ranges, RangeName)
 
 
 __all__ = ["ReuseOptions"]
