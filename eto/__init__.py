@@ -18,7 +18,8 @@ from eto.options import TuneOptions
 
 __version__ = "0.1.0"
 
-_API = ("tune", "retune", "build", "load", "operator_set", "Database", "Model")
+_API = ("tune", "retune", "build", "load", "operator_set", "open_database", "Database", "Model")
+_LAZY = ("profile_model",)  # from eto.models.profile, imported on first use too
 
 
 def __getattr__(name: str):
@@ -27,12 +28,17 @@ def __getattr__(name: str):
         from eto import api
 
         return getattr(api, name)
+    if name == "profile_model":
+        from eto.models.profile import profile_model
+
+        return profile_model
     raise AttributeError(f"module 'eto' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_API])
+    return sorted([*globals(), *_API, *_LAZY])
 
 
 __all__ = ["Database", "Model", "Operator", "OperatorSet", "TuneOptions", "build", "builtin_opset", "builtin_opsets",
-           "load", "operator_set", "operator_type", "operator_types", "retune", "tune"]
+           "load", "open_database", "operator_set", "operator_type", "operator_types", "profile_model", "retune",
+           "tune"]

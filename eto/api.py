@@ -111,8 +111,10 @@ def tune(
     options: TuneOptions | None = None,
     priors: Sequence["str | os.PathLike[str]"] = (),
     dims: Mapping[str, int] | None = None,
-    measurer: "Measurer | None" = None,
+    measurer: "Measurer | Sequence[Measurer] | None" = None,
     log: Callable[[str], None] | None = None,
+    on_batch: Callable[[str, int, int, float], None] | None = None,
+    verbose: bool = False,
     **flat_options: Any,
 ) -> "TuneReport":
     """Tune ``what`` into ``database`` and return the report (one row per operator, bridges too).
@@ -123,6 +125,11 @@ def tune(
     ``strategy="global"`` ...); ``method="metaschedule"`` tunes every operator with MetaSchedule alone.
     ``priors``: databases read, never written, whose programs are copied into ``database`` and reused.
     A rerun of the same call resumes: operators the database holds are not tuned again.
+
+    ``measurer``: where candidates run (default: this machine); several (one per RPC device) tune the
+    plan's independent subtrees at once. ``log(message)`` for progress messages, ``on_batch(label,
+    measured, budget, best_seconds)`` after each measured batch (:func:`eto.runs.tuning.progress_printer`
+    prints them); ``verbose``: MetaSchedule's own logging on stderr (``method="metaschedule"``).
     """
     from eto.target import parse_target
 
@@ -131,23 +138,26 @@ def tune(
     if method is not None and not alone:
         flat_options["method"] = method
     opts = _options(options, flat_options)
+    if alone and isinstance(measurer, (list, tuple)):
+        raise TypeError("several measurers tune a plan's subtrees at once: method eto only")
     target = parse_target(target)
     opset = operator_set(what, target=target, dims=dims)
     db = open_database(database, priors, log=log)
     if alone:
         from eto.runs.tuning import tune_with_backend
 
-        return tune_with_backend(opset, target, db, opts.backend, measurer=measurer)
+        return tune_with_backend(opset, target, db, opts.backend, measurer=measurer, on_batch=on_batch,
+                                 verbose=verbose)
     from eto.runs.pipeline import tune as run
 
-    return run(opset, target, db, opts, measurer=measurer, log=log)
+    return run(opset, target, db, opts, measurer=measurer, on_batch=on_batch, log=log)
 
 
 def retune(
-    what: Tunable,
+    what: "Tunable | Sequence[tuple[int, OperatorSet]]",
     *,
     dim: str,
-    sizes: Sequence[int],
+    sizes: Sequence[int] | None = None,
     database: "str | os.PathLike[str] | Database" = "eto-db",
     target: "str | Target" = "cpu",
     options: TuneOptions | None = None,
@@ -160,15 +170,21 @@ def retune(
     Each new operator gets an instant program at once (no measurement, checked against numpy), then,
     unless ``instant_only``, a tuned one: the plan reuses the database's programs wherever it can. For a
     model, ``dim`` names one of its symbolic dimensions; for an operator set, an operator parameter
-    (``"M"``, ``"H"`` ...).
+    (``"M"``, ``"H"`` ...). ``what`` may also be the new sets themselves, ``(size, operator set)`` pairs
+    made by the caller (as ``eto retune`` makes a model's tasks at each size); then ``sizes`` is theirs.
+    ``log(message)`` for progress messages.
     """
     from eto.shapes.retune import retune as run
     from eto.target import parse_target
 
     opts = _options(options, flat_options)
     target = parse_target(target)
-    if isinstance(what, OperatorSet) or (isinstance(what, (str, os.PathLike))
-                                         and not os.fspath(what).endswith(MODEL_SUFFIXES)):
+    if isinstance(what, (list, tuple)):
+        shapes = list(what)
+    elif sizes is None:
+        raise TypeError("retune needs sizes= (or the new sets as (size, operator set) pairs)")
+    elif isinstance(what, OperatorSet) or (isinstance(what, (str, os.PathLike))
+                                           and not os.fspath(what).endswith(MODEL_SUFFIXES)):
         shapes = vary(what if isinstance(what, OperatorSet) else os.fspath(what), dim, list(sizes))
     else:
         shapes = [(v, operator_set(what, target=target, dims={dim: v})) for v in sizes]

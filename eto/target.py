@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from tuner.analysis.host import cpu_cache_bytes, cpu_flags, num_threads, physical_cores, vector_bits
 from tuner.analysis.features import Kind as TargetKind, kind_of
 
+from eto.errors import InputError
+
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
 
@@ -173,7 +175,7 @@ def cuda_target(tag: str = DEFAULT_CUDA_TAG) -> "Target":
 
     if tag not in tvm.target.list_tags():
         known = sorted(t for t in tvm.target.list_tags() if t.startswith("nvidia/"))
-        raise ValueError(f"unknown CUDA target tag {tag!r}; e.g. {', '.join(known[:8])}, ...")
+        raise InputError(f"unknown CUDA target tag {tag!r}; e.g. {', '.join(known[:8])}, ...")
     return Target(tag, host={"kind": "llvm"})
 
 
@@ -194,10 +196,12 @@ def parse_target(spec: "str | Target") -> "Target":
     if s.startswith("nvidia/"):
         return cuda_target(s)
     if s.startswith("{"):
-        import json
-
-        return Target(json.loads(s))
-    raise ValueError(f"unknown target {spec!r}: use 'cpu', 'cuda', a TVM tag like 'nvidia/nvidia-a100' or a JSON dict")
+        try:
+            return Target(json.loads(s))
+        except Exception as exc:  # noqa: BLE001 -- bad JSON, or TVM's own error types for a bad target
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
+            raise InputError(f"target {spec!r}: {why}") from None
+    raise InputError(f"unknown target {spec!r}: use 'cpu', 'cuda', a TVM tag like 'nvidia/nvidia-a100' or a JSON dict")
 
 
 def hardware_info(target: "str | Target") -> HardwareInfo:
@@ -224,7 +228,7 @@ def hardware_info(target: "str | Target") -> HardwareInfo:
             registers_per_block=int(a.get("registers_per_block", 65536)),
             l2_bytes=int(a["l2_cache_size_bytes"]) if "l2_cache_size_bytes" in a else None,
         )
-    raise ValueError(f"no hardware description for target kind {t.kind.name!r}")
+    raise InputError(f"no hardware description for target kind {t.kind.name!r}")
 
 
 def target_kind(target: "str | Target") -> TargetKind:

@@ -326,6 +326,39 @@ def test_a_task_without_a_program_builds_with_a_warning_and_correct_outputs(file
     np.testing.assert_allclose(built.run(inputs)[0], pytorch_outputs("tiny_cnn", inputs)[0], rtol=1e-4, atol=1e-4)
 
 
+def test_bench_counts_every_tuning_result_of_the_target_bridges_included(tmp_path):
+    """``eto bench``'s eto tuning time: every result the database holds for the target (a bridge root
+    the model does not contain, its polish, a failed attempt, a result copied from a prior), not only
+    the model's tasks; another target's results are not counted. The database is written by hand: no TVM."""
+    from eto.models.bench import recorded_tuning
+    from eto.store.database import META, RECORDS, WORKLOADS, Database
+    from eto.target import target_key
+
+    cpu, other = (target_key(json.dumps({"kind": "llvm", "mcpu": m, "num-cores": 2})) for m in ("znver5", "x86-64"))
+    dense = Operator.create("DENSE", M=1, N=10, K=512).with_fusion("matmul+add")
+    conv = Operator.create("C2D", N=1, CI=8, H=16, W=16, CO=8, KH=3, KW=3, padding=1).with_fusion("pad+conv2d+add")
+    bridge = conv.anchor.replace(H=8, W=8).with_fusion("pad+conv2d+add")  # tuned for the plan, not in the model
+    results = [(dense, cpu, "backend", 30.0, {}), (bridge, cpu, "backend", 200.0, {}), (bridge, cpu, "polish", 50.0, {}),
+               (conv, cpu, "reuse", 10.0, {}), (dense, cpu, "polish", 5.0, {"failed": True}),
+               (conv, other, "backend", 1000.0, {}), (dense, cpu, "backend", 7.0, {"merged_from": "prior-db"})]
+    (tmp_path / WORKLOADS).write_text(json.dumps(["0x1", "module"]) + "\n")
+    (tmp_path / RECORDS).write_text("".join(json.dumps([0, ["trace", [1e-5], "target", []]]) + "\n" for _ in results))
+    (tmp_path / META).write_text("".join(json.dumps(
+        {"v": 1, "op": op.to_dict(), "op_key": op.key, "target": tk, "method": method, "seconds": s,
+         "records": [] if extra.get("failed") else [{"latency_s": 1e-5, "line": i}], "time": float(i),
+         **({"merged_from": extra["merged_from"]} if "merged_from" in extra else {})}) + "\n"
+        for i, (op, tk, method, s, extra) in enumerate(results)))
+    db = Database(tmp_path, readonly=True)
+    assert not db.problems and len(db.results()) == len(results)
+    recorded = recorded_tuning(db, cpu, {dense.key, conv.key})
+    assert recorded.seconds == 30 + 200 + 50 + 10 + 5 + 7  # the bridge's 250 s included, the other target's not
+    assert (recorded.results, recorded.model_results, recorded.polishes, recorded.failed) == (6, 4, 2, 1)
+    assert recorded.merged_seconds == 7
+    assert "all 6 tuning results" in recorded.note and "2 for other operators (the plan's bridges)" in recorded.note
+    assert "7 s of it in results copied from other databases" in recorded.note
+    assert recorded_tuning(db, other, {dense.key, conv.key}).seconds == 1000
+
+
 def test_timing_processes_are_joined_per_method():
     from eto.models.bench import BenchReport, MethodResult, join_processes
 

@@ -68,6 +68,33 @@ def test_killed_backend_continues_where_it_stopped(tmp_path):
     assert len(ms.database.JSONDatabase(work_dir=str(db_dir)).get_all_tuning_records()) == len(after.programs())
 
 
+def test_a_kill_inside_a_batch_keeps_its_measured_chunks(tmp_path):
+    """A root whose one batch is its whole budget (eto's default: 64 trials, 64 per batch), killed as
+    its second chunk finished building: the first chunk was built *and run* before it (issue: a kill
+    during a batch's builds lost the whole batch), and the rerun continues from it."""
+    from tuner.measure.timed import MEASURE_CHUNK
+
+    op = Operator.create("DENSE", M=32, N=32, K=32)
+    set_file = tmp_path / "set.json"
+    OperatorSet.from_layers("one", [op]).save(set_file)
+    db_dir = tmp_path / "db"
+    budget = 3 * MEASURE_CHUNK
+    cmd = [sys.executable, "-m", "eto", "tune", "--opset", str(set_file), "--trials", str(budget),
+           "--trials-per-iter", str(budget), "--search", "light", "--db", str(db_dir), "--quiet", "--seed", "0",
+           "--method", "metaschedule"]
+    env = {**os.environ, "TVM_NUM_THREADS": "2"}
+    killed = subprocess.run(cmd, env={**env, "ETO_KILL_AT": "backend.built:2"}, capture_output=True, text=True,
+                            timeout=600)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    progress = Database(db_dir).progress(op, parse_target("cpu"))
+    assert MEASURE_CHUNK - 1 <= progress.trials <= MEASURE_CHUNK  # the first chunk (a failed build counts too)
+    assert progress.latencies
+    rerun = subprocess.run(cmd + ["--json"], env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    (result,) = Database(db_dir).results()
+    assert result["resumed_after"] == progress.trials and result["candidates"] <= budget + MEASURE_CHUNK
+
+
 def test_two_writers_on_one_database_tune_each_operator_once(tmp_path):
     """Two `eto tune` processes started together on one database: every operator is tuned by exactly
     one of them, both finish, and the files stay readable by eto and by MetaSchedule."""

@@ -1,8 +1,9 @@
 """The ``eto`` command line: one module per command group, each adding its own subcommands.
 
-Exit codes and error messages are in :mod:`eto.cli.errors`. Commands that only inspect operators
-never import TVM's schedule machinery (modules import it inside their command functions), so they
-answer in about a second.
+Exit codes and error messages are in :mod:`eto.cli.errors`; messages, ``-q``/``-v`` and progress in
+:mod:`eto.cli.progress`. Results go to stdout, everything else to stderr. Commands that only inspect
+operators never import TVM's schedule machinery (modules import it inside their command functions),
+so they answer in about a second.
 """
 
 from __future__ import annotations
@@ -14,14 +15,18 @@ from typing import Sequence
 from eto import __version__
 from eto.cli import db, model, ops, plan, retune, target, tune
 from eto.cli.errors import run_command, usage
+from eto.cli.flags import Parser
 from eto.cli.interrupt import handled
+from eto.cli.progress import console
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``eto`` parser with every command group registered."""
-    parser = argparse.ArgumentParser(prog="eto", description="Reuse-driven operator tuning on TVM MetaSchedule.")
-    parser.add_argument("--version", action="version", version=f"eto {__version__}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    """The ``eto`` parser with every command group registered; every parser in it is a
+    :class:`~eto.cli.flags.Parser` (defaults in ``--help``, ``-q``/``-v``)."""
+    parser = Parser(prog="eto", description="Reuse-driven operator tuning on TVM MetaSchedule.")
+    parser.add_argument("--version", action="version", version=f"eto {__version__}", help="print eto's version")
+    parser.set_defaults(quiet=False, verbose=False)
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for group in (ops, target, tune, retune, plan, db, model):
         group.register(subparsers)
     parser.set_defaults(func=usage(parser))
@@ -43,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.command_line = list(sys.argv[1:] if argv is None else argv)  # what a stopped run says to rerun
     if argv is None and args.command in TORCH_FREE_COMMANDS and not getattr(args, "model", None):
         import_tvm_without_torch()
-    with handled():  # Ctrl-C, SIGTERM: a clean stop, a second one at once
+    with console(quiet=args.quiet, verbose=args.verbose), handled():  # Ctrl-C, SIGTERM: a clean stop
         return run_command(args.func, args)
 
 

@@ -6,13 +6,13 @@ import argparse
 import hashlib
 import json
 import os
-import sys
 from collections import Counter
 from typing import TYPE_CHECKING, Collection
 
 from eto.report import format_table
 from eto.cli.errors import EXIT_OK, CLIError, usage
 from eto.cli.format import short_target
+from eto.cli.progress import log
 
 if TYPE_CHECKING:  # pragma: no cover
     from eto.store.database import ProgramRecord
@@ -43,7 +43,7 @@ def _show(args: argparse.Namespace) -> int:
             print(f"{len(db.orphans)} record(s) without eto metadata (an interrupted commit); "
                   "MetaSchedule can still use them")
     for p in db.problems:
-        print(f"eto: warning: {os.path.join(args.db, str(p))} (skipped)", file=sys.stderr)
+        log.warning(f"{os.path.join(args.db, str(p))} (skipped)")
     return EXIT_OK
 
 
@@ -60,7 +60,7 @@ def _export(args: argparse.Namespace) -> int:
              for p in sorted(best, key=lambda p: (p.op.key, p.target))]
     with open(os.path.join(args.out, "index.json"), "w") as f:
         json.dump(index, f, indent=1)
-    print(f"exported {len(index)} programs to {args.out}", file=sys.stderr)
+    log.info(f"exported {len(index)} programs to {args.out}")
     return EXIT_OK
 
 
@@ -113,8 +113,8 @@ def _merge(args: argparse.Namespace) -> int:
         counts = dest.merge_from(Database(src, readonly=True))
         for k, v in counts.items():
             total[k] += v
-        print(f"{src}: {counts['results']} results, {counts['records']} records, "
-              f"{counts['orphans']} orphan records, {counts['problems']} unreadable lines", file=sys.stderr)
+        log.info(f"{src}: {counts['results']} results, {counts['records']} records, "
+                 f"{counts['orphans']} orphan records, {counts['problems']} unreadable lines")
     print(f"merged into {args.dest}: {total['results']} results, {total['records']} records"
           + (f"; {total['problems']} unreadable lines kept in {os.path.join(args.dest, 'corrupt_lines.txt')}"
              if total["problems"] else ""))
@@ -126,18 +126,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     db = subparsers.add_parser("db", help="inspect and merge databases")
     sub = db.add_subparsers(dest="db_command", metavar="SUBCOMMAND")
     p = sub.add_parser("show", help="the best program per operator and target")
-    p.add_argument("db")
+    p.add_argument("db", help="the database directory")
     p.add_argument("--all", action="store_true", help="every stored program, not only the best")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true",
+                   help="print the programs as JSON (with their features), the orphan records and problems")
     p.set_defaults(func=_show)
     p = sub.add_parser("export", help="the best programs as TVMScript (and shared libraries with --lib)")
-    p.add_argument("db")
+    p.add_argument("db", help="the database directory")
     p.add_argument("out", help="directory to write (created if missing)")
     p.add_argument("--target", help="only this target (cpu, cuda, a TVM tag)")
     p.add_argument("--lib", action="store_true", help="also compile each program to a shared library")
     p.set_defaults(func=_export)
     p = sub.add_parser("merge", help="merge databases into DEST (created if missing)")
-    p.add_argument("dest")
-    p.add_argument("sources", nargs="+")
+    p.add_argument("dest", help="the database to merge into (created if missing)")
+    p.add_argument("sources", nargs="+", help="the databases to merge from (read, never written)")
     p.set_defaults(func=_merge)
     db.set_defaults(func=usage(db))

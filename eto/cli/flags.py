@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from typing import TYPE_CHECKING, get_args
 
 from tuner.measure.options import DEFAULT_TRIALS, DEFAULT_TRIALS_PER_ITER
@@ -18,6 +17,7 @@ from eto.operators.task import FUNCTION_TRIALS
 from eto.options import DISTANCE_WEIGHT, MAX_REDUCTION_RATIO
 from eto.cli.errors import CLIError
 from eto.cli.ops import add_dim_option, add_fast_math_option, parse_dims
+from eto.cli.progress import log
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
@@ -37,6 +37,22 @@ class HelpFormatter(argparse.HelpFormatter):
         if "default" in text or action.default in (None, False, [], argparse.SUPPRESS) or not action.option_strings:
             return text
         return f"{text} (default: %(default)s)"
+
+
+class Parser(argparse.ArgumentParser):
+    """Every ``eto`` parser (subcommands too, made by ``add_subparsers``): defaults in its ``--help``
+    (:class:`HelpFormatter`) and ``-q``/``-v`` (:func:`eto.cli.progress.console`), which a command takes
+    before or after its name (``eto -q tune``, ``eto tune -q``)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+        said = self.add_mutually_exclusive_group()  # SUPPRESS: a subcommand keeps what the main parser got
+        said.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                          help="warnings and errors only: no progress, no messages")
+        said.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                          help="debug messages too, an internal error's traceback, and on eto tune --method "
+                               "metaschedule MetaSchedule's own logging")
 
 
 def add_strategy_option(p, *, suffix: str = "") -> None:
@@ -91,7 +107,7 @@ def operators_from_args(args: argparse.Namespace) -> OperatorSet:
     if args.model:
         result = extract_from_file(args.model, dims=parse_dims(args.dim))
         for u in result.unsupported:
-            print(f"eto: {args.model}: not tuned: {u.count} x {u.op} ({u.reason})", file=sys.stderr)
+            log.warning(f"{args.model}: not tuned: {u.count} x {u.op} ({u.reason})")
         return result.opset
     if args.op:
         return OperatorSet.from_layers("operators", [Operator.parse(t) for t in args.op])
@@ -117,12 +133,12 @@ def tasks_opset(model: "RelaxModel", target: "Target", *, fast_math: bool = Fals
 
     tasks = model_tasks(approximate(model, fast_math), target)
     for t in tasks.left_alone:
-        print(f"eto: {label}: not tuned: {t.weight} x {t.name} ({t.reason})", file=sys.stderr)
+        log.warning(f"{label}: not tuned: {t.weight} x {t.name} ({t.reason})")
     functions = tasks.backend_only
     if functions:
-        print(f"eto: {label}: {len(functions)} tasks without a catalogue type are tuned by the backend "
-              f"(--function-trials each) or reused from the same task at another size: "
-              f"{', '.join(t.name for t in functions)}", file=sys.stderr)
+        log.info(f"{label}: {len(functions)} tasks without a catalogue type are tuned by the backend "
+                 f"(--function-trials each) or reused from the same task at another size: "
+                 f"{', '.join(t.name for t in functions)}")
     return tasks.opset
 
 
@@ -150,7 +166,7 @@ _OPTION_FLAGS = {"trials": "trials", "trials_per_iter": "num_trials_per_iter", "
 def add_tuning_options(p: argparse.ArgumentParser) -> None:
     """The flags a tuning run's :class:`~eto.options.TuneOptions` are made of: ``eto tune`` and ``eto plan``
     take the same ones with the same defaults, so a plan previews the run. The ablations and knobs
-    beyond the paper are grouped under "advanced options"."""
+    beyond the paper are grouped under "advanced", after the main options."""
     p.add_argument("--method", default="eto", choices=["eto", "metaschedule", "ansor", "topk", "st"],
                    type=lambda m: "metaschedule" if m == "ansor" else m,
                    help="eto: reuse pair selection, the backend for the plan's roots, the reuse tuner for the rest; "
@@ -161,7 +177,7 @@ def add_tuning_options(p: argparse.ArgumentParser) -> None:
                    help="MetaSchedule's measured candidates per operator the backend tunes")
     add_function_trials_option(p, "; --method metaschedule gives them --trials")
     p.add_argument("--seed", type=int, default=None, help="random seed of the searches (default: none)")
-    a = p.add_argument_group("advanced options", "ablations, and knobs beyond the paper")
+    a = advanced(p)
     a.add_argument("--plan-budget", type=int, default=None,
                    help="the backend's cost per operator when planning (default: --trials)")
     a.add_argument("--bridges", default="1hop", choices=["none", "1hop", "all"],
@@ -182,6 +198,11 @@ def add_tuning_options(p: argparse.ArgumentParser) -> None:
     a.add_argument("--trials-per-iter", type=int, default=DEFAULT_TRIALS_PER_ITER, help="MetaSchedule's batch size")
     a.add_argument("--search", default="evolutionary", choices=["evolutionary", "light"],
                    help="MetaSchedule's evolutionary search with its defaults, or a small-population one")
+
+
+def advanced(p: argparse.ArgumentParser) -> "argparse._ArgumentGroup":
+    """The group of a command's ablations and experiment knobs, shown after its main options."""
+    return p.add_argument_group("advanced", "ablations, experiments and knobs beyond the paper")
 
 
 def tune_options_of(args: argparse.Namespace) -> "TuneOptions":

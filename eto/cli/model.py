@@ -18,10 +18,13 @@ from typing import TYPE_CHECKING
 
 from eto.report import format_table
 from eto.cli.errors import EXIT_OK, CLIError, check_target
+from eto.cli.flags import advanced
 from eto.cli.ops import add_dim_option, add_fast_math_option, parse_dims
+from eto.cli.progress import log
 
 if TYPE_CHECKING:  # pragma: no cover
     from eto.models.bench import BenchReport
+    from eto.models.build import BuiltModel
 
 
 def _load(args: argparse.Namespace):
@@ -34,33 +37,54 @@ def _load(args: argparse.Namespace):
         raise CLIError(f"--db {args.db}: no such database directory")
     db = Database(args.db, readonly=True)
     for p in db.problems:
-        print(f"eto: warning: {os.path.join(args.db, str(p))} (skipped)", file=sys.stderr)
+        log.warning(f"{os.path.join(args.db, str(p))} (skipped)")
     target = parse_target(args.target)
     check_target(db, target, fatal=True)
     return fast_math(load_relax(args.model, dims=parse_dims(args.dim)), args.fast_math), db, target
 
 
 def _build(args: argparse.Namespace) -> int:
-    from eto.models.build import build_model
+    import eto.api
 
     model, db, target = _load(args)
-    built = build_model(model, db, target)
+    built = eto.api.build(model, database=db, target=target).built
     for t in built.missing:
-        print(f"eto: warning: {t.name} ({t.op}, {t.weight} call(s)) has no program in {args.db}: "
-              "TVM's default schedule", file=sys.stderr)
+        log.warning(f"{t.name} ({t.op}, {t.weight} call(s)) has no program in {args.db}: TVM's default schedule")
     for t in built.tasks.left_alone:
-        print(f"eto: {t.name}: default schedule ({t.reason})", file=sys.stderr)
+        log.info(f"{t.name}: default schedule ({t.reason})")
     if built.instant:
-        print(f"eto: {len(built.instant)} task(s) run instant programs, not tuned yet (eto retune without "
-              f"--instant-only tunes them): {', '.join(t.name for t in built.instant)}", file=sys.stderr)
+        log.info(f"{len(built.instant)} task(s) run instant programs, not tuned yet (eto retune without "
+                 f"--instant-only tunes them): {', '.join(t.name for t in built.instant)}")
     built.executable.export_library(args.output)
-    print(f"eto: {model.name}: {len(built.applied)} of {len(built.applied) + len(built.missing)} tunable tasks run "
-          f"programs from {args.db} ({built.applied_flops_share:.1%} of their FLOPs), "
-          f"{len(built.tasks.left_alone)} other tasks default-scheduled; wrote {args.output}", file=sys.stderr)
+    log.info(f"{model.name}: {len(built.applied)} of {len(built.applied) + len(built.missing)} tunable tasks run "
+             f"programs from {args.db} ({built.applied_flops_share:.1%} of their FLOPs), "
+             f"{len(built.tasks.left_alone)} other tasks default-scheduled; wrote {args.output}")
+    if args.json:
+        print(json.dumps(build_json(model.name, built, args.output), indent=1))
     return EXIT_OK
 
 
+def build_json(name: str, built: "BuiltModel", output: str) -> dict:
+    """What ``eto build --json`` prints: the library written, each tunable task applied (from the database)
+    or missing (TVM's default schedule), the share of their FLOPs applied, the tasks left alone."""
+    def task(t) -> dict:
+        return {"name": t.name, "op": t.op.name, "key": t.op.key, "calls": t.weight, "flops": t.flops}
+
+    instant = {t.name for t in built.instant}
+    return {"model": name, "output": output, "target": json.loads(str(built.target)),  # a Target's text: its JSON
+            "applied": [{**task(t), "instant": t.name in instant} for t in built.applied],
+            "missing": [task(t) for t in built.missing],
+            "applied_flops_share": built.applied_flops_share,
+            "instant": sorted(instant),
+            "left_alone": [{"name": t.name, "calls": t.weight, "reason": t.reason} for t in built.tasks.left_alone]}
+
+
 def _bench(args: argparse.Namespace) -> int:
+    if args.plot:  # before the benchmark, not after minutes of it
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise CLIError("--plot needs matplotlib: pip install 'eto[experiments]'") from None
     from eto.models.bench import bench_model, join_processes, onnxruntime_session
     from eto.target import num_threads
 
@@ -69,6 +93,8 @@ def _bench(args: argparse.Namespace) -> int:
     if args.processes < 1:
         raise CLIError(f"--processes must be at least 1, got {args.processes}")
     model, db, target = _load(args)
+    if args.profile:
+        return _profile(args, model, db, target)
     torch_module = _torch_module(args.model)
     onnx_file = args.onnx or (None if zipfile.is_zipfile(args.model) else args.model)  # .pt2 files are zips
     try:
@@ -76,7 +102,7 @@ def _bench(args: argparse.Namespace) -> int:
     except Exception as e:  # noqa: BLE001 -- ONNX Runtime cannot run this model: the other baselines still can
         if args.onnx:
             raise CLIError(f"--onnx {args.onnx}: ONNX Runtime cannot load it: {e}") from None
-        print(f"eto: warning: ONNX Runtime cannot run {onnx_file} ({e}); benchmarking without it", file=sys.stderr)
+        log.warning(f"ONNX Runtime cannot run {onnx_file} ({e}); benchmarking without it")
         session = None
     if args.onnx and session is None:
         raise CLIError("--onnx needs ONNX Runtime: pip install onnxruntime")
@@ -86,7 +112,7 @@ def _bench(args: argparse.Namespace) -> int:
             ms_work = stack.enter_context(tempfile.TemporaryDirectory(prefix="eto-bench-ms-"))
         report = bench_model(model, target, database=db, torch_module=torch_module, onnx_session=session,
                              ms_trials=args.ms_trials, ms_search=args.ms_search, ms_work_dir=ms_work, rounds=args.rounds,
-                             log=lambda m: print(f"eto: {m}", file=sys.stderr, flush=True))
+                             log=log.info)
         if args.processes > 1:
             report = join_processes([report, *(_bench_elsewhere(args, ms_work, k) for k in range(2, args.processes + 1))])
     if args.plot:
@@ -100,6 +126,18 @@ def _bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _profile(args: argparse.Namespace, model, db, target) -> int:
+    """``eto bench --profile``: eto's build task by task against the fp32 peak and ONNX Runtime (eto.models.profile)."""
+    from eto.models.profile import profile_figure, profile_model
+
+    onnx_file = args.onnx or (None if zipfile.is_zipfile(args.model) else args.model)  # .pt2 files are zips
+    report = profile_model(model, db, target=target, onnx=onnx_file, rounds=args.rounds, log=log.info)
+    if args.plot:
+        profile_figure(report).savefig(args.plot, dpi=120)
+    print(json.dumps(report.to_json(), indent=1) if args.json else report.table())
+    return EXIT_OK
+
+
 def _bench_elsewhere(args: argparse.Namespace, ms_work: str | None, k: int) -> "BenchReport":
     """The same builds timed in a fresh process (``eto bench --processes 1``; MetaSchedule's run reused)."""
     from eto.models.bench import BenchReport
@@ -110,7 +148,7 @@ def _bench_elsewhere(args: argparse.Namespace, ms_work: str | None, k: int) -> "
            *(["--onnx", str(args.onnx)] if args.onnx else []),
            *(["--ms-trials", str(args.ms_trials), "--ms-search", args.ms_search, "--ms-work", str(ms_work)]
              if args.ms_trials else [])]
-    print(f"eto: timing process {k} of {args.processes}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
+    log.info(f"timing process {k} of {args.processes}: {' '.join(cmd[1:])}")
     done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     if done.returncode != 0:
         raise CLIError(f"timing process {k} of {args.processes} exited {done.returncode} (its errors above)")
@@ -156,6 +194,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                           "tasks without one keep TVM's default schedules and are named.")
     _common(p)
     p.add_argument("-o", "--output", required=True, help="the compiled library to write (.so)")
+    p.add_argument("--json", action="store_true",
+                   help="print what was built as JSON: the library, applied and missing tasks by name, the "
+                        "share of their FLOPs applied, tasks running instant programs, tasks left alone")
     p.set_defaults(func=_build)
     p = subparsers.add_parser("bench", help="end-to-end latency of a model: eto's database against the baselines",
                               description="Time the model built without tuning, with the database, with "
@@ -165,10 +206,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _common(p)
     p.add_argument("--ms-trials", type=int, default=None,
                    help="also tune the same tasks with MetaSchedule, this many trials each (slow)")
-    p.add_argument("--ms-search", choices=["evolutionary", "light"], default="evolutionary",
-                   help="MetaSchedule's search: its default, or a small population for a quick look (default: "
-                        "evolutionary)")
-    p.add_argument("--ms-work", help="MetaSchedule's work directory: a finished run there is reused")
     p.add_argument("--onnx", help="the same model as an ONNX file: ONNX Runtime joins the baselines (an .onnx "
                    "--model is its own; needs onnxruntime)")
     p.add_argument("--rounds", type=int, default=5, help="timing rounds, methods interleaved (default 5)")
@@ -177,4 +214,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "program's speed is drawn per process and kept for its life (default 3; 1: this one)")
     p.add_argument("--plot", help="write a figure of latency and tuning time per method (PNG)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--profile", action="store_true",
+                   help="instead of timing the methods, show where eto's build spends its time: per task its share, "
+                        "GFLOP/s, fraction of the cores' fp32 peak, and ONNX Runtime's time for the same layers "
+                        "(ONNX files or --onnx); --plot draws it, --json prints it")
+    a = advanced(p)
+    a.add_argument("--ms-search", choices=["evolutionary", "light"], default="evolutionary",
+                   help="MetaSchedule's search: its default, or a small population for a quick look")
+    a.add_argument("--ms-work", help="MetaSchedule's work directory: a finished run there is reused")
     p.set_defaults(func=_bench)

@@ -126,10 +126,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ops = subparsers.add_parser("ops", help="the operator catalogue and operator sets")
     sub = ops.add_subparsers(dest="ops_command", metavar="SUBCOMMAND")
     p = sub.add_parser("types", help="operator types with their major loop nests")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true",
+                   help="JSON list: type, description, space and reduction loops, parameters, composite")
     p.set_defaults(func=_types)
     p = sub.add_parser("list", help="built-in operator sets")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="JSON list: name, description, number of operators")
     p.set_defaults(func=_list)
     p = sub.add_parser("show", help="the operators of a built-in set or a JSON file")
     p.add_argument("name", help="built-in set name (see 'eto ops list') or path to a JSON operator set")

@@ -15,7 +15,7 @@ import os
 from typing import TYPE_CHECKING
 
 from eto.cli.errors import EXIT_OK, CLIError, check_target
-from eto.cli.flags import (DEFAULT_DB, HelpFormatter, add_operator_options, add_prior_option, add_tuning_options,
+from eto.cli.flags import (DEFAULT_DB, add_operator_options, add_prior_option, add_tuning_options, advanced,
     tune_options_of, tuning_opset)
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -118,15 +118,17 @@ def _time_model_text(result) -> str:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``eto plan`` and its options (``eto tune``'s, and the exact solver's time limit)."""
     p = subparsers.add_parser("plan", help="preview the plan eto tune would run with the same arguments (no tuning)",
-                              formatter_class=HelpFormatter)
+                              description="Preview the plan eto tune would run with the same arguments, without "
+                                          "tuning, or solve a plain graph (--graph).")
     add_operator_options(p)
     p.add_argument("--db", default=DEFAULT_DB,
                    help="the database eto tune would write: read if it exists (its operators are free roots), "
                         "never written")
     add_prior_option(p, "its operators are free roots and reuse sources, as in eto tune")
     p.add_argument("--target", default="cpu", help="cpu (this machine), cuda, or a TVM tag")
-    add_tuning_options(p)
-    p.add_argument("--time-limit", type=float, default=30.0, help="seconds for the exact Steiner tree solver")
     p.add_argument("--graph", help="solve a plain graph {root, terminals, arcs: [[u, v, cost], ...]} instead")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    add_tuning_options(p)
+    advanced(p).add_argument("--time-limit", type=float, default=30.0,
+                             help="seconds for the exact Steiner tree solver")
     p.set_defaults(func=_plan)

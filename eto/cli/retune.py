@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from typing import TYPE_CHECKING
 
 from tuner.measure.options import DEFAULT_TRIALS
@@ -16,8 +15,9 @@ from eto.operators.opsets import OperatorSet, parse_vary, vary
 from eto.report import format_table
 from eto.cli.errors import EXIT_FAILED, EXIT_OK, CLIError, check_target
 from eto.cli.ops import parse_dims
-from eto.cli.flags import (DEFAULT_DB, HelpFormatter, add_finalists_option, add_function_trials_option, add_operator_options,
-    add_strategy_option, operators_from_args, tasks_opset, tune_options_of)
+from eto.cli.flags import (DEFAULT_DB, add_finalists_option, add_function_trials_option, add_operator_options,
+    add_strategy_option, advanced, operators_from_args, tasks_opset, tune_options_of)
+from eto.cli.progress import Progress, log
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
@@ -30,8 +30,8 @@ def _retune(args: argparse.Namespace) -> int:
     if args.fast_math and not args.model:
         raise CLIError("--fast-math applies to --model (it rewrites the model's functions)")
     options = tune_options_of(args)
+    import eto.api
     from eto.store.database import Database
-    from eto.shapes.retune import retune
     from eto.target import parse_target
 
     target = parse_target(args.target)
@@ -41,12 +41,13 @@ def _retune(args: argparse.Namespace) -> int:
         shapes = vary(base, dim, values)
     db = Database(args.db)
     for p in db.problems:
-        print(f"eto: warning: {os.path.join(args.db, str(p))} (skipped)", file=sys.stderr)
+        log.warning(f"{os.path.join(args.db, str(p))} (skipped)")
     check_target(db, target, fatal=True)  # else every shape would go to the backend, unasked
-    print(f"eto: retune {len(values)} sizes of {dim} ({', '.join(map(str, values[:8]))}"
-          f"{', ...' if len(values) > 8 else ''}) from {args.db}, target {target}", file=sys.stderr)
-    log = None if args.quiet or args.json else (lambda m: print(f"eto: {m}", file=sys.stderr, flush=True))
-    report = retune(shapes, target, db, options, dim=dim, instant_only=args.instant_only, log=log)
+    log.info(f"retune {len(values)} sizes of {dim} ({', '.join(map(str, values[:8]))}"
+             f"{', ...' if len(values) > 8 else ''}) from {args.db}, target {target}")
+    with Progress() as progress:
+        report = eto.api.retune(shapes, dim=dim, database=db, target=target, options=options,
+                                instant_only=args.instant_only, log=None if args.json else progress.say)
     if args.json:
         print(json.dumps(report.to_json(), indent=1))
     else:
@@ -113,15 +114,14 @@ def _dispatch(args: argparse.Namespace) -> int:
     if target.kind.name != "llvm":
         raise CLIError(f"eto dispatch measures on this machine's CPU; --target {args.target} is {target.kind.name}")
     traffic = _traffic(args.traffic) if args.traffic else None
-    log = None if args.quiet or args.json else (lambda m: print(f"eto: {m}", file=sys.stderr, flush=True))
     db = Database(args.db, readonly=True)
     check_target(db, target, fatal=True)
-    fn, report = build_dispatch(op, symbolic, db, target, sizes=sizes,
-                                max_buckets=args.max_buckets, tolerance=args.tolerance, log=log, traffic=traffic)
+    fn, report = build_dispatch(op, symbolic, db, target, sizes=sizes, max_buckets=args.max_buckets,
+                                tolerance=args.tolerance, log=None if args.json else log.info, traffic=traffic)
     if args.output:
         save(fn, report, args.output)
-        print(f"eto: wrote {args.output} (load: tvm.relax.VirtualMachine(tvm.runtime.load_module(PATH), tvm.cpu())) "
-              f"and {args.output}.json", file=sys.stderr)
+        log.info(f"wrote {args.output} (load: tvm.relax.VirtualMachine(tvm.runtime.load_module(PATH), tvm.cpu())) "
+                 f"and {args.output}.json")
     if args.json:
         print(json.dumps(report.to_json(), indent=1))
         return EXIT_OK
@@ -161,20 +161,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                   "largest bucket also serves larger sizes")
     d.add_argument("--db", default=DEFAULT_DB, help="the database holding the operator's programs at some sizes")
     d.add_argument("-o", "--output", help="write the function here as a shared library (and PATH.json)")
-    d.add_argument("--max-buckets", type=int, default=None, help="at most this many programs (default: no limit)")
-    d.add_argument("--tolerance", type=float, default=0.05,
-                   help="fewest buckets whose summed slowdown is within this of the best (default 0.05: "
-                        "timings here vary by a few percent, so a smaller gain is noise)")
     d.add_argument("--traffic", metavar="FILE",
                    help="JSON object of size -> requests (e.g. from a serving log): the buckets favour the "
                         "sizes users ask for; each sampled size stands for the sizes above the one before it")
     d.add_argument("--target", default="cpu", help="cpu (this machine)")
-    d.add_argument("--json", action="store_true", help="print the report as JSON")
-    d.add_argument("--quiet", action="store_true", help="no progress lines")
+    d.add_argument("--json", action="store_true", help="print the report as JSON (no progress messages)")
+    a = advanced(d)
+    a.add_argument("--max-buckets", type=int, default=None, help="at most this many programs (default: no limit)")
+    a.add_argument("--tolerance", type=float, default=0.05,
+                   help="fewest buckets whose summed slowdown is within this of the best (default 0.05: "
+                        "timings here vary by a few percent, so a smaller gain is noise)")
     d.set_defaults(func=_dispatch)
 
     p = subparsers.add_parser("retune", help="new sizes of a tuned set: instant programs, then reuse tuning",
-                              formatter_class=HelpFormatter)
+                              description="A tuned set's operators (or a model's tasks) at new sizes: an instant "
+                                          "program for each at once, then tuned by reuse from the database.")
     add_operator_options(p)
     p.add_argument("--vary", required=True, metavar="DIM=VALUES",
                    help="the new sizes: a built-in set's dimension (batch, seq, hw), a symbolic dimension of --model "
@@ -183,13 +184,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--db", default=DEFAULT_DB, help=f"the database of known sizes, where results go (default {DEFAULT_DB})")
     p.add_argument("--target", default="cpu", help="cpu (this machine), cuda, or a TVM tag")
     p.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help="backend trials where nothing can be reused")
-    p.add_argument("--plan-budget", type=int, default=None,
-                   help="backend cost per operator when planning (default: --trials)")
     p.add_argument("--instant-only", action="store_true", help="store the instant programs and stop (seconds)")
-    add_strategy_option(p)
-    add_finalists_option(p)
     add_function_trials_option(p)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--seed", type=int, default=None, help="random seed of the searches (default: none)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON (no progress messages)")
+    a = advanced(p)
+    a.add_argument("--plan-budget", type=int, default=None,
+                   help="backend cost per operator when planning (default: --trials)")
+    add_strategy_option(a)
+    add_finalists_option(a)
     p.set_defaults(func=_retune)

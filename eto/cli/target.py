@@ -25,5 +25,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``eto target [TARGET]``."""
     p = subparsers.add_parser("target", help="show a target and its hardware description")
     p.add_argument("target", nargs="?", default="cpu", help="cpu (default), cuda, or a TVM tag")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the target and its description as JSON")
     p.set_defaults(func=_show)

@@ -8,13 +8,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from typing import TYPE_CHECKING, Sequence
 
 from eto.report import format_table
 from eto.cli.errors import EXIT_FAILED, EXIT_OK, CLIError, check_target
-from eto.cli.flags import (DEFAULT_DB, HelpFormatter, add_operator_options, add_prior_option, add_tuning_options,
-    tune_options_of, tuning_opset)
+from eto.cli.flags import (DEFAULT_DB, add_operator_options, add_prior_option, add_tuning_options, tune_options_of,
+    tuning_opset)
+from eto.cli.progress import Progress, log
 
 if TYPE_CHECKING:  # pragma: no cover
     from eto.store.database import Database
@@ -22,21 +22,21 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def _open_database(path: str, priors: Sequence[str] = ()) -> "Database":
-    """:func:`eto.api.open_database`, its messages on stderr; a missing prior is bad input."""
+    """:func:`eto.api.open_database`, its messages logged; a missing prior is bad input."""
     from eto.api import open_database
 
     try:
-        db = open_database(path, priors, log=lambda m: print(f"eto: {m}", file=sys.stderr))
+        db = open_database(path, priors, log=log.info)
     except FileNotFoundError as exc:
         raise CLIError(f"--prior {exc.filename}: no such database directory") from None
     for p in db.problems:
-        print(f"eto: warning: {os.path.join(path, str(p))} (skipped)", file=sys.stderr)
+        log.warning(f"{os.path.join(path, str(p))} (skipped)")
     return db
 
 
 def _tune(args: argparse.Namespace) -> int:
+    import eto.api
     from eto.target import parse_target
-    from eto.runs.tuning import progress_printer, tune_with_backend
 
     target = parse_target(args.target)
     opset = tuning_opset(args, target)
@@ -53,26 +53,24 @@ def _tune(args: argparse.Namespace) -> int:
     how = {"metaschedule": "MetaSchedule for every operator", "eto": "eto (reuse)",
            "topk": "eto's plan with TopK instead of the reuse tuner (baseline)",
            "st": "Selective Tuning (baseline)"}[args.method]
-    print(f"eto: {opset.name}: {len(opset)} operators, {len(opset) - len(todo)} already in {args.db}; "
-          f"tuning {len(todo)} with {how}, backend budget {args.trials} trials, target {target}", file=sys.stderr)
+    log.info(f"{opset.name}: {len(opset)} operators, {len(opset) - len(todo)} already in {args.db}; "
+             f"tuning {len(todo)} with {how}, backend budget {args.trials} trials, target {target}")
     from tuner.measure.backend import search_strategy
 
     options = options.replace(search=search_strategy(args.search))
-    on_batch = None if args.json or args.quiet else progress_printer()
-    if args.method == "metaschedule":
-        report = tune_with_backend(opset, target, db, options.backend, on_batch=on_batch, verbose=args.verbose)
-    else:
-        from eto.runs.pipeline import tune
+    log.debug(f"options: {options}")
+    from tuner.measure.measurer import Measurer
 
-        from tuner.measure.measurer import Measurer
-
-        measurers = None if devices is None else [Measurer.rpc(*devices[:3]) for _ in range(devices[3])]
-        try:
-            report = tune(opset, target, db, options, measurer=measurers, on_batch=on_batch,
-                          log=None if args.quiet else (lambda m: print(f"eto: {m}", file=sys.stderr, flush=True)))
-        finally:
-            for m in measurers or ():
-                m.close()
+    measurers = None if devices is None else [Measurer.rpc(*devices[:3]) for _ in range(devices[3])]
+    try:
+        with Progress() as progress:
+            report = eto.api.tune(opset, target=target, database=db, options=options, measurer=measurers,
+                                  method="metaschedule" if args.method == "metaschedule" else None,
+                                  on_batch=None if args.json else progress.on_batch, log=progress.say,
+                                  verbose=args.verbose)
+    finally:
+        for m in measurers or ():
+            m.close()
     if args.json:
         print(json.dumps(report.to_json(), indent=1))
     else:
@@ -122,15 +120,14 @@ def _report_table(report: "TuneReport") -> str:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``eto tune`` and its options."""
     p = subparsers.add_parser("tune", help="tune an operator set or a model's tasks into a database",
-                              formatter_class=HelpFormatter)
+                              description="Tune an operator set (built-in, a JSON file, --op texts) or a model's "
+                                          "fused tasks into a database; a rerun resumes where it stopped.")
     add_operator_options(p)
     p.add_argument("--db", default=DEFAULT_DB, help="the database to write")
     add_prior_option(p, "their programs are copied into --db, cost nothing in the plan and are reused")
     p.add_argument("--target", default="cpu", help="cpu (this machine), cuda, or a TVM tag")
     add_tuning_options(p)
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.add_argument("--verbose", action="store_true", help="MetaSchedule's own logging on the console")
+    p.add_argument("--json", action="store_true", help="print the report as JSON (no per-batch progress)")
     r = p.add_argument_group("remote devices")
     r.add_argument("--rpc", metavar="HOST:PORT", help="measure on devices of this TVM RPC tracker (eto)")
     r.add_argument("--rpc-key", help="device key registered with the tracker")

@@ -7,8 +7,13 @@ database (:mod:`eto.models.build`), with MetaSchedule's own tuning of the same t
 (``tune_tasks`` on the tasks eto tunes, ``max_trials_per_task`` trials each, the gradient task
 scheduler; optional, it takes as long as MetaSchedule takes), and PyTorch eager on the same weights
 (for ``torch.export`` programs; oneDNN on the CPU) and ONNX Runtime (for ONNX files, where it is
-installed). Every output is compared with PyTorch's (or, for ONNX files, with the untuned build's). Tuning time per method: eto's is the sum of the seconds its
-database recorded for the model's tasks; MetaSchedule's is its wall time in this process, measuring
+installed). Every output is compared with PyTorch's (or, for ONNX files, with the untuned build's).
+
+Tuning time per method: eto's is the sum of the seconds of every tuning result its database holds for
+the target (:func:`recorded_tuning`): the model's tasks, the bridges the plan tuned (operators the
+model does not contain, often the most expensive runs), polishes, fallbacks and failed attempts; the
+database keeps no run-level total, so time outside the results (loading, planning) is not in it, and
+the method's note says what was counted. MetaSchedule's is its wall time in this process, measuring
 with eto's builder and runner (:class:`tuner.measure.measurer.Measurer`, as ``eto tune --method metaschedule``).
 """
 
@@ -20,11 +25,12 @@ import os
 import statistics
 import time
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Literal, Mapping, Sequence
 
 import numpy as np
 
 from tuner.measure.options import DEFAULT_TRIALS_PER_ITER
+from eto.store.database import POLISH
 from eto.models.build import BuiltModel, build_model, model_inputs
 from eto.models.tasks import ModelTasks, model_tasks
 
@@ -104,13 +110,14 @@ def bench_model(model: "RelaxModel", target: "Target", *, database: "Database | 
     inputs = model_inputs(tasks)
     builds: dict[str, BuiltModel] = {"untuned": build_model(model, None, target, tasks=tasks)}
     tuning: dict[str, float | None] = {"untuned": None}
-    if database is not None:
-        builds["eto"] = build_model(model, database, target, tasks=tasks)
-        tuning["eto"] = _eto_seconds(database, tasks, target)
-        for t in builds["eto"].missing:
-            log(f"warning: {t.name} ({t.op}) has no program in the database: default schedule")
-    for name, db in (others or {}).items():
-        builds[name], tuning[name] = build_model(model, db, target, tasks=tasks), _eto_seconds(db, tasks, target)
+    notes: dict[str, str] = {}
+    keys = {t.op.key for t in tasks.tasks if t.op is not None}
+    for name, db in {**({"eto": database} if database is not None else {}), **(others or {})}.items():
+        builds[name] = build_model(model, db, target, tasks=tasks)
+        recorded = recorded_tuning(db, target, keys)
+        tuning[name], notes[name] = recorded.seconds, recorded.note
+    for t in builds["eto"].missing if "eto" in builds else ():
+        log(f"warning: {t.name} ({t.op}) has no program in the database: default schedule")
     if ms_trials:
         ms_db, tuning["metaschedule"] = tune_metaschedule(tasks, target, ms_trials, ms_work_dir, search=ms_search,
                                                               log=log)
@@ -133,7 +140,7 @@ def bench_model(model: "RelaxModel", target: "Target", *, database: "Database | 
         log(f"round {r + 1}/{rounds}: " + ", ".join(f"{m} {statistics.median(t) * 1e3:.3f} ms" for m, t in times.items()))
     results = tuple(MethodResult(m, tuple(times[m]), tuning.get(m), errors[m],
                                  builds[m].applied_flops_share if m in builds and m != "untuned" else None,
-                                 process_medians_s=(statistics.median(times[m]),))
+                                 notes.get(m, ""), process_medians_s=(statistics.median(times[m]),))
                     for m in timers)
     return BenchReport(model.name, str(target), reference, results, [
         {"task": t.name, "weight": t.weight, "operator": t.op.name if t.op else None, "gflop": t.flops / 1e9,
@@ -208,13 +215,41 @@ def build_with_metaschedule(ms_db, tasks: ModelTasks, target: "Target") -> Built
     return BuiltModel(ex, tasks, applied, missing, target)
 
 
-def _eto_seconds(database: "Database", tasks: ModelTasks, target: "Target") -> float:
-    """The tuning seconds the database recorded for the model's operators."""
+@dataclass(frozen=True)
+class RecordedTuning:
+    """What a database recorded of tuning on one target: the seconds of all its tuning results."""
+
+    seconds: float
+    results: int
+    model_results: int  # of them, results for the model's own tasks
+    polishes: int
+    failed: int  # results without a program (their time was spent all the same)
+    merged_seconds: float = 0.0  # of ``seconds``, in results copied from other databases
+
+    @property
+    def note(self) -> str:
+        merged = (f"; {self.merged_seconds:.0f} s of it in results copied from other databases (--prior, "
+                  "eto db merge)" if self.merged_seconds else "")
+        return (f"tuning s: the seconds of all {self.results} tuning results the database holds for the target: "
+                f"{self.model_results} for the model's tasks, {self.results - self.model_results} for other "
+                f"operators (the plan's bridges), {self.polishes} polishes, {self.failed} without a program{merged}; "
+                "time outside the results (loading, planning) is not recorded")
+
+
+def recorded_tuning(database: "Database", target: "Target | str", model_keys: Collection[str]) -> RecordedTuning:
+    """The tuning time ``database`` recorded on ``target``: every result counts, not only those for the
+    operators in ``model_keys`` (the model's tasks), because ``eto tune --model`` also tunes bridges
+    (roots the plan tuned with the backend that the model does not contain, often its most expensive
+    runs) and their polishes, and a fallback or a failed attempt spent its time too. The database
+    keeps no run-level total; instant programs (``eto retune``) count as the results they are."""
     from eto.target import target_key
 
-    keys, tk = {t.op.key for t in tasks.tasks if t.op is not None}, target_key(target)
-    return sum(float(r.get("seconds", 0.0)) for r in database.results()
-               if r.get("op_key") in keys and r.get("target") == tk)
+    tk = target_key(target)
+    mine = [r for r in database.results() if r.get("target") == tk]
+    seconds = [float(r.get("seconds", 0.0)) for r in mine]
+    return RecordedTuning(sum(seconds), len(mine), sum(r.get("op_key") in model_keys for r in mine),
+                          sum(r.get("method") == POLISH for r in mine), sum(not r.get("records") for r in mine),
+                          sum(s for r, s in zip(mine, seconds) if r.get("merged_from")))
 
 
 def _torch(module: Callable[..., Any], inputs: Sequence[np.ndarray], min_repeat_ms: int):

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from eto.errors import InputError
+
 if TYPE_CHECKING:  # pragma: no cover
     from tvm import te, tirx
 
@@ -70,30 +72,28 @@ class OperatorType(ABC):
         known = {p.name for p in self.params}
         unknown = sorted(set(params) - known)
         if unknown:
-            raise ValueError(
-                f"{self.name}: unknown parameter(s) {', '.join(unknown)}; "
-                f"expected {', '.join(p.name for p in self.params)}"
-            )
+            raise InputError(f"{self.name}: unknown parameter(s) {', '.join(unknown)}; "
+                             f"expected {', '.join(p.name for p in self.params)}")
         out: dict[str, ParamValue] = {}
         for p in self.params:
             value = params.get(p.name, p.default)
             if value is None:
-                raise ValueError(f"{self.name}: missing parameter {p.name} ({p.doc})")
+                raise InputError(f"{self.name}: missing parameter {p.name} ({p.doc})")
             out[p.name] = _coerce(self.name, p, value)
         self.validate(out)
         return out
 
     def validate(self, p: Mapping[str, ParamValue]) -> None:
-        """Reject impossible parameters with a ValueError naming the parameter."""
+        """Reject impossible parameters with an :class:`~eto.errors.InputError` naming the parameter."""
         for param in self.params:
             values = p[param.name]
             values = values if isinstance(values, tuple) else (values,)
             lowest = 0 if param.name in ("padding", "output_padding") else 1
             if any(v < lowest for v in values):
                 bound = "non-negative" if lowest == 0 else "positive"
-                raise ValueError(f"{self.name}: parameter {param.name} must be {bound}, got {p[param.name]}")
+                raise InputError(f"{self.name}: parameter {param.name} must be {bound}, got {p[param.name]}")
             if any(v > MAX_PARAM for v in values):
-                raise ValueError(f"{self.name}: parameter {param.name} must be at most {MAX_PARAM}, "
+                raise InputError(f"{self.name}: parameter {param.name} must be at most {MAX_PARAM}, "
                                  f"got {p[param.name]}")
 
     # -- loop nest ------------------------------------------------------------------------
@@ -161,12 +161,12 @@ def _coerce(type_name: str, param: Param, value: Any) -> ParamValue:
             isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value
         ):
             return tuple(int(v) for v in value)
-        raise ValueError(
+        raise InputError(
             f"{type_name}: parameter {param.name} must be an int or {param.ndim} ints, got {value!r}"
         )
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         return int(value)
-    raise ValueError(f"{type_name}: parameter {param.name} must be an int, got {value!r}")
+    raise InputError(f"{type_name}: parameter {param.name} must be an int, got {value!r}")
 
 
 _REGISTRY: dict[str, OperatorType] = {}
@@ -178,11 +178,11 @@ def register(cls: type[OperatorType]) -> type[OperatorType]:
 
 
 def operator_type(name: str) -> OperatorType:
-    """The registered type called ``name`` (case-insensitive); ValueError lists the known ones."""
+    """The registered type called ``name`` (case-insensitive); an InputError lists the known ones."""
     try:
         return _REGISTRY[name.upper()]
     except KeyError:
-        raise ValueError(
+        raise InputError(
             f"unknown operator type {name!r}; known types: {', '.join(_REGISTRY)}"
         ) from None
 
@@ -229,23 +229,23 @@ class Operator:
         n = len(spec.space_names) + len(spec.reduction_names)
         extents = [int(e) for e in extents]
         if len(extents) != n:
-            raise ValueError(
+            raise InputError(
                 f"{spec.name}: a loop nest has {n} extents "
                 f"({', '.join(spec.space_names + spec.reduction_names)}), got {len(extents)}"
             )
         for name, e in zip(spec.space_names + spec.reduction_names, extents):
             if e < 1:
-                raise ValueError(f"{spec.name}: loop extent {name} must be positive, got {e}")
+                raise InputError(f"{spec.name}: loop extent {name} must be positive, got {e}")
         missing = [s for s in spec.structural if s not in structural]
         if missing:
-            raise ValueError(f"{spec.name}: from_loop_nest needs structural parameter(s) {', '.join(missing)}")
+            raise InputError(f"{spec.name}: from_loop_nest needs structural parameter(s) {', '.join(missing)}")
         return cls.create(spec.name, **spec.params_from_loop_nest(extents, structural))
 
     def with_fusion(self, fusion: str, task: "tirx.PrimFunc | None" = None) -> "Operator":
         """This operator as the anchor of a fused task: ``fusion`` names the fused ops, ``task`` is
         the function Relax compiles (needed to tune it; a database reads the operator without it)."""
         if not re.fullmatch(r"[A-Za-z0-9_]+(\+[A-Za-z0-9_]+)*", fusion):
-            raise ValueError(f"fusion must be op names joined by '+', e.g. 'conv2d+add+relu', got {fusion!r}")
+            raise InputError(f"fusion must be op names joined by '+', e.g. 'conv2d+add+relu', got {fusion!r}")
         return Operator(self.type, self.params, fusion, task)
 
     @property
@@ -261,19 +261,19 @@ class Operator:
         """
         m = re.fullmatch(r"\s*([A-Za-z0-9]+)\s*\((.*)\)\s*(?:\+\s*(\S+)\s*)?", text)
         if not m:
-            raise ValueError(f"cannot read operator {text!r}: expected TYPE(name=value,...), e.g. "
+            raise InputError(f"cannot read operator {text!r}: expected TYPE(name=value,...), e.g. "
                              "'BMM(B=1,M=128,N=768,K=768)'")
         params: dict[str, Any] = {}
         for item in filter(None, (s.strip() for s in m.group(2).split(","))):
             name, eq, value = item.partition("=")
             if not eq or not re.fullmatch(r"-?\d+(x-?\d+)*", value.strip()):
-                raise ValueError(f"cannot read operator {text!r}: bad parameter {item!r} (want name=int or name=AxB)")
+                raise InputError(f"cannot read operator {text!r}: bad parameter {item!r} (want name=int or name=AxB)")
             if name.strip() in params:
-                raise ValueError(f"cannot read operator {text!r}: parameter {name.strip()} given twice")
+                raise InputError(f"cannot read operator {text!r}: parameter {name.strip()} given twice")
             try:
                 parts = [int(v) for v in value.strip().split("x")]
             except ValueError:  # more digits than int() reads
-                raise ValueError(f"cannot read operator {text!r}: parameter {name.strip()} is too large") from None
+                raise InputError(f"cannot read operator {text!r}: parameter {name.strip()} is too large") from None
             params[name.strip()] = parts[0] if len(parts) == 1 else tuple(parts)
         op = cls.create(m.group(1), **params)
         return op.with_fusion(m.group(3)) if m.group(3) else op
@@ -281,10 +281,10 @@ class Operator:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Operator":
         if not isinstance(d, Mapping) or not isinstance(d.get("type"), str):
-            raise ValueError(f"operator entry has no 'type' string: {d!r}")
+            raise InputError(f"operator entry has no 'type' string: {d!r}")
         params = d.get("params", {})
         if not isinstance(params, Mapping):
-            raise ValueError(f"{d['type']}: 'params' must be an object of name: value, got {params!r}")
+            raise InputError(f"{d['type']}: 'params' must be an object of name: value, got {params!r}")
         op = cls.create(d["type"], **params)
         return op.with_fusion(d["fusion"]) if d.get("fusion") else op
 
@@ -396,16 +396,16 @@ class Operator:
 
         if self.fusion:
             if self.task is None:
-                raise ValueError(f"{self.name}: a fused task's program comes from its model (eto tune --model); "
+                raise InputError(f"{self.name}: a fused task's program comes from its model (eto tune --model); "
                                  "this operator was read without it")
             if symbolic:
-                raise ValueError(f"{self.name}: a fused task has no symbolic form")
+                raise InputError(f"{self.name}: a fused task has no symbolic form")
             return self.task
         if not symbolic:
             return te.create_prim_func(self.te(dtype)).with_attr("global_symbol", "main")
         unknown = [k for k in symbolic if k not in self._p]
         if unknown:
-            raise ValueError(f"{self.type} has no parameter {', '.join(unknown)}")
+            raise InputError(f"{self.type} has no parameter {', '.join(unknown)}")
         names = {v: tirx.Var(v, "int64") for v in symbolic.values()}
         p = {**self._p, **{k: names[v] for k, v in symbolic.items()}}
         return te.create_prim_func(self.spec.te(p, dtype)).with_attr("global_symbol", "main")

@@ -7,6 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
+from eto.errors import InputError
 from eto.operators.base import OperatorType, Param, ParamValue, register
 
 _AXES = {1: ("L",), 2: ("H", "W"), 3: ("D", "H", "W")}
@@ -50,16 +51,14 @@ class _ConvND(OperatorType):
         super().validate(p)
         g = self._groups(p)
         if p["CI"] % g:
-            raise ValueError(f"{self.name}: parameter groups={g} does not divide input channels CI={p['CI']}")
+            raise InputError(f"{self.name}: parameter groups={g} does not divide input channels CI={p['CI']}")
         if p["CO"] % g:
-            raise ValueError(f"{self.name}: parameter groups={g} does not divide output channels CO={p['CO']}")
+            raise InputError(f"{self.name}: parameter groups={g} does not divide output channels CO={p['CO']}")
         for axis, size, k, pad, d in zip(self._axes, self._spatial(p), self._kernel(p), p["padding"], p["dilation"]):
             kname = "K" + axis if self.ndim > 1 else "K"
             if (k - 1) * d + 1 > size + 2 * pad:
-                raise ValueError(
-                    f"{self.name}: kernel {kname}={k} (dilation {d}) is larger than the padded input "
-                    f"{axis}={size}+2*{pad}"
-                )
+                raise InputError(f"{self.name}: kernel {kname}={k} (dilation {d}) is larger than the padded "
+                                 f"input {axis}={size}+2*{pad}")
 
     def loop_nest(self, p):
         g = self._groups(p)
@@ -222,7 +221,7 @@ class DepthwiseConv2D(_ConvND):
         OperatorType.validate(self, p)
         for axis, k, pad, d in zip(("H", "W"), self._kernel(p), p["padding"], p["dilation"]):
             if (k - 1) * d + 1 > p[axis] + 2 * pad:
-                raise ValueError(
+                raise InputError(
                     f"DEP: kernel K{axis}={k} (dilation {d}) is larger than the padded input {axis}={p[axis]}+2*{pad}"
                 )
 
@@ -293,12 +292,12 @@ class TransposedConv2D(OperatorType):
         super().validate(p)
         for axis, k, q, s, op in zip(("H", "W"), (p["KH"], p["KW"]), p["padding"], p["stride"], p["output_padding"]):
             if q > k - 1:
-                raise ValueError(f"T2D: padding {q} exceeds kernel K{axis}={k} minus 1")
+                raise InputError(f"T2D: padding {q} exceeds kernel K{axis}={k} minus 1")
             if op >= s:
-                raise ValueError(f"T2D: output_padding {op} must be smaller than stride {s} on axis {axis}")
+                raise InputError(f"T2D: output_padding {op} must be smaller than stride {s} on axis {axis}")
         for axis, o in zip(("H", "W"), self._out(p)):
             if o < 1:
-                raise ValueError(f"T2D: output {axis} would be {o}; kernel or padding too large for input {axis}")
+                raise InputError(f"T2D: output {axis} would be {o}; kernel or padding too large for input {axis}")
 
     def loop_nest(self, p):
         return (p["N"], p["CO"], *self._out(p)), (p["CI"], p["KH"], p["KW"])
@@ -306,7 +305,7 @@ class TransposedConv2D(OperatorType):
     def params_from_loop_nest(self, extents, structural):
         n, co, oh, ow, ci, kh, kw = extents
         if oh < kh or ow < kw:
-            raise ValueError(f"T2D: output {oh}x{ow} smaller than kernel {kh}x{kw}: no stride-1 input exists")
+            raise InputError(f"T2D: output {oh}x{ow} smaller than kernel {kh}x{kw}: no stride-1 input exists")
         return {"N": n, "CI": ci, "H": oh - kh + 1, "W": ow - kw + 1, "CO": co, "KH": kh, "KW": kw}
 
     def input_shapes(self, p):
@@ -402,7 +401,7 @@ class CapsuleConv2D(OperatorType):
         super().validate(p)
         for axis, q in zip(("H", "W"), p["padding"]):
             if p["K"] > p[axis] + 2 * q:
-                raise ValueError(f"CAP: kernel K={p['K']} is larger than the padded input {axis}={p[axis]}+2*{q}")
+                raise InputError(f"CAP: kernel K={p['K']} is larger than the padded input {axis}={p[axis]}+2*{q}")
 
     def loop_nest(self, p):
         c = p["capsule"]
@@ -411,7 +410,7 @@ class CapsuleConv2D(OperatorType):
     def params_from_loop_nest(self, extents, structural):
         n, oh, ow, ci_, cj, co, kh, kw, ck, ci = extents
         if not (ci_ == cj == ck) or kh != kw:
-            raise ValueError(
+            raise InputError(
                 f"CAP: loop nest {list(extents)} needs equal capsule extents and a square kernel"
             )
         return {"N": n, "H": oh + kh - 1, "W": ow + kw - 1, "CI": ci, "CO": co, "K": kh, "capsule": ci_}

@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
+from eto.errors import InputError
 from eto.operators import MAX_PARAM, Operator
 from eto.operators.zoo import BUILTIN
 
@@ -81,18 +82,18 @@ class OperatorSet:
     @classmethod
     def from_json(cls, data: Any, *, source: str = "<json>") -> "OperatorSet":
         if not isinstance(data, dict) or not isinstance(data.get("operators"), list):
-            raise ValueError(f"{source}: an operator set is an object with an 'operators' list")
+            raise InputError(f"{source}: an operator set is an object with an 'operators' list")
         entries = []
         for i, item in enumerate(data["operators"]):
             try:
                 if not isinstance(item, dict):
-                    raise ValueError("entry is not an object")
+                    raise InputError("entry is not an object")
                 freq = item.get("frequency", 1)
                 if not isinstance(freq, int) or isinstance(freq, bool) or not 1 <= freq <= MAX_PARAM:
-                    raise ValueError(f"frequency must be a positive integer up to {MAX_PARAM}, got {freq!r}")
+                    raise InputError(f"frequency must be a positive integer up to {MAX_PARAM}, got {freq!r}")
                 entries.append(OperatorEntry(Operator.from_dict(item), freq))
             except ValueError as exc:
-                raise ValueError(f"{source}: operator #{i}: {exc}") from None
+                raise InputError(f"{source}: operator #{i}: {exc}") from None
         name = data.get("name") or os.path.splitext(os.path.basename(source))[0]
         merged = OperatorSet.union(name, [OperatorSet(name, tuple(entries))], data.get("description", ""))
         return merged
@@ -108,9 +109,9 @@ class OperatorSet:
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
         except IsADirectoryError:
-            raise ValueError(f"{path}: is a directory, not an operator-set file") from None
+            raise InputError(f"{path}: is a directory, not an operator-set file") from None
         except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an int of too many digits
-            raise ValueError(f"{path}: not valid JSON ({exc})") from None
+            raise InputError(f"{path}: not valid JSON ({exc})") from None
         return cls.from_json(data, source=str(path))
 
 
@@ -123,7 +124,7 @@ def builtin_opset(name: str, **dims: int) -> OperatorSet:
     """A built-in set by name (case and ``-``/``_`` insensitive), at its default sizes or ``dims``."""
     key = name.lower().replace("-", "_")
     if key not in BUILTIN:
-        raise ValueError(f"unknown operator set {name!r}; built-in sets: {', '.join(BUILTIN)}")
+        raise InputError(f"unknown operator set {name!r}; built-in sets: {', '.join(BUILTIN)}")
     b = BUILTIN[key]
     if not dims:
         return OperatorSet.from_layers(key, b.build(), b.description)
@@ -140,22 +141,22 @@ def load_opset(name_or_path: str) -> OperatorSet:
 
 def parse_ints(text: str, where: str) -> list[int]:
     """``1,2,16:512:16``: integers and inclusive ranges START:STOP[:STEP], distinct, in the order
-    given, each in 1..MAX_PARAM; otherwise a ValueError that starts with ``where`` (the option and
+    given, each in 1..MAX_PARAM; otherwise an InputError that starts with ``where`` (the option and
     the text the user gave)."""
     out: list[int] = []
     for item in filter(None, (t.strip() for t in text.split(","))):
         try:
             parts = [int(v) for v in item.split(":")]
         except ValueError:
-            raise ValueError(f"{where}: {item!r} is not an integer or START:STOP[:STEP]") from None
+            raise InputError(f"{where}: {item!r} is not an integer or START:STOP[:STEP]") from None
         if len(parts) == 1:
             out += parts
         elif len(parts) in (2, 3) and (len(parts) == 2 or parts[2] >= 1):
             out += range(parts[0], parts[1] + 1, parts[2] if len(parts) == 3 else 1)
         else:
-            raise ValueError(f"{where}: {item!r} is not START:STOP[:STEP] with a positive step")
+            raise InputError(f"{where}: {item!r} is not START:STOP[:STEP] with a positive step")
     if not out or min(out) < 1 or max(out) > MAX_PARAM:
-        raise ValueError(f"{where}: values must lie in 1..{MAX_PARAM} (got {out[:4] or 'none'})")
+        raise InputError(f"{where}: values must lie in 1..{MAX_PARAM} (got {out[:4] or 'none'})")
     return list(dict.fromkeys(out))
 
 
@@ -164,7 +165,7 @@ def parse_vary(text: str) -> tuple[str, list[int]]:
     dim, sep, values = text.partition("=")
     dim = dim.strip()
     if not sep or not dim or not values.strip():
-        raise ValueError(f"--vary {text!r}: expected DIM=VALUES, e.g. seq=16:512:16 or batch=1,2,4")
+        raise InputError(f"--vary {text!r}: expected DIM=VALUES, e.g. seq=16:512:16 or batch=1,2,4")
     return dim, parse_ints(values, f"--vary {text!r}")
 
 
@@ -174,7 +175,7 @@ def vary(opset: str | OperatorSet, dim: str, values: Iterable[int]) -> list[tupl
     A built-in set varies its named dimensions (``batch``, ``seq``, ``hw``: :data:`eto.operators.zoo.BUILTIN`),
     its layer list rebuilt at each size. Any other set (a JSON file, ``--op`` texts, a model's
     operators) varies an operator parameter by name (``N``, ``M``, ``H``...): every operator with
-    that parameter gets the value (ValueError when none has it, or a shape becomes impossible).
+    that parameter gets the value (InputError when none has it, or a shape becomes impossible).
     """
     values = list(values)
     if isinstance(opset, str) and not (os.path.exists(opset) or opset.endswith(".json")):
@@ -182,7 +183,7 @@ def vary(opset: str | OperatorSet, dim: str, values: Iterable[int]) -> list[tupl
     base = load_opset(opset) if isinstance(opset, str) else opset
     if not any(dim in dict(e.op.params) for e in base):
         have = sorted({p for e in base for p, _ in e.op.params})
-        raise ValueError(f"no operator of {base.name} has a parameter {dim!r}; parameters: {', '.join(have)}")
+        raise InputError(f"no operator of {base.name} has a parameter {dim!r}; parameters: {', '.join(have)}")
     out = []
     for v in values:
         layers = [_with(e.op, dim, v) for e in base for _ in range(e.frequency)]
@@ -196,4 +197,4 @@ def _with(op: Operator, dim: str, value: int) -> Operator:
     try:
         return op.replace(**{dim: value})
     except ValueError as exc:
-        raise ValueError(f"{op.name} with {dim}={value}: {exc}") from None
+        raise InputError(f"{op.name} with {dim}={value}: {exc}") from None

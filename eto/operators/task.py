@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Iterable, Sequence
 
+from eto.errors import InputError
 from eto.operators.base import MAX_PARAM, Operator, OperatorType, Param, register
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -60,16 +61,16 @@ class ModelFunction(OperatorType):
         return 1
 
     def input_shapes(self, p):
-        raise ValueError(_NO_PROGRAM)
+        raise InputError(_NO_PROGRAM)
 
     def output_shape(self, p):
-        raise ValueError(_NO_PROGRAM)
+        raise InputError(_NO_PROGRAM)
 
     def te(self, p, dtype):
-        raise ValueError(_NO_PROGRAM)
+        raise InputError(_NO_PROGRAM)
 
     def reference(self, p, *inputs):
-        raise ValueError(_NO_PROGRAM)
+        raise InputError(_NO_PROGRAM)
 
 
 _NO_PROGRAM = "TASK: a model function's program comes from its model (eto tune --model), not from the catalogue"

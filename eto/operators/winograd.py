@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from eto.errors import InputError
 from eto.operators.base import OperatorType, Param, register
 from eto.operators.conv import conv_flops_direct
 
@@ -61,12 +62,12 @@ class WinogradConv2D(OperatorType):
     def validate(self, p) -> None:
         super().validate(p)
         if not 2 < p["K"] < 8:
-            raise ValueError(f"WIN: parameter K={p['K']} must be in 3..7 (TVM's Winograd matrices)")
+            raise InputError(f"WIN: parameter K={p['K']} must be in 3..7 (TVM's Winograd matrices)")
         if not 1 < p["tile_size"] < 9:
-            raise ValueError(f"WIN: parameter tile_size={p['tile_size']} must be in 2..8")
+            raise InputError(f"WIN: parameter tile_size={p['tile_size']} must be in 2..8")
         for axis, o in zip(("H", "W"), self._out(p)):
             if o < 1:
-                raise ValueError(f"WIN: kernel K={p['K']} is larger than the padded input {axis}={p[axis]}")
+                raise InputError(f"WIN: kernel K={p['K']} is larger than the padded input {axis}={p[axis]}")
 
     def loop_nest(self, p):
         a = self._alpha(p)
@@ -77,7 +78,7 @@ class WinogradConv2D(OperatorType):
         eps, nu, co, tiles, ci = extents
         k = int(structural.get("K", 3))
         if eps != nu or eps - k + 1 < 2:
-            raise ValueError(f"WIN: loop nest {list(extents)} needs eps == nu >= K+1 (alpha of F(m, {k}))")
+            raise InputError(f"WIN: loop nest {list(extents)} needs eps == nu >= K+1 (alpha of F(m, {k}))")
         m = eps - k + 1
         # One row of P tiles: batch 1, padding 0, output m x (m * P).
         return {"N": 1, "CI": ci, "H": m + k - 1, "W": m * tiles + k - 1, "CO": co, "K": k, "padding": 0,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from eto.errors import InputError
 from eto.operators import Operator
 
 
@@ -175,7 +176,7 @@ class Builtin:
         unknown = set(dims) - set(self.dims)
         if unknown:
             can = ", ".join(self.dims) or "none"
-            raise ValueError(f"cannot vary {', '.join(sorted(unknown))}: this set's dimensions are {can}")
+            raise InputError(f"cannot vary {', '.join(sorted(unknown))}: this set's dimensions are {can}")
         return self.layers(**{**self.dims, **dims})
 
 

@@ -164,10 +164,9 @@ class ReuseSearch(Derivation):
             shown["n"] += measured
             shown["best"] = min([shown["best"], *(median_secs(r.run_secs) for r in records)])
 
-        def show() -> None:  # after each batch: the progress line, against the plan's estimate as the budget
-            if run.on_batch is not None:
-                run.on_batch(f"reuse {alpha.name}", shown["n"], max(shown["n"], round(estimate["estimate"] or 0)),
-                             shown["best"])
+        def show() -> None:  # after each batch: the progress line, the plan's estimate its budget (0: none)
+            if run.on_batch is not None:  # a display grows the total past the estimate, never a full bar early
+                run.on_batch(f"reuse {alpha.name}", shown["n"], round(estimate["estimate"] or 0), shown["best"])
 
         if source is None:
             reason = f"{beta.name} has no program to reuse"

@@ -9,8 +9,8 @@ being built or run.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
-import sys
 import threading
 import time
 from contextlib import ExitStack
@@ -102,29 +102,73 @@ def report_row(entry: OperatorEntry, db: Database, target: "Target", status: str
                           estimated_candidates=est.get("estimate"), estimated_seconds=est.get("estimated_seconds"))
 
 
-def progress_printer(stream=sys.stderr) -> Callable[[str, int, int, float], None]:
-    """A one-line-per-batch progress display: ``op  [bar] trials/budget  best  elapsed  ETA``.
+#: after each measured batch: (label, trials or candidates so far, budget, best seconds so far); a reuse
+#: search's budget is the plan's estimate of its candidates (0: none)
+OnBatch = Callable[[str, int, int, float], None]
 
-    The ETA is the operator's elapsed wall time per trial so far times the trials left; with the
-    task scheduler interleaving operators, that is when this one should finish.
+
+def batch_total(trials: int, budget: int, step: int) -> int | None:
+    """The total a progress display shows after a batch: ``budget`` (a reuse search's is the plan's
+    estimate); once ``trials`` passes it, the trials so far plus one more batch of ``step``, so that a
+    bar never reads full while the search goes on; None where there is no budget (0)."""
+    if budget <= 0:
+        return None
+    return budget if trials <= budget else trials + max(step, 1)
+
+
+def past_budget(trials: int, budget: int) -> str:
+    """What a progress display adds once a search measures more than it planned: that the total grew."""
+    return f" (more than the {budget} planned)" if 0 < budget < trials else ""
+
+
+def progress_printer(say: Callable[[str], None] | None = None) -> OnBatch:
+    """A one-line-per-batch progress display: ``op  [bar] trials/total  best  elapsed  ETA``, each line
+    to ``say`` (default: the ``eto.progress`` logger at INFO; the command line shows it).
+
+    The total is the budget until a search passes it (:func:`batch_total`: then it grows, and the line
+    says so); none is shown without a budget. The ETA is the operator's wall time per trial since its
+    first batch here (a resumed run's earlier trials are not on this clock) times the trials left; with
+    the task scheduler interleaving operators, that is when this one should finish.
     """
-    started: dict[str, float] = {}
+    say = say or logging.getLogger("eto.progress").info
+    seen: dict[str, tuple[float, int, int]] = {}  # name -> (first batch's time, its trials, last trials)
 
     def show(name: str, trials: int, budget: int, best: float) -> None:
         now = time.perf_counter()
-        t0 = started.setdefault(name, now)
+        t0, n0, last = seen.get(name, (now, trials, trials))
+        seen[name] = (t0, n0, trials)
+        total = batch_total(trials, budget, trials - last)
         best_txt = f"{best * 1e6:10.2f} us" if best != float("inf") else "        -   "
-        bar = "#" * int(20 * trials / max(budget, 1))
-        eta = (now - t0) / trials * max(budget - trials, 0) if trials and now > t0 else None
-        print(f"  {name:<44.44} [{bar:<20}] {trials:4d}/{budget:<4d} best {best_txt}  {clock(now - t0)} "
-              f"ETA {'-' if eta is None else clock(eta)}", file=stream, flush=True)
+        bar = "?" * 20 if total is None else "#" * int(20 * trials / total)
+        eta = None
+        if total is not None and trials > n0 and now > t0:
+            eta = (now - t0) / (trials - n0) * (total - trials)
+        say(f"  {name:<44.44} [{bar:<20}] {trials:4d}/{'?' if total is None else total:<4} best {best_txt}  "
+            f"{clock(now - t0)} ETA {'-' if eta is None else clock(eta)}{past_budget(trials, budget)}")
     return show
 
 
+class SetStatus(str):
+    """A set's progress line (``set: 7/22 operators, 3:05 elapsed, ETA 2:40``) that carries its numbers and
+    the operators just finished, so that a display can draw it as a bar and close theirs; any ``say``
+    callable takes it as the text it is."""
+
+    done: int
+    total: int
+    elapsed: float
+    eta: float
+    finished: tuple[str, ...]
+
+    def __new__(cls, *, done: int, total: int, elapsed: float, eta: float, finished: Iterable[str] = ()) -> "SetStatus":
+        line = super().__new__(cls, f"set: {done}/{total} operators, {clock(elapsed)} elapsed, ETA {clock(eta)}")
+        line.done, line.total, line.elapsed, line.eta, line.finished = done, total, elapsed, eta, tuple(finished)
+        return line
+
+
 class SetProgress:
-    """``set: k/n operators, elapsed, ETA`` after each tuned operator of a plan (thread-safe: subtrees
-    run concurrently). The ETA is the plan's estimated seconds for what is left, scaled by how the
-    estimates of what finished in this run compare with its real time."""
+    """``set: k/n operators, elapsed, ETA`` (a :class:`SetStatus`) after each tuned operator of a plan
+    (thread-safe: subtrees run concurrently). The ETA is the plan's estimated seconds for what is left,
+    scaled by how the estimates of what finished in this run compare with its real time."""
 
     def __init__(self, estimated_seconds: Mapping[str, float], say: Callable[[str], None], *,
                  done: Iterable[str] = ()) -> None:
@@ -145,7 +189,7 @@ class SetProgress:
             elapsed = time.perf_counter() - self.start
             left = sum(c for n, c in self.cost.items() if n not in self.done)
             eta = left * (elapsed / self.here if self.here > 0 else 1.0)
-            self.say(f"set: {len(self.done)}/{len(self.cost)} operators, {clock(elapsed)} elapsed, ETA {clock(eta)}")
+            self.say(SetStatus(done=len(self.done), total=len(self.cost), elapsed=elapsed, eta=eta, finished=new))
 
 
 def clock(seconds: float) -> str:

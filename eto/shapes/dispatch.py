@@ -24,6 +24,7 @@ import numpy as np
 
 from tuner.analysis.symbolic import KINDS, Kind, choose_buckets, symbolic_module, tile_multiples, traffic_weights
 
+from eto.errors import InputError
 from eto.store.database import Database
 from eto.operators import Operator
 from eto.operators.opsets import parse_ints
@@ -52,15 +53,10 @@ class Candidate:
 
 def parse_symbolic(text: str) -> dict[str, str]:
     """``M=seq,N=seq``: operator parameters and the symbolic dimension each becomes."""
-    out = {}
-    for item in filter(None, (t.strip() for t in text.split(","))):
-        p, eq, name = (x.strip() for x in item.partition("="))
-        if not eq or not p or not name:
-            raise ValueError(f"--symbolic {text!r}: expected PARAM=NAME[,PARAM=NAME], e.g. M=seq,N=seq")
-        out[p] = name
-    if not out:
-        raise ValueError(f"--symbolic {text!r}: expected PARAM=NAME[,PARAM=NAME], e.g. M=seq,N=seq")
-    return out
+    items = [tuple(x.strip() for x in t.partition("=")) for t in text.split(",") if t.strip()]
+    if not items or not all(p and eq and name for p, eq, name in items):
+        raise InputError(f"--symbolic {text!r}: expected PARAM=NAME[,PARAM=NAME], e.g. M=seq,N=seq")
+    return {p: name for p, _, name in items}
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -70,26 +66,26 @@ def parse_sizes(text: str) -> list[int]:
 
 def symbolic_dims(op: Operator, symbolic: Mapping[str, str]) -> dict[str, str]:
     """``symbolic`` checked: parameters of ``op`` (bare operators only), each variable a bare
-    dimension of some input (so the size can be read from the arguments). ValueError otherwise."""
+    dimension of some input (so the size can be read from the arguments). InputError otherwise."""
     if op.fusion:
-        raise ValueError(f"{op.name}: a fused task has no symbolic form; dispatch the bare operator")
+        raise InputError(f"{op.name}: a fused task has no symbolic form; dispatch the bare operator")
     if not symbolic:
-        raise ValueError("name at least one symbolic parameter, e.g. M=seq")
+        raise InputError("name at least one symbolic parameter, e.g. M=seq")
     unknown = [p for p in symbolic if p not in dict(op.params)]
     if unknown:
-        raise ValueError(f"{op.type} has no parameter {', '.join(unknown)} (its parameters: "
+        raise InputError(f"{op.type} has no parameter {', '.join(unknown)} (its parameters: "
                          f"{', '.join(k for k, _ in op.params)})")
     names = set(symbolic.values())
     if len(names) != 1:
-        raise ValueError(f"a dispatch branches on one size: give every parameter the same name, not {sorted(names)}")
+        raise InputError(f"a dispatch branches on one size: give every parameter the same name, not {sorted(names)}")
     (name,) = names
     if not name.isidentifier() or re.fullmatch(r"T|R|I|Mod|main|zp?|xp?\d+|bucket\d+.*", name):
-        raise ValueError(f"symbolic dimension name {name!r} must be a Python identifier other than the "
+        raise InputError(f"symbolic dimension name {name!r} must be a Python identifier other than the "
                          "dispatch's own names (T, R, I, Mod, main, z, zp, x0, xp0, bucket0...)")
     marker = {p: -(i + 1) for i, p in enumerate(symbolic)}
     shapes = op.spec.input_shapes({**dict(op.params), **marker})
     if not any(m in s for s in shapes for m in marker.values()):
-        raise ValueError(f"{name} is not a dimension of any input of {op.type}; cannot dispatch on it")
+        raise InputError(f"{name} is not a dimension of any input of {op.type}; cannot dispatch on it")
     return dict(symbolic)
 
 
@@ -358,8 +354,8 @@ def build_dispatch(op: Operator, symbolic: Mapping[str, str], database: Database
     """Measure every candidate of ``database`` at ``sizes``, choose the buckets, build and check the
     function (see the module docstring). ``traffic`` (size -> requests, e.g. from a serving log)
     weights the choice towards the sizes users ask for (:func:`tuner.analysis.symbolic.traffic_weights`).
-    ValueError when the database holds no program of the operator at any size of the dimension, or
-    the built function differs from numpy."""
+    InputError when the database holds no program of the operator at any size of the dimension, a
+    ValueError when the built function differs from numpy."""
     from eto.target import use_threads
 
     say = log or (lambda _m: None)
@@ -368,14 +364,14 @@ def build_dispatch(op: Operator, symbolic: Mapping[str, str], database: Database
     symbolic = symbolic_dims(op, symbolic)
     sizes = sorted(set(int(s) for s in sizes))
     if not sizes or sizes[0] < 1:
-        raise ValueError("sizes must be positive integers")
+        raise InputError("sizes must be positive integers")
     weights = traffic_weights(sizes, traffic) if traffic else None
     if weights is not None and not any(weights):
-        raise ValueError("traffic: no requests at any size")
+        raise InputError("traffic: no requests at any size")
     cands = candidates(op, symbolic, database, target, kinds)
     if not cands:
         dims = ", ".join(f"{p}={v}" for p, v in symbolic.items())
-        raise ValueError(f"{database.path} holds no program of {op.type} with {dims} at any size for this target: "
+        raise InputError(f"{database.path} holds no program of {op.type} with {dims} at any size for this target: "
                          f"tune it at one or more sizes first (eto tune, or eto retune --vary)")
     inputs = {s: at_size(op, symbolic, s).random_inputs(0) for s in sizes}
     rows, usable, skipped = [], [], []
@@ -392,7 +388,7 @@ def build_dispatch(op: Operator, symbolic: Mapping[str, str], database: Database
         usable.append(c)
         say(f"timed {c.name} at {len(sizes)} sizes ({len(usable)}/{len(cands)})")
     if not usable:
-        raise ValueError(f"no stored program of {op.type} runs at a symbolic size: " + "; ".join(skipped))
+        raise InputError(f"no stored program of {op.type} runs at a symbolic size: " + "; ".join(skipped))
     choice = choose_buckets(rows, sizes, max_buckets=max_buckets, tolerance=tolerance, weights=weights)
     buckets = [(u, usable[c]) for u, c in zip(choice.uppers, choice.candidates)]
     fn = compile_dispatch(op, symbolic, buckets, target)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from eto.errors import InputError
 from eto.store.database import PREDICTED, Database, ProgramRecord
 from eto.operators import Operator
 from eto.runs.verify import tolerance
@@ -86,10 +87,10 @@ def instant(op: Operator, database: Database, target: "Target", *, ranker: "Lear
     start = time.perf_counter()
     use_threads()  # timed in this process: on the threads tuning measures with
     if target.kind.name != "llvm" or str(target.attrs.get("mtriple", "") or ""):
-        raise ValueError(f"instant programs are checked and timed on this machine's CPU, not on {target.kind.name}")
+        raise InputError(f"instant programs are checked and timed on this machine's CPU, not on {target.kind.name}")
     src = source or nearest_source(op, database, target)
     if src is None:
-        raise ValueError(f"no tuned {op.type} program with sketch {op.sketch_key()!r} in {database.path} "
+        raise InputError(f"no tuned {op.type} program with sketch {op.sketch_key()!r} in {database.path} "
                          f"for this target: {op.name} needs tuning (eto tune) first")
     first = predict(op.prim_func(), src.tuning_record, target, ranker=ranker)
     inputs = op.random_inputs(0)

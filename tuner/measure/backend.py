@@ -24,6 +24,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
 from tvm.ir.utils import derived_object
+from tvm_ffi import get_global_func, register_global_func
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
@@ -148,6 +149,16 @@ class _ProgressCallback(PyMeasureCallback):
         self.clock.last_end = time.perf_counter()
 
 
+#: MetaSchedule's own "in a Jupyter kernel?" check, kept before :func:`_notebook_tables` replaces it
+_IN_JUPYTER = get_global_func("s_tir.meta_schedule.using_ipython")
+
+
+def _notebook_tables(shown: bool) -> None:
+    """In Jupyter MetaSchedule shows a table per batch whatever its logger's level: only ``verbose`` shows
+    it there; otherwise it goes to the task scheduler's logger, quiet as on a terminal."""
+    register_global_func("s_tir.meta_schedule.using_ipython", lambda: shown and bool(_IN_JUPYTER()), override=True)
+
+
 def _task_logger(log_dir: str | None, name: str, verbose: bool) -> logging.Logger:
     """A per-task logger writing MetaSchedule's task log to ``log_dir`` (if any), not the console.
 
@@ -258,8 +269,8 @@ def tune_backend(
     JSON database does: a later reuse's ranker learns from all. ``on_result``: each result at once;
     ``on_measured(name, records, trials, seconds)``: each candidate as soon as it is measured (the
     program if it ran, one trial and its seconds; a batch's failed builds together, no program), so a
-    caller can make progress durable before the task ends (:class:`tuner.measure.timed.Measured`): a
-    kill loses what is being built or run. ``warm_start`` entries may also be TuningRecords (a
+    caller can make progress durable before the task ends: a batch is then built and run in chunks
+    (:mod:`tuner.measure.timed`), so a kill loses the chunk being built or run. ``warm_start`` entries may also be TuningRecords (a
     resumed run's own batches), stored with their run times. ``short_builds``: :meth:`Measurer.search_build_timeout` (eto's roots)."""
     if not tasks:
         raise ValueError("no tasks to tune")
@@ -288,19 +299,19 @@ def tune_backend(
             on_result(res)
 
     scheduler = ms.task_scheduler.TaskScheduler.create(options.scheduler)
-    clock, each = BatchClock(), None
+    clock = BatchClock()
     measured = None if on_measured is None else partial(_as_records, database, contexts, target, tasks, on_measured)
-    if measured is not None:
-        each = Measured(scheduler, clock, partial(_one_measured, measured))
+    each = None if measured is None else Measured(scheduler, clock, partial(_one_measured, measured))
     callback = _ProgressCallback(progress, clock.last_end, clock, finish, on_batch, measured, each)
+    runner = TimedRunner(measurer.runner, clock, each)
     with contextlib.nullcontext(work_dir) if work_dir else tempfile.TemporaryDirectory(prefix="eto-ms-") as scratch:
         ms.tune.tune_tasks(
             tasks=contexts, task_weights=[t.weight for t in tasks], work_dir=scratch,
             max_trials_global=options.trials * len(tasks), max_trials_per_task=options.trials,
             num_trials_per_iter=batch,
             builder=TimedBuilder(measurer.builder, clock,
-                                 measurer.search_build_timeout(target) if short_builds else None, each),
-            runner=TimedRunner(measurer.runner, clock, each),
+                                 measurer.search_build_timeout(target) if short_builds else None, each, runner),
+            runner=runner,
             database=database, cost_model=cost_model,
             measure_callbacks=ms.MeasureCallback.create("default") + [callback], task_scheduler=scheduler,
         )
@@ -343,6 +354,7 @@ def _contexts(tasks: Sequence[BackendTask], target: "Target", *, strategy, seed:
     # Task names become log file names: keep them to safe characters.
     names = [re.sub(r"[^A-Za-z0-9_.,-]+", "_", t.name) for t in tasks]
     log_dir = os.path.join(work_dir, "logs") if work_dir else None
+    _notebook_tables(verbose)
     return [
         ms.TuneContext(
             mod=t.func, target=target, space_generator="post-order-apply", search_strategy=strategy,

@@ -34,6 +34,7 @@ from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig, RunnerInp
 from tuner.measure import stop
 from tuner.measure.builder import PersistentBuilder, one_line
 from tuner.analysis.host import physical_cores
+from tuner.measure.options import OptionError
 from tuner.measure.trajectory import median_secs
 from tuner.measure.workers import bind_to_parent, stop_pool
 
@@ -172,7 +173,7 @@ def default_settle_processes() -> int:
     except ValueError:
         n = 0
     if n < 1:
-        raise ValueError(f"ETO_SETTLE_PROCESSES must be a positive integer, got {env!r}")
+        raise OptionError("ETO_SETTLE_PROCESSES", f"must be a positive integer, got {env!r}")
     return n
 
 
