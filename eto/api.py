@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
 
     from eto.models.build import BuiltModel
+    from eto.models.layout import Layout
     from eto.models.load import RelaxModel
     from eto.runs.tuning import TuneReport
     from eto.shapes.retune import RetuneReport
@@ -88,10 +89,11 @@ def _relax_model(model: Buildable, dims: Mapping[str, int] | None) -> "RelaxMode
 
 
 def operator_set(what: Tunable, *, target: "str | Target" = "cpu", dims: Mapping[str, int] | None = None,
-                 fast_math: bool = False) -> OperatorSet:
+                 fast_math: bool = False, layout: "Layout" = "NCHW") -> OperatorSet:
     """The operator set :func:`tune` would tune for ``what`` (see :data:`Tunable`): a model's fused tasks
     as Relax compiles them for ``target`` (``dims`` binds its symbolic dimensions; ``fast_math`` first
-    rewrites its functions with fast approximations), or the set itself."""
+    rewrites its functions with fast approximations; ``layout``: its convolutions' layout,
+    :mod:`eto.models.layout`), or the set itself."""
     if isinstance(what, OperatorSet):
         return what
     if isinstance(what, (str, os.PathLike)) and not os.fspath(what).endswith(MODEL_SUFFIXES):
@@ -100,7 +102,10 @@ def operator_set(what: Tunable, *, target: "str | Target" = "cpu", dims: Mapping
     from eto.models.tasks import model_tasks
     from eto.target import parse_target
 
-    return model_tasks(approximate(_relax_model(what, dims), fast_math), parse_target(target)).opset
+    from eto.models.layout import with_layout
+
+    model = with_layout(approximate(_relax_model(what, dims), fast_math), layout)
+    return model_tasks(model, parse_target(target)).opset
 
 
 def tune(
@@ -111,6 +116,8 @@ def tune(
     options: TuneOptions | None = None,
     priors: Sequence["str | os.PathLike[str]"] = (),
     dims: Mapping[str, int] | None = None,
+    fast_math: bool = False,
+    layout: "Layout" = "NCHW",
     measurer: "Measurer | Sequence[Measurer] | None" = None,
     log: Callable[[str], None] | None = None,
     on_batch: Callable[[str, int, int, float], None] | None = None,
@@ -124,7 +131,8 @@ def tune(
     tuned). ``options``: a :class:`~eto.options.TuneOptions`, or its fields as keywords (``trials=64``,
     ``strategy="global"`` ...); ``method="metaschedule"`` tunes every operator with MetaSchedule alone.
     ``priors``: databases read, never written, whose programs are copied into ``database`` and reused.
-    A rerun of the same call resumes: operators the database holds are not tuned again.
+    A rerun of the same call resumes: operators the database holds are not tuned again. ``dims``,
+    ``fast_math``, ``layout``: how a model is read and compiled (:func:`operator_set`).
 
     ``measurer``: where candidates run (default: this machine); several (one per RPC device) tune the
     plan's independent subtrees at once. ``log(message)`` for progress messages, ``on_batch(label,
@@ -141,7 +149,7 @@ def tune(
     if alone and isinstance(measurer, (list, tuple)):
         raise TypeError("several measurers tune a plan's subtrees at once: method eto only")
     target = parse_target(target)
-    opset = operator_set(what, target=target, dims=dims)
+    opset = operator_set(what, target=target, dims=dims, fast_math=fast_math, layout=layout)
     db = open_database(database, priors, log=log)
     if alone:
         from eto.runs.tuning import tune_with_backend
@@ -232,16 +240,20 @@ def _array(x: Any) -> np.ndarray:
 
 
 def build(model: Buildable, *, database: "str | os.PathLike[str] | Database | None" = "eto-db",
-          target: "str | Target" = "cpu", dims: Mapping[str, int] | None = None, fast_math: bool = False) -> Model:
+          target: "str | Target" = "cpu", dims: Mapping[str, int] | None = None, fast_math: bool = False,
+          layout: "Layout" = "NCHW") -> Model:
     """Compile ``model`` (a model file or a Relax ``IRModule``) for ``target`` with ``database``'s programs
     (None: TVM's default schedules only) into a :class:`Model`, called with numpy arrays or DLPack tensors.
-    The tasks the database holds no program for keep TVM's defaults, named in :attr:`Model.missing`."""
+    The tasks the database holds no program for keep TVM's defaults, named in :attr:`Model.missing`.
+    ``fast_math``, ``layout``: as the database was tuned (:func:`operator_set`)."""
     from eto.models.build import build_model
     from eto.models.fast_math import fast_math as approximate
+    from eto.models.layout import with_layout
     from eto.target import parse_target
 
     db = None if database is None else _database(database, readonly=True)
-    return Model(build_model(approximate(_relax_model(model, dims), fast_math), db, parse_target(target)))
+    built = with_layout(approximate(_relax_model(model, dims), fast_math), layout)
+    return Model(build_model(built, db, parse_target(target)))
 
 
 def load(path: "str | os.PathLike[str]", *, device: str = "cpu") -> Callable[..., list[np.ndarray]]:

@@ -16,7 +16,7 @@ from eto.operators.opsets import OperatorSet, load_opset
 from eto.operators.task import FUNCTION_TRIALS
 from eto.options import DISTANCE_WEIGHT, MAX_REDUCTION_RATIO
 from eto.cli.errors import CLIError
-from eto.cli.ops import add_dim_option, add_fast_math_option, parse_dims
+from eto.cli.ops import add_dim_option, add_fast_math_option, add_layout_option, parse_dims
 from eto.cli.progress import log
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -122,16 +122,19 @@ def add_operator_options(p: argparse.ArgumentParser) -> None:
                    "compiles for it (eto build applies them), eto retune its operators")
     add_dim_option(p)
     add_fast_math_option(p)
+    add_layout_option(p)
 
 
-def tasks_opset(model: "RelaxModel", target: "Target", *, fast_math: bool = False, label: str) -> OperatorSet:
+def tasks_opset(model: "RelaxModel", target: "Target", *, fast_math: bool = False, layout: str = "NCHW",
+                label: str) -> OperatorSet:
     """The fused tasks Relax compiles for ``model`` (:mod:`eto.models.tasks`), ``fast_math`` applied
-    first; those without a catalogue type (TASK operators, tuned after the plan) and those left alone
-    are named on stderr, after ``label``."""
+    first, its convolutions in ``layout``; those without a catalogue type (TASK operators, tuned after
+    the plan) and those left alone are named on stderr, after ``label``."""
     from eto.models.fast_math import fast_math as approximate
+    from eto.models.layout import with_layout
     from eto.models.tasks import model_tasks
 
-    tasks = model_tasks(approximate(model, fast_math), target)
+    tasks = model_tasks(with_layout(approximate(model, fast_math), layout), target)
     for t in tasks.left_alone:
         log.warning(f"{label}: not tuned: {t.weight} x {t.name} ({t.reason})")
     functions = tasks.backend_only
@@ -145,13 +148,14 @@ def tasks_opset(model: "RelaxModel", target: "Target", *, fast_math: bool = Fals
 def tuning_opset(args: argparse.Namespace, target: "Target") -> OperatorSet:
     """What ``eto tune`` (and ``eto plan``, previewing it) tunes: a model's fused tasks as Relax compiles
     them for ``target`` (``--model`` alone), else :func:`operators_from_args`."""
-    if args.fast_math and not args.model:
-        raise CLIError("--fast-math applies to --model (it rewrites the model's functions)")
+    if (args.fast_math or args.layout != "NCHW") and not args.model:
+        raise CLIError(f"{'--fast-math' if args.fast_math else '--layout'} applies to --model (it rewrites the "
+                       "model's functions)")
     if args.model and not (args.op or args.opset):
         from eto.models import load_relax
 
         return tasks_opset(load_relax(args.model, dims=parse_dims(args.dim)), target, fast_math=args.fast_math,
-                           label=args.model)
+                           layout=args.layout, label=args.model)
     return operators_from_args(args)
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from eto.report import format_table
 from eto.cli.errors import EXIT_OK, CLIError, check_target
 from eto.cli.flags import advanced
-from eto.cli.ops import add_dim_option, add_fast_math_option, parse_dims
+from eto.cli.ops import add_dim_option, add_fast_math_option, add_layout_option, parse_dims
 from eto.cli.progress import log
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -40,7 +40,10 @@ def _load(args: argparse.Namespace):
         log.warning(f"{os.path.join(args.db, str(p))} (skipped)")
     target = parse_target(args.target)
     check_target(db, target, fatal=True)
-    return fast_math(load_relax(args.model, dims=parse_dims(args.dim)), args.fast_math), db, target
+    from eto.models.layout import with_layout
+
+    model = fast_math(load_relax(args.model, dims=parse_dims(args.dim)), args.fast_math)
+    return with_layout(model, args.layout), db, target
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -145,6 +148,7 @@ def _bench_elsewhere(args: argparse.Namespace, ms_work: str | None, k: int) -> "
     cmd = [sys.executable, "-m", "eto", "bench", "--model", str(args.model), "--db", str(args.db), "--target",
            args.target, "--rounds", str(args.rounds), "--processes", "1", "--json",
            *(f"--dim={d}" for d in args.dim or ()), *(["--fast-math"] if args.fast_math else []),
+           "--layout", args.layout,
            *(["--onnx", str(args.onnx)] if args.onnx else []),
            *(["--ms-trials", str(args.ms_trials), "--ms-search", args.ms_search, "--ms-work", str(ms_work)]
              if args.ms_trials else [])]
@@ -186,6 +190,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="cpu", help="target the database was tuned for (default: cpu)")
     add_dim_option(p)
     add_fast_math_option(p)
+    add_layout_option(p)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

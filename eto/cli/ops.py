@@ -105,6 +105,12 @@ def add_dim_option(p: argparse.ArgumentParser) -> None:
                         "repeatable; an unknown name lists the model's)")
 
 
+def add_layout_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW",
+                   help="the layout the model's convolutions are tuned and built in: NCHW as written, or NHWC "
+                        "(channels last, which CPUs vectorise); give it to eto tune, build and bench alike")
+
+
 def add_fast_math_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fast-math", action="store_true",
                    help="the model's erf (GELU), exp, tanh and softmax as TVM's fast approximations; give it to "

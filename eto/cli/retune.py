@@ -27,8 +27,9 @@ def _retune(args: argparse.Namespace) -> int:
     dim, values = parse_vary(args.vary)
     if not os.path.isdir(args.db):
         raise CLIError(f"--db {args.db}: no such database directory (tune the known sizes first: eto tune)")
-    if args.fast_math and not args.model:
-        raise CLIError("--fast-math applies to --model (it rewrites the model's functions)")
+    if (args.fast_math or args.layout != "NCHW") and not args.model:
+        raise CLIError(f"{'--fast-math' if args.fast_math else '--layout'} applies to --model (it rewrites the "
+                       "model's functions)")
     options = tune_options_of(args)
     import eto.api
     from eto.store.database import Database
@@ -77,7 +78,8 @@ def _model_shapes(args: argparse.Namespace, dim: str, values: list[int], target:
                            f"dimensions: {', '.join(unbound)}")
         return None  # a static model: vary an operator parameter
     return [(v, tasks_opset(bind_dims(model, {**fixed, dim: v})._replace(name=f"{model.name}@{dim}={v}"), target,
-                            fast_math=args.fast_math, label=f"{args.model} at {dim}={v}")) for v in values]
+                            fast_math=args.fast_math, layout=args.layout, label=f"{args.model} at {dim}={v}"))
+            for v in values]
 
 
 def _table(report) -> str:

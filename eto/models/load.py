@@ -35,11 +35,13 @@ class MissingExtraError(ImportError):
 
 
 class RelaxModel(NamedTuple):
-    """A model converted to Relax: the module, the name its operator set gets, and where it came from."""
+    """A model converted to Relax: the module, the name its operator set gets, where it came from, and
+    the layout its convolutions are compiled in (:mod:`eto.models.layout`; applied when it is prepared)."""
 
     mod: "tvm.IRModule"
     name: str
     source: str
+    layout: str = "NCHW"
 
 
 # -- optional packages ------------------------------------------------------------------------------
@@ -254,7 +256,7 @@ def bind_dims(model: RelaxModel, dims: Mapping[str, int]) -> RelaxModel:
             raise ModelImportError(f"{model.name}: dimension {n} must be a positive integer, got {v!r}")
     mod = relax.transform.BindSymbolicVars(dict(dims))(model.mod)
     sizes = ", ".join(f"{n}={v}" for n, v in dims.items())
-    return RelaxModel(mod, model.name, f"{model.source}, {sizes}")
+    return model._replace(mod=mod, source=f"{model.source}, {sizes}")
 
 
 def _read(path: str, size: int = -1) -> bytes:

@@ -192,10 +192,14 @@ def _conv(call, nd: int) -> Operator:
     a = call.attrs
     sp = _SPATIAL[nd]
     layouts = (str(a.data_layout), str(a.kernel_layout), str(a.out_layout or a.data_layout))
+    if layouts == ("NHWC", "OHWI", "NHWC") and int(a.groups) == 1:  # channels last (eto.operators.channels_last)
+        (n, h, w, ci), (co, kh, kw, _) = dshape, wshape
+        return _create(call, "C2DNHWC", N=n, CI=ci, H=h, W=w, CO=co, KH=kh, KW=kw, stride=_ints(a.strides),
+                       padding=_symmetric(call, _ints(a.padding), nd), dilation=_ints(a.dilation))
     if layouts != ("NC" + sp, "OI" + sp, "NC" + sp):
         raise Unmapped(describe_call(call),
-                           f"layout {'/'.join(layouts)}: eto's convolutions are NC{sp}/OI{sp} "
-                           "(convert the layout first, e.g. relax.transform.ConvertLayout)")
+                           f"layout {'/'.join(layouts)}: eto's convolutions are NC{sp}/OI{sp}, or NHWC/OHWI "
+                           "without groups (convert the layout first: eto's --layout, relax.transform.ConvertLayout)")
     padding = _symmetric(call, _ints(a.padding), nd)
     stride, dilation, groups = _ints(a.strides), _ints(a.dilation), int(a.groups)
     n, ci, *spatial = dshape

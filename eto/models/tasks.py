@@ -35,6 +35,7 @@ from eto.operators import Operator
 from eto.operators.task import model_function
 from eto.operators.opsets import OperatorSet
 from eto.models.extract import extract_from_relax
+from eto.models.layout import convert_layout
 from eto.models.load import RelaxModel
 from eto.models.mapping import relax_type
 
@@ -106,7 +107,7 @@ def prepare(model: RelaxModel, target: "Target") -> tuple["tvm.IRModule", "tvm.I
         mod, params = relax.frontend.detach_params(mod)
         weights = dict(zip(mod["main"].params[num_inputs:], params["main"]))
         mod = relax.transform.BindParams("main", weights)(mod)
-    mod = fold_batch_norms(mod)
+    mod = convert_layout(fold_batch_norms(mod), model.layout)
     return mod, fuse(mod, target), num_inputs
 
 
@@ -140,7 +141,8 @@ def model_tasks(model: RelaxModel, target: "Target") -> ModelTasks:
     from tvm.s_tir import meta_schedule as ms
 
     bound, fused, num_inputs = prepare(model, target)
-    catalogue = [e.op for e in extract_from_relax(model.mod, model.name).opset]
+    # the catalogue operators of the layout the model is compiled in
+    catalogue = [e.op for e in extract_from_relax(model.mod if model.layout == "NCHW" else bound, model.name).opset]
     tasks, seen = [], Counter()
     for t in ms.relax_integration.extract_tasks(fused, target):
         mod = t.dispatched[0]
@@ -189,7 +191,8 @@ _UNARY = {"relu": "nn.relu", "gelu": "nn.gelu", "silu": "nn.silu", "sigmoid": "s
           "exp": "exp", "sqrt": "sqrt", "negative": "negative"}
 _BINARY = {t: t for t in ("add", "subtract", "multiply", "divide", "maximum", "minimum")}
 #: The Relax op each operator type's anchor block comes from (Relax's legalization of it).
-_ANCHOR_OPS = {"C2D": "conv2d", "GRP": "conv2d", "DEP": "conv2d", "BMM": "matmul", "DENSE": "matmul"}
+_ANCHOR_OPS = {"C2D": "conv2d", "C2DNHWC": "conv2d", "GRP": "conv2d", "DEP": "conv2d", "BMM": "matmul",
+               "DENSE": "matmul"}
 
 
 def bridge_task(anchor: Operator, template: Operator, target: "Target | None" = None) -> Operator | None:
@@ -255,8 +258,10 @@ def _rebuild(anchor: Operator, template: Operator, target: "Target") -> Operator
     bb = relax.BlockBuilder()
     xs = [relax.Var(f"x{i}", relax.TensorType(s, dt)) for i, (s, dt) in enumerate(zip(inputs, dtypes))]
     if kind == "conv2d":
+        last = template.type == "C2DNHWC"  # channels last: NHWC/OHWI, no groups
         expr = relax.op.nn.conv2d(*xs, strides=anchor["stride"], padding=anchor["padding"],
-                                  dilation=anchor["dilation"], groups=inputs[0][1] // inputs[1][1])
+                                  dilation=anchor["dilation"], groups=1 if last else inputs[0][1] // inputs[1][1],
+                                  data_layout="NHWC" if last else "NCHW", kernel_layout="OHWI" if last else "OIHW")
     else:
         expr = relax.op.matmul(*xs)
     out = tuple(int(d) for d in relax_type(relax.BlockBuilder().normalize(expr)).shape)
@@ -286,7 +291,7 @@ def _rebuild(anchor: Operator, template: Operator, target: "Target") -> Operator
 def _anchor_inputs(anchor: Operator, template: Operator, kind: str) -> list[tuple[int, ...]] | None:
     """The anchor op's input shapes for ``anchor``, in the template's layouts.
 
-    Convolutions: the catalogue's NCHW/OIHW shapes (the layouts Relax's conv2d takes). Matmuls: each
+    Convolutions: the catalogue's shapes (NCHW/OIHW, or NHWC/OHWI with the channels last). Matmuls: each
     dimension of the template's inputs follows the anchor-block loop that indexes it (the template
     may hold its weights as K x N or N x K, with or without a unit batch); loops of extent 1 in the
     template must stay 1.
@@ -375,8 +380,8 @@ def _squeeze(extents) -> tuple[int, ...]:
 
 
 #: The anchor block names TOPI gives each operator type (Relax's legalization).
-_BLOCKS = {"C1D": "conv1d", "C2D": "conv2d", "C3D": "conv3d", "GRP": "group_conv2d|conv2d", "DEP": "depthwise|conv2d",
-           "T2D": "conv2d_transpose|compute", "BMM": "matmul", "DENSE": "matmul|dense"}
+_BLOCKS = {"C1D": "conv1d", "C2D": "conv2d", "C2DNHWC": "conv2d_nhwc", "C3D": "conv3d", "GRP": "group_conv2d|conv2d",
+           "DEP": "depthwise|conv2d", "T2D": "conv2d_transpose|compute", "BMM": "matmul", "DENSE": "matmul|dense"}
 
 
 def _compatible(op_type: str, block: str) -> bool:

@@ -8,7 +8,7 @@
 
 from eto.operators.base import (DEFAULT_PARALLEL_LIMIT, MAX_PARAM, Operator, OperatorType, Param, operator_type,
     operator_types)
-from eto.operators import conv, matmul, norm, task, winograd  # noqa: F401  (registers the types)
+from eto.operators import channels_last, conv, matmul, norm, task, winograd  # noqa: F401  (registers the types)
 from eto.operators.winograd import transform_weight
 
 __all__ = [

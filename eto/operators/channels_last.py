@@ -1,0 +1,69 @@
+"""Convolutions with the channels last (NHWC input, OHWI weight): the layout CPUs vectorise.
+
+In NCHW a convolution's innermost contiguous axis is a spatial one, so a CPU program vectorises over
+output pixels and gathers its inputs across rows; with the channels last, the output channels are
+contiguous and one input value multiplies a whole vector of weights, which is how CPU libraries
+(ONNX Runtime's MLAS, oneDNN) run convolutions. A model converted with ``eto tune --layout NHWC``
+(:func:`eto.models.layout.channels_last`) runs these; Relax legalises them to TOPI's ``conv2d_nhwc``,
+whose major loop nest is ``(N, OH, OW, CO)`` by ``(KH, KW, CI)``: the same loops as
+:class:`~eto.operators.conv.Conv2D`'s in another order, so the selector's reuse conditions and the
+reuse tuner treat them as they treat NCHW ones, and the two layouts never reuse each other (their
+types differ).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from eto.operators.base import ParamValue, register
+from eto.operators.conv import Conv2D, conv_nd_reference
+
+
+@register
+class Conv2DNHWC(Conv2D):
+    name = "C2DNHWC"
+    description = "2-D convolution, NHWC input, OHWI weight (channels last)"
+    space_names = ("N", "OH", "OW", "CO")
+    reduction_names = ("KH", "KW", "CI")
+
+    def loop_nest(self, p):
+        oh, ow = self.out_spatial(p)
+        return (p["N"], oh, ow, p["CO"]), (p["KH"], p["KW"], p["CI"])
+
+    def params_from_loop_nest(self, extents: Sequence[int], structural):
+        n, oh, ow, co, kh, kw, ci = extents
+        p: dict[str, ParamValue] = {"N": n, "H": oh + kh - 1, "W": ow + kw - 1, "CI": ci, "CO": co, "KH": kh,
+                                    "KW": kw}
+        return p
+
+    def input_shapes(self, p):
+        return [(p["N"], p["H"], p["W"], p["CI"]), (p["CO"], p["KH"], p["KW"], p["CI"])]
+
+    def output_shape(self, p):
+        return (p["N"], *self.out_spatial(p), p["CO"])
+
+    def te(self, p, dtype):
+        """TOPI's ``conv2d_nhwc`` with an OHWI weight, as Relax legalises ``conv2d(NHWC, OHWI)``."""
+        from tvm import te, topi
+
+        data = te.placeholder(self.input_shapes(p)[0], dtype, name="data")
+        weight = te.placeholder(self.input_shapes(p)[1], dtype, name="weight")
+        (ph, pw), (sh, sw), (dh, dw) = p["padding"], p["stride"], p["dilation"]
+        padded = topi.nn.pad(data, [0, ph, pw, 0], [0, ph, pw, 0], name="pad_temp") if ph or pw else data
+        ry = te.reduce_axis((0, p["KH"]), name="ry")
+        rx = te.reduce_axis((0, p["KW"]), name="rx")
+        rc = te.reduce_axis((0, p["CI"]), name="rc")
+        out = te.compute(
+            self.output_shape(p),
+            lambda n, y, x, co: te.sum(padded[n, y * sh + ry * dh, x * sw + rx * dw, rc] * weight[co, ry, rx, rc],
+                                       axis=[ry, rx, rc]),
+            name="conv2d_nhwc",
+        )
+        return [data, weight, out]
+
+    def reference(self, p, x, w):
+        out = conv_nd_reference(x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2), p["stride"], p["padding"],
+                                p["dilation"])
+        return np.ascontiguousarray(out.transpose(0, 2, 3, 1))

@@ -1,0 +1,100 @@
+"""Models tuned and built with the channels last (``--layout NHWC``, eto/models/layout.py).
+
+Scale ci: the tiny CNN of tests/test_model_path.py (three convolutions with bias, ReLU and residual
+adds, a mean, a classifier), converted to NHWC, tuned at 4 trials per task, built and compared with
+PyTorch; its convolutions become the catalogue's C2DNHWC, planned, reused and bridged as NCHW ones.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from eto.cli import main
+from eto.errors import InputError
+from eto.operators import Operator
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_layout_applies_to_models_only_and_names_its_choices(capsys):
+    code, _, err = run(capsys, "tune", "--opset", "quickstart", "--layout", "NHWC", "--trials", "2")
+    assert code == 2 and "--layout applies to --model" in err
+    from eto.models.layout import with_layout
+    from eto.models.load import RelaxModel
+
+    with pytest.raises(InputError, match="unknown layout 'NCHWc'.*NCHW, NHWC"):
+        with_layout(RelaxModel(None, "m", "here"), "NCHWc")
+
+
+def test_a_channels_last_convolution_is_its_loop_nest_in_nhwc_order():
+    op = Operator.from_loop_nest("C2DNHWC", [1, 8, 8, 32, 3, 3, 16])
+    assert op.input_shapes == [(1, 10, 10, 16), (32, 3, 3, 16)] and op.output_shape == (1, 8, 8, 32)
+    assert op.flops == Operator.from_loop_nest("C2D", [1, 32, 8, 8, 16, 3, 3]).flops
+    assert op.sketch_key() != Operator.from_loop_nest("C2D", [1, 32, 8, 8, 16, 3, 3]).sketch_key()
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    pytest.importorskip("torch")
+    from eto.models.examples import export
+
+    return export("tiny_cnn", str(tmp_path_factory.mktemp("models") / "tiny_cnn.pt2"))
+
+
+@pytest.mark.slow
+def test_a_channels_last_model_tunes_builds_and_matches_pytorch(model, capsys, tmp_path):
+    import torch
+
+    import eto
+    from eto.models.examples import example
+
+    db = tmp_path / "db"
+    code, out, err = run(capsys, "tune", "--model", model, "--layout", "NHWC", "--db", db, "--trials", "4",
+                         "--trials-per-iter", "4", "--search", "light", "--json", "-q")
+    assert code == 0, err[-2000:]
+    rows = json.loads(out)["operators"]
+    convs = [r for r in rows if "conv2d" in r["key"]]
+    assert len(convs) == 3 and all(r["key"].startswith("C2DNHWC(") and r["status"] == "tuned" for r in convs)
+    # planned as NCHW convolutions are: at the default budget, one root and reuse for the others
+    code, out, _ = run(capsys, "plan", "--model", model, "--layout", "NHWC", "--json")
+    plan = json.loads(out)
+    assert code == 0 and sum(a != "root" and "C2DNHWC" in b for a, b in plan["edges"]) == 2
+    built = eto.build(model, database=db, layout="NHWC")
+    assert not built.missing
+    x = np.random.default_rng(3).uniform(-1, 1, (1, 3, 16, 16)).astype("float32")
+    module, _ = example("tiny_cnn")
+    with torch.no_grad():
+        want = module(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(built(x)[0], want, rtol=1e-4, atol=1e-4)
+    # the database holds NHWC functions: built in NCHW, its convolutions have no program (named)
+    code, _, err = run(capsys, "build", "--model", model, "--db", db, "-o", tmp_path / "nchw.so")
+    assert code == 0 and "has no program" in err and "conv2d" in err
+
+
+@pytest.mark.slow
+def test_a_channels_last_task_gets_bridges_in_its_layout(model):
+    import torch
+
+    from eto.models import load_relax
+    from eto.models.layout import with_layout
+    from eto.models.tasks import bridge_task, model_tasks
+    from eto.target import parse_target
+
+    cpu = parse_target("cpu")
+    tasks = model_tasks(with_layout(load_relax(model), "NHWC"), cpu)
+    member = next(t.op for t in tasks.catalogue if t.op.fusion == "pad+conv2d+add+relu")
+    assert member.type == "C2DNHWC"
+    bridge = bridge_task(Operator.from_loop_nest("C2DNHWC", [1, 10, 10, 24, 3, 3, 16]), member, cpu)
+    assert bridge is not None and bridge.fusion == member.fusion
+    assert [tuple(int(d) for d in p.shape) for p in bridge.prim_func().params][:2] == [(1, 12, 12, 16), (24, 3, 3, 16)]
+    x, w, b = bridge.random_inputs(seed=2)
+    conv = torch.nn.functional.conv2d(torch.from_numpy(x).permute(0, 3, 1, 2), torch.from_numpy(w).permute(0, 3, 1, 2))
+    want = torch.relu(conv.permute(0, 2, 3, 1) + torch.from_numpy(b)).numpy()
+    np.testing.assert_allclose(bridge.reference(x, w, b), want, rtol=1e-4, atol=1e-4)
