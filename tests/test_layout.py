@@ -41,11 +41,43 @@ def test_a_channels_last_convolution_is_its_loop_nest_in_nhwc_order():
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
+def models(tmp_path_factory):
     pytest.importorskip("torch")
     from eto.models.examples import export
 
-    return export("tiny_cnn", str(tmp_path_factory.mktemp("models") / "tiny_cnn.pt2"))
+    d = tmp_path_factory.mktemp("models")
+    return {name: export(name, str(d / f"{name}.pt2")) for name in ("tiny_cnn", "tiny_mobilenet")}
+
+
+@pytest.fixture(scope="module")
+def model(models):
+    return models["tiny_cnn"]
+
+
+@pytest.mark.slow
+def test_a_mobilenet_runs_channels_last_from_input_to_classifier(models, tmp_path):
+    """Depthwise convolutions and ReLU6 (clip) follow the layout: no transpose is left between layers,
+    only at the model's input and before its classifier; built, it matches PyTorch."""
+    import torch
+
+    import eto
+    from eto.models import load_relax
+    from eto.models.examples import example
+    from eto.models.layout import with_layout
+    from eto.models.tasks import model_tasks
+    from eto.target import parse_target
+
+    path = models["tiny_mobilenet"]
+    tasks = model_tasks(with_layout(load_relax(path), "NHWC"), parse_target("cpu")).tasks
+    kinds = sorted(t.op.type for t in tasks if t.op is not None)
+    assert kinds.count("DEPNHWC") == 2 and kinds.count("C2DNHWC") == 6 and "C2D" not in kinds and "DEP" not in kinds
+    assert sum("transpose" in t.name for t in tasks) == 2  # the input, and the flatten before the classifier
+    assert any(t.op.type == "DEPNHWC" and t.op.fusion.endswith("maximum+minimum") for t in tasks if t.op)
+    x = np.random.default_rng(4).uniform(-1, 1, (1, 3, 16, 16)).astype("float32")
+    module, _ = example("tiny_mobilenet")
+    with torch.no_grad():
+        want = module(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(eto.build(path, database=None, layout="NHWC")(x)[0], want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.slow

@@ -18,6 +18,9 @@ CASES = [
     # C2DNHWC (channels last): [N, OH, OW, CO, KH, KW, CI]
     ("C2DNHWC", dict(N=1, CI=4, H=9, W=9, CO=6, KH=3, KW=3, stride=2, padding=1), (1, 5, 5, 6, 3, 3, 4)),
     ("C2DNHWC", dict(N=2, CI=3, H=8, W=11, CO=5, KH=1, KW=3, dilation=(1, 2)), (2, 8, 7, 5, 1, 3, 3)),
+    # DEPNHWC (channels last): [N, OH, OW, C, KH, KW]
+    ("DEPNHWC", dict(N=1, C=5, H=8, W=8, KH=3, KW=3, stride=2, padding=1), (1, 4, 4, 5, 3, 3)),
+    ("DEPNHWC", dict(N=2, C=3, H=7, W=6, KH=3, KW=3, dilation=2, padding=2), (2, 7, 6, 3, 3, 3)),
     # C3D: [N, CO, OD, OH, OW, CI, KD, KH, KW]
     ("C3D", dict(N=1, CI=3, D=5, H=6, W=6, CO=4, KD=3, KH=1, KW=3, stride=(1, 2, 2), padding=(1, 0, 1)),
      (1, 4, 5, 3, 3, 3, 3, 1, 3)),
@@ -51,7 +54,7 @@ CASES = [
 
 def test_every_type_is_covered():
     catalogue = {t.name for t in operator_types() if not t.backend_only}
-    assert catalogue == {"C1D", "C2D", "C2DNHWC", "C3D", "BMM", "GRP", "DEP", "T2D", "CAP", "WIN", "FRB", "DENSE"}
+    assert catalogue == {"C1D", "C2D", "C2DNHWC", "C3D", "BMM", "GRP", "DEP", "DEPNHWC", "T2D", "CAP", "WIN", "FRB", "DENSE"}
     assert {t.name for t in operator_types() if t.backend_only} == {"TASK"}  # tests/test_model_path.py
     covered = {c[0] for c in CASES}
     for name in catalogue:

@@ -2,8 +2,8 @@
 are measured and tested on. Latency does not depend on the weights' values.
 
 ``resnet(depth)`` is torchvision's ResNet v1.5 (18: basic blocks, 50: bottlenecks; batch norm in
-eval mode), ``bert_layer`` one BERT-Base encoder layer (self-attention with 12 heads, GELU
-feed-forward, post-layer-norm); ``tiny_cnn`` and ``tiny_transformer`` are their scale-``ci`` cousins.
+eval mode), ``mobilenet_v2`` torchvision's MobileNetV2, ``bert_layer`` one BERT-Base encoder layer (self-attention with 12 heads, GELU
+feed-forward, post-layer-norm); ``tiny_cnn``, ``tiny_mobilenet`` and ``tiny_transformer`` are their scale-``ci`` cousins.
 ``example(name)`` gives a module and its example input. Needs ``torch`` (``pip install 'eto[torch]'``).
 """
 
@@ -85,6 +85,38 @@ def bert_layer(hidden: int = 768, heads: int = 12, ffn: int = 3072):
     return Layer().eval()
 
 
+def mobilenet_v2(blocks: tuple[tuple[int, int, int, int], ...] | None = None, num_classes: int = 1000,
+                 last: int = 1280):
+    """torchvision's MobileNetV2 (width 1.0): inverted residuals (1x1 expand, 3x3 depthwise, 1x1
+    project; batch norms, ReLU6), ``blocks`` its (expansion t, channels c, repeats n, stride s) rows."""
+    torch, nn = _nn()
+    blocks = blocks or ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+                        (6, 320, 1, 1))
+
+    def conv_bn(cin: int, cout: int, k: int, stride: int = 1, groups: int = 1, act: bool = True):
+        mods = [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
+        return nn.Sequential(*mods, *([nn.ReLU6()] if act else []))
+
+    class InvertedResidual(nn.Module):
+        def __init__(self, cin: int, cout: int, stride: int, t: int) -> None:
+            super().__init__()
+            hidden = cin * t
+            layers = [conv_bn(cin, hidden, 1)] if t != 1 else []
+            layers += [conv_bn(hidden, hidden, 3, stride, groups=hidden), conv_bn(hidden, cout, 1, act=False)]
+            self.body, self.residual = nn.Sequential(*layers), stride == 1 and cin == cout
+
+        def forward(self, x):
+            return x + self.body(x) if self.residual else self.body(x)
+
+    layers, cin = [conv_bn(3, 32, 3, 2)], 32
+    for t, c, n, s in blocks:
+        for i in range(n):
+            layers.append(InvertedResidual(cin, c, s if i == 0 else 1, t))
+            cin = c
+    layers += [conv_bn(cin, last, 1), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(last, num_classes)]
+    return nn.Sequential(*layers).eval()
+
+
 def tiny_cnn():
     """Three convolutions (two with residual adds), a mean and a classifier: 16x16 inputs."""
     torch, nn = _nn()
@@ -113,6 +145,9 @@ def tiny_transformer():
 EXAMPLES = {
     "resnet50": (lambda: resnet(50), (1, 3, 224, 224)),
     "resnet18": (lambda: resnet(18), (1, 3, 224, 224)),
+    "mobilenetv2": (mobilenet_v2, (1, 3, 224, 224)),
+    # two inverted residuals (one with its residual add) and a classifier: the scale-ci depthwise model
+    "tiny_mobilenet": (lambda: mobilenet_v2(((6, 16, 2, 1),), num_classes=10, last=32), (1, 3, 16, 16)),
     "bert_layer": (bert_layer, (1, 128, 768)),
     "tiny_cnn": (tiny_cnn, (1, 3, 16, 16)),
     "tiny_transformer": (tiny_transformer, (1, 16, 64)),
@@ -131,7 +166,8 @@ def example(name: str, seed: int = 0):
 
 #: name -> (dimension, input axis) that ``export(..., dynamic=True)`` leaves symbolic
 DYNAMIC_AXES = {"bert_layer": ("seq", 1), "tiny_transformer": ("seq", 1), "resnet50": ("batch", 0),
-                "resnet18": ("batch", 0), "tiny_cnn": ("batch", 0)}
+                "resnet18": ("batch", 0), "tiny_cnn": ("batch", 0), "mobilenetv2": ("batch", 0),
+                "tiny_mobilenet": ("batch", 0)}
 
 
 def export(name: str, path: str, *, seed: int = 0, onnx: bool = False, dynamic: bool = False) -> str:

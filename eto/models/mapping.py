@@ -85,7 +85,7 @@ def relax_type(expr):
     return ty if ty is not None else getattr(expr, "struct_info", None)
 
 
-def _shape(expr) -> tuple[int, ...] | None:
+def static_shape(expr) -> tuple[int, ...] | None:
     """The static shape of a tensor expression, or None when a dimension (or the rank) is unknown."""
     from tvm import tirx
 
@@ -154,7 +154,7 @@ def _check_static_float32(call, *operands) -> list[tuple[int, ...]]:
     """Static shapes of the operands; Unmapped for a dynamic shape or a dtype eto does not tune."""
     shapes = []
     for a in operands:
-        s = _shape(a)
+        s = static_shape(a)
         if s is None:
             raise Unmapped(describe_call(call),
                                "dynamic shape: operator parameters must be static (set the symbolic dimensions: --dim NAME=SIZE)")
@@ -186,20 +186,29 @@ def _symmetric(call, padding: Sequence[int], nd: int) -> tuple[int, ...]:
 _SPATIAL = {1: "W", 2: "HW", 3: "DHW"}
 
 
+def channels_last_kind(data: Sequence[int], weight: Sequence[int], groups: int) -> bool:
+    """Whether an NHWC/OHWI 2-D convolution is one the catalogue holds with the channels last: ungrouped
+    (C2DNHWC) or depthwise, one channel per group (DEPNHWC)."""
+    return len(data) == 4 and len(weight) == 4 and (groups == 1 or groups == data[3] == weight[0] and weight[3] == 1)
+
+
 def _conv(call, nd: int) -> Operator:
     data, weight = call.args[0], call.args[1]
     (dshape, wshape) = _check_static_float32(call, data, weight)
     a = call.attrs
     sp = _SPATIAL[nd]
     layouts = (str(a.data_layout), str(a.kernel_layout), str(a.out_layout or a.data_layout))
-    if layouts == ("NHWC", "OHWI", "NHWC") and int(a.groups) == 1:  # channels last (eto.operators.channels_last)
-        (n, h, w, ci), (co, kh, kw, _) = dshape, wshape
-        return _create(call, "C2DNHWC", N=n, CI=ci, H=h, W=w, CO=co, KH=kh, KW=kw, stride=_ints(a.strides),
-                       padding=_symmetric(call, _ints(a.padding), nd), dilation=_ints(a.dilation))
+    if layouts == ("NHWC", "OHWI", "NHWC") and channels_last_kind(dshape, wshape, int(a.groups)):
+        (n, h, w, ci), (co, kh, kw, _) = dshape, wshape  # channels last (eto.operators.channels_last)
+        window = {"stride": _ints(a.strides), "padding": _symmetric(call, _ints(a.padding), nd),
+                  "dilation": _ints(a.dilation)}
+        if int(a.groups) > 1:
+            return _create(call, "DEPNHWC", N=n, C=ci, H=h, W=w, KH=kh, KW=kw, **window)
+        return _create(call, "C2DNHWC", N=n, CI=ci, H=h, W=w, CO=co, KH=kh, KW=kw, **window)
     if layouts != ("NC" + sp, "OI" + sp, "NC" + sp):
         raise Unmapped(describe_call(call),
                            f"layout {'/'.join(layouts)}: eto's convolutions are NC{sp}/OI{sp}, or NHWC/OHWI "
-                           "without groups (convert the layout first: eto's --layout, relax.transform.ConvertLayout)")
+                           "ungrouped or depthwise (convert the layout first: eto's --layout, relax.transform.ConvertLayout)")
     padding = _symmetric(call, _ints(a.padding), nd)
     stride, dilation, groups = _ints(a.strides), _ints(a.dilation), int(a.groups)
     n, ci, *spatial = dshape
@@ -251,7 +260,7 @@ def _flattened_tokens(lhs, bindings: Mapping[Any, Any], m: int, k: int) -> bool:
     value = bindings.get(lhs)
     if not (isinstance(value, relax.Call) and isinstance(value.op, ir.Op) and value.op.name == "relax.reshape"):
         return False
-    src = _shape(value.args[0])
+    src = static_shape(value.args[0])
     return src is not None and len(src) >= 3 and src[-1] == k and math.prod(src[:-1]) == m
 
 

@@ -191,8 +191,8 @@ _UNARY = {"relu": "nn.relu", "gelu": "nn.gelu", "silu": "nn.silu", "sigmoid": "s
           "exp": "exp", "sqrt": "sqrt", "negative": "negative"}
 _BINARY = {t: t for t in ("add", "subtract", "multiply", "divide", "maximum", "minimum")}
 #: The Relax op each operator type's anchor block comes from (Relax's legalization of it).
-_ANCHOR_OPS = {"C2D": "conv2d", "C2DNHWC": "conv2d", "GRP": "conv2d", "DEP": "conv2d", "BMM": "matmul",
-               "DENSE": "matmul"}
+_ANCHOR_OPS = {"C2D": "conv2d", "C2DNHWC": "conv2d", "GRP": "conv2d", "DEP": "conv2d", "DEPNHWC": "conv2d",
+               "BMM": "matmul", "DENSE": "matmul"}
 
 
 def bridge_task(anchor: Operator, template: Operator, target: "Target | None" = None) -> Operator | None:
@@ -258,9 +258,10 @@ def _rebuild(anchor: Operator, template: Operator, target: "Target") -> Operator
     bb = relax.BlockBuilder()
     xs = [relax.Var(f"x{i}", relax.TensorType(s, dt)) for i, (s, dt) in enumerate(zip(inputs, dtypes))]
     if kind == "conv2d":
-        last = template.type == "C2DNHWC"  # channels last: NHWC/OHWI, no groups
+        last = template.type in ("C2DNHWC", "DEPNHWC")  # channels last: NHWC/OHWI
+        groups = (inputs[0][3] // inputs[1][3]) if last else inputs[0][1] // inputs[1][1]
         expr = relax.op.nn.conv2d(*xs, strides=anchor["stride"], padding=anchor["padding"],
-                                  dilation=anchor["dilation"], groups=1 if last else inputs[0][1] // inputs[1][1],
+                                  dilation=anchor["dilation"], groups=groups,
                                   data_layout="NHWC" if last else "NCHW", kernel_layout="OHWI" if last else "OIHW")
     else:
         expr = relax.op.matmul(*xs)
@@ -381,7 +382,7 @@ def _squeeze(extents) -> tuple[int, ...]:
 
 #: The anchor block names TOPI gives each operator type (Relax's legalization).
 _BLOCKS = {"C1D": "conv1d", "C2D": "conv2d", "C2DNHWC": "conv2d_nhwc", "C3D": "conv3d", "GRP": "group_conv2d|conv2d",
-           "DEP": "depthwise|conv2d", "T2D": "conv2d_transpose|compute", "BMM": "matmul", "DENSE": "matmul|dense"}
+           "DEP": "depthwise|conv2d", "DEPNHWC": "group_conv2d_nhwc|depthwise", "T2D": "conv2d_transpose|compute", "BMM": "matmul", "DENSE": "matmul|dense"}
 
 
 def _compatible(op_type: str, block: str) -> bool:

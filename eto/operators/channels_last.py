@@ -4,11 +4,12 @@ In NCHW a convolution's innermost contiguous axis is a spatial one, so a CPU pro
 output pixels and gathers its inputs across rows; with the channels last, the output channels are
 contiguous and one input value multiplies a whole vector of weights, which is how CPU libraries
 (ONNX Runtime's MLAS, oneDNN) run convolutions. A model converted with ``eto tune --layout NHWC``
-(:func:`eto.models.layout.channels_last`) runs these; Relax legalises them to TOPI's ``conv2d_nhwc``,
-whose major loop nest is ``(N, OH, OW, CO)`` by ``(KH, KW, CI)``: the same loops as
-:class:`~eto.operators.conv.Conv2D`'s in another order, so the selector's reuse conditions and the
-reuse tuner treat them as they treat NCHW ones, and the two layouts never reuse each other (their
-types differ).
+(:mod:`eto.models.layout`) runs these; Relax legalises them to TOPI's ``conv2d_nhwc`` (major loop nest
+``(N, OH, OW, CO)`` by ``(KH, KW, CI)``) and, for depthwise ones, ``group_conv2d_nhwc`` (``(N, OH, OW,
+C)`` by ``(KH, KW)``): the same loops as :class:`~eto.operators.conv.Conv2D`'s and
+:class:`~eto.operators.conv.DepthwiseConv2D`'s in another order, so the selector's reuse conditions
+and the reuse tuner treat them as they treat NCHW ones, and the two layouts never reuse each other
+(their types differ).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from eto.operators.base import ParamValue, register
-from eto.operators.conv import Conv2D, conv_nd_reference
+from eto.operators.conv import Conv2D, DepthwiseConv2D, conv_nd_reference
 
 
 @register
@@ -66,4 +67,49 @@ class Conv2DNHWC(Conv2D):
     def reference(self, p, x, w):
         out = conv_nd_reference(x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2), p["stride"], p["padding"],
                                 p["dilation"])
+        return np.ascontiguousarray(out.transpose(0, 2, 3, 1))
+
+
+@register
+class DepthwiseConv2DNHWC(DepthwiseConv2D):
+    name = "DEPNHWC"
+    description = "depthwise 2-D convolution (channel multiplier 1), NHWC input, C11HW weight as OHWI (channels last)"
+    space_names = ("N", "OH", "OW", "C")
+    reduction_names = ("KH", "KW")
+
+    def loop_nest(self, p):
+        oh, ow = self.out_spatial(p)
+        return (p["N"], oh, ow, p["C"]), self._kernel(p)
+
+    def params_from_loop_nest(self, extents, structural):
+        n, oh, ow, c, kh, kw = extents
+        return {"N": n, "C": c, "H": oh + kh - 1, "W": ow + kw - 1, "KH": kh, "KW": kw}
+
+    def input_shapes(self, p):
+        return [(p["N"], p["H"], p["W"], p["C"]), (p["C"], p["KH"], p["KW"], 1)]
+
+    def output_shape(self, p):
+        return (p["N"], *self.out_spatial(p), p["C"])
+
+    def te(self, p, dtype):
+        """TOPI's ``group_conv2d_nhwc`` with one channel per group, as Relax legalises it."""
+        from tvm import te, topi
+
+        data = te.placeholder(self.input_shapes(p)[0], dtype, name="data")
+        weight = te.placeholder(self.input_shapes(p)[1], dtype, name="weight")
+        (ph, pw), (sh, sw), (dh, dw) = p["padding"], p["stride"], p["dilation"]
+        padded = topi.nn.pad(data, [0, ph, pw, 0], [0, ph, pw, 0], name="pad_temp") if ph or pw else data
+        ry = te.reduce_axis((0, p["KH"]), name="ry")
+        rx = te.reduce_axis((0, p["KW"]), name="rx")
+        out = te.compute(
+            self.output_shape(p),
+            lambda n, y, x, c: te.sum(padded[n, y * sh + ry * dh, x * sw + rx * dw, c] * weight[c, ry, rx, 0],
+                                      axis=[ry, rx]),
+            name="group_conv2d_nhwc",
+        )
+        return [data, weight, out]
+
+    def reference(self, p, x, w):
+        out = conv_nd_reference(x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2), p["stride"], p["padding"],
+                                p["dilation"], groups=p["C"])
         return np.ascontiguousarray(out.transpose(0, 2, 3, 1))

@@ -119,7 +119,7 @@ def main() -> None:
         for spec in args.conv or DEFAULT_CONVS:
             rows.append(probe(spec, args.trials, args.rounds, measurer, target))
             print(json.dumps(rows[-1]), flush=True)
-    result = {"experiment": "layout_probe", "command": "python -m experiments.tools.layout_probe "
+    result = {"experiment": "layout_probe", "trials": args.trials, "command": "python -m experiments.tools.layout_probe "
               f"--trials {args.trials} --rounds {args.rounds}", "environment": environment(), "rows": rows}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:

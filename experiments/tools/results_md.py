@@ -280,6 +280,32 @@ def model_bench(d: dict) -> list[str]:
             f"tunable FLOPs.", ""] + table(["built model", "latency (median)", "eto's speed against it"], rows)
 
 
+def layout_probe(d: dict) -> list[str]:
+    rows = [[f"`{r['conv']}`", f"{r['gflop']:.3f}", *(f"{r['gflops'][k]:.0f}" for k in ("NCHW", "NHWC", "ort", "pytorch")),
+             x(r["gflops"]["NHWC"] / r["gflops"]["NCHW"])] for r in d["rows"]]
+    return ["One convolution tuned by MetaSchedule in each layout at the same budget, timed side by side with "
+            "ONNX Runtime's and PyTorch's kernels (GFLOP/s):", ""] + table(
+        ["N,CI,H,W,CO,K,stride,pad", "GFLOP", "NCHW", "NHWC", "ONNX Runtime", "PyTorch", "NHWC/NCHW"], rows)
+
+
+def model_profile(d: dict) -> list[str]:
+    lines = [d["note"], ""] if d.get("note") else []
+    for label, p in d["profiles"].items():
+        ort = p.get("ort_model_seconds")
+        vs = f"; ONNX Runtime {1e3 * ort:.2f} ms, **eto/ORT {p['model_seconds'] / ort:.2f}x**" if ort else ""
+        lines += [f"`{label}` ({p['layout']}): eto {1e3 * p['model_seconds']:.2f} ms per inference{vs}; fp32 peak "
+                  f"{p['peak']['flops'] / 1e9:.0f} GFLOP/s ({p['peak']['how']}). The five tasks with the largest "
+                  "share (eto/ORT: eto's time over ONNX Runtime's for the same layers, above 1: ONNX Runtime "
+                  "faster):", ""]
+        rows = [[f"`{t['task']}`", str(t["calls"]), f"{1e3 * t['seconds']:.2f}", pct(t["share"]),
+                 "-" if t["gflops"] is None else f"{t['gflops']:.0f}",
+                 "-" if t["peak_fraction"] is None else pct(t["peak_fraction"]),
+                 "-" if t.get("ort_seconds") is None else f"{1e3 * t['ort_seconds']:.2f}",
+                 "-" if t.get("ratio") is None else x(t["ratio"])] for t in p["rows"][:5]]
+        lines += table(["task", "calls", "ms", "share", "GFLOP/s", "of peak", "ORT ms", "eto/ORT"], rows) + [""]
+    return lines
+
+
 #: (test, renderer): the first whose test holds for a result file renders it
 KINDS: list[tuple[Callable[[dict], bool], Callable[[dict], list[str]]]] = [
     (lambda d: "share_phi_nonempty" in (d.get("summary") or {}), reuse_opportunity),
@@ -293,6 +319,8 @@ KINDS: list[tuple[Callable[[dict], bool], Callable[[dict], list[str]]]] = [
     (lambda d: d.get("benchmark") == "symbolic_bench", symbolic_bench),
     (lambda d: str(d.get("experiment", "")).startswith("E8"), vendor_roofline),
     (lambda d: "eto_tune_wall_s" in (d.get("summary") or {}), model_bench),
+    (lambda d: d.get("experiment") == "layout_probe", layout_probe),
+    (lambda d: d.get("experiment") == "model_profile", model_profile),
 ]
 
 
