@@ -27,6 +27,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model", required=True, help="a model of eto.models.examples (resnet50, resnet18, ...)")
     ap.add_argument("--db", action="append", required=True, metavar="LABEL=LAYOUT:DIR",
                     help="a database and the layout it was tuned in (repeatable)")
+    ap.add_argument("--eto-from", choices=("onnx", "pt2"), default="onnx",
+                    help="the file eto's build reads (the one its databases were tuned from); ONNX Runtime runs the "
+                         "ONNX export either way")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--note", default="", help="how the databases were made (trials, command)")
     ap.add_argument("--out", required=True)
@@ -39,16 +42,18 @@ def main(argv: list[str] | None = None) -> None:
     profiles = {}
     with tempfile.TemporaryDirectory(prefix="eto-e11-") as tmp:
         onnx = export(args.model, os.path.join(tmp, f"{args.model}.onnx"), onnx=True)
+        source = onnx if args.eto_from == "onnx" else export(args.model, os.path.join(tmp, f"{args.model}.pt2"))
         for spec in args.db:
             label, _, rest = spec.partition("=")
             layout, _, path = rest.partition(":")
-            report = profile_model(with_layout(load_relax(onnx), layout), path, onnx=onnx, rounds=args.rounds)
+            report = profile_model(with_layout(load_relax(source), layout), path, onnx=onnx, rounds=args.rounds)
             print(report.table(), flush=True)
             profiles[label] = {"layout": layout, "database": os.path.basename(os.path.normpath(path)),
                                **report.to_json()}
     result = {"experiment": "model_profile", "model": args.model, "note": args.note,
               "command": "python -m experiments.model_profile " + " ".join(
-                  [f"--model {args.model}", *(f"--db {d}" for d in args.db), f"--rounds {args.rounds}"]),
+                  [f"--model {args.model}", *(f"--db {d}" for d in args.db), f"--eto-from {args.eto_from}",
+                   f"--rounds {args.rounds}"]),
               "environment": environment(), "profiles": profiles}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:

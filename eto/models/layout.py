@@ -50,7 +50,7 @@ def convert_layout(mod: "tvm.IRModule", layout: str) -> "tvm.IRModule":
         return mod
 
     def desired(call) -> dict:
-        if call.op.name != "relax.nn.conv2d":
+        if call.op.name != "relax.nn.conv2d" or str(call.attrs.data_layout) != "NCHW":
             return {}
         data, weight = static_shape(call.args[0]), static_shape(call.args[1])
         if data is None or weight is None or len(data) != 4 or len(weight) != 4:  # symbolic: left as it is
@@ -81,7 +81,10 @@ def clip_as_max_min(mod: "tvm.IRModule") -> "tvm.IRModule":
             if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.clip"):
                 return call
             x, dtype = call.args[0], str(relax_type(call.args[0]).dtype)
-            lo, hi = (float(getattr(a.value, "value", a.value)) for a in call.args[1:3])
+            try:
+                lo, hi = (float(getattr(a.value, "value", a.value)) for a in call.args[1:3])
+            except (TypeError, ValueError, AttributeError):  # bounds that are not constants: left alone
+                return call
             low = self.builder_.emit(relax.op.maximum(x, relax.const(lo, dtype)))
             return relax.op.minimum(low, relax.const(hi, dtype))
 

@@ -208,7 +208,8 @@ def _conv(call, nd: int) -> Operator:
     if layouts != ("NC" + sp, "OI" + sp, "NC" + sp):
         raise Unmapped(describe_call(call),
                            f"layout {'/'.join(layouts)}: eto's convolutions are NC{sp}/OI{sp}, or NHWC/OHWI "
-                           "ungrouped or depthwise (convert the layout first: eto's --layout, relax.transform.ConvertLayout)")
+                           "ungrouped or depthwise (convert the layout first: eto's --layout, "
+                           "relax.transform.ConvertLayout)")
     padding = _symmetric(call, _ints(a.padding), nd)
     stride, dilation, groups = _ints(a.strides), _ints(a.dilation), int(a.groups)
     n, ci, *spatial = dshape

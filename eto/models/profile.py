@@ -4,9 +4,8 @@ eto's build (:mod:`eto.models.build`) runs whole, each VM call timed by the VM's
 fused task gets its calls, time, share of the model's latency, GFLOP/s and their fraction of the fp32
 peak (:func:`fp32_peak`), and whether its arithmetic intensity puts it under the memory roof
 (:func:`memory_bandwidth`), where a low fraction is expected. An ONNX file also runs in ONNX Runtime
-with its profiler on, round by round beside eto's runs, and eto's conv/matmul calls are matched to the
-nodes computing the same layers (:func:`match_calls`): an unmatched task shows no ONNX Runtime time.
-"""
+with its profiler on, after eto's runs (not between them), and eto's conv/matmul calls are matched to the
+nodes computing the same layers (:func:`match_calls`); an unmatched task shows no ONNX Runtime time."""
 
 from __future__ import annotations
 
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from eto.operators.channels_last import nchw_shapes
 from eto.report import format_table
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,8 +36,8 @@ if TYPE_CHECKING:  # pragma: no cover
 Key = tuple  # a layer as both sides see it: (kind, data shape, [weight shape,] output shape), unit dims dropped
 
 #: eto operator types by the kind of layer their anchor computes; ONNX Runtime's ops likewise
-_KINDS = {**dict.fromkeys(("C1D", "C2D", "C3D", "GRP", "DEP"), "conv"), "T2D": "conv_transpose",
-          "BMM": "matmul", "DENSE": "matmul"}
+_KINDS = {**dict.fromkeys(("C1D", "C2D", "C3D", "GRP", "DEP", "C2DNHWC", "DEPNHWC"), "conv"),
+          "T2D": "conv_transpose", "BMM": "matmul", "DENSE": "matmul"}
 _ORT_KINDS = {"Conv": "conv", "FusedConv": "conv", "ConvTranspose": "conv_transpose", "MatMul": "matmul",
               "FusedMatMul": "matmul", "Gemm": "matmul", "FusedGemm": "matmul"}
 
@@ -296,7 +296,8 @@ def _ort_session(path: "str | os.PathLike[str] | None", threads: int, folder: st
         import onnxruntime as ort
 
         opts = ort.SessionOptions()
-        opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+        opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1  # spinning: bench.onnxruntime_session
+        opts.add_session_config_entry("session.force_spinning_stop", "1")
         opts.enable_profiling, opts.profile_file_prefix = True, os.path.join(folder, "ort")
         return ort.InferenceSession(os.fspath(path), sess_options=opts, providers=["CPUExecutionProvider"]), []
     except Exception as e:  # noqa: BLE001 -- not installed, or it cannot run this model: eto's columns still stand
@@ -307,7 +308,7 @@ def _ort_session(path: "str | os.PathLike[str] | None", threads: int, folder: st
 def _timed_rounds(built: "BuiltModel", inputs: Sequence[np.ndarray], session: Any, rounds: int,
                   log: Callable[[str], None], warmup: int = 2):
     """eto's calls (the median seconds of each call site, in call order) and whole runs' seconds, and
-    ONNX Runtime's nodes and runs' seconds: one run of each per round, after ``warmup`` rounds."""
+    ONNX Runtime's nodes and runs' seconds: eto's runs first, then ONNX Runtime's, after ``warmup`` each."""
     import tvm
 
     vm, dev = built.vm(), tvm.cpu()
@@ -324,15 +325,15 @@ def _timed_rounds(built: "BuiltModel", inputs: Sequence[np.ndarray], session: An
     vm.set_instrument(instrument)
     feed = {i.name: np.ascontiguousarray(a) for i, a in zip(session.get_inputs(), inputs)} if session else {}
     runs, walls = [], []
-    for r in range(warmup + rounds):
-        calls.clear()
+    for r in range(warmup + rounds):  # eto's rounds, then ONNX Runtime's: interleaved, each one's idle
+        calls.clear()  # threads (spinning, waking) slowed the other's next run up to 2x on 2 cores
         t0 = time.perf_counter()
         vm["main"](*args)
         walls.append(time.perf_counter() - t0)
         runs.append(list(calls))
-        if session is not None:
-            session.run(None, feed)
         log(f"round {r + 1}/{warmup + rounds}: eto {walls[-1] * 1e3:.3f} ms")
+    for _ in range(warmup + rounds if session is not None else 0):
+        session.run(None, feed)
     ort = None
     if session is not None:
         with open(session.end_profiling()) as f:
@@ -350,7 +351,7 @@ def _report(model: str, target: str, tasks: Sequence["ModelTask"], peak: Peak, c
     sites = [i for i, (s, _) in enumerate(calls) if s in by_name]  # eto's task calls, in order
     nodes, ort_walls = ort or ([], [])
     ops = [by_name[calls[i][0]].op for i in sites]
-    matched, more = match_calls([layer_key(_KINDS.get(op.type), op.anchor.input_shapes, op.anchor.output_shape)
+    matched, more = match_calls([layer_key(_KINDS.get(op.type), *nchw_shapes(op.anchor))
                                  if op is not None and op.type in _KINDS else None for op in ops], map(node_key, nodes))
     model_s, rows = statistics.median(walls), []
     for task in tasks:

@@ -381,8 +381,9 @@ def _squeeze(extents) -> tuple[int, ...]:
 
 
 #: The anchor block names TOPI gives each operator type (Relax's legalization).
-_BLOCKS = {"C1D": "conv1d", "C2D": "conv2d", "C2DNHWC": "conv2d_nhwc", "C3D": "conv3d", "GRP": "group_conv2d|conv2d",
-           "DEP": "depthwise|conv2d", "DEPNHWC": "group_conv2d_nhwc|depthwise", "T2D": "conv2d_transpose|compute", "BMM": "matmul", "DENSE": "matmul|dense"}
+_BLOCKS = {"C1D": "conv1d", "C2D": "conv2d", "C2DNHWC": "conv2d_nhwc", "C3D": "conv3d",
+           "GRP": "group_conv2d|conv2d", "DEP": "depthwise|conv2d", "DEPNHWC": "group_conv2d_nhwc|depthwise",
+           "T2D": "conv2d_transpose|compute", "BMM": "matmul", "DENSE": "matmul|dense"}
 
 
 def _compatible(op_type: str, block: str) -> bool:

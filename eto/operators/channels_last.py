@@ -113,3 +113,14 @@ class DepthwiseConv2DNHWC(DepthwiseConv2D):
         out = conv_nd_reference(x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2), p["stride"], p["padding"],
                                 p["dilation"], groups=p["C"])
         return np.ascontiguousarray(out.transpose(0, 2, 3, 1))
+
+
+def nchw_shapes(op) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
+    """``op``'s first two input shapes and its output shape as an NCHW framework writes them (data
+    NCHW, weight OIHW): a channels-last convolution's transposed, any other operator's as they are. How
+    a layer is matched to another tool's record of it (:mod:`eto.models.profile`)."""
+    ins, out = [tuple(s) for s in op.input_shapes], tuple(op.output_shape)
+    if not op.type.endswith("NHWC"):
+        return ins, out
+    nchw = lambda s: (s[0], s[3], s[1], s[2])  # noqa: E731  (NHWC -> NCHW, OHWI -> OIHW alike)
+    return [nchw(s) for s in ins[:2]], nchw(out)
