@@ -22,11 +22,16 @@ def load_set(name: str):
                                             Operator.create("BMM", B=2, M=64, N=64, K=32)])
 
 
-def write_outputs(result: dict, out: str, plot: Callable[[dict, str], None]) -> None:
-    """``out`` (JSON) and the PNG ``plot`` draws beside it; print the summary and both paths."""
+def write_result(result: dict, out: str) -> None:
+    """``result`` as JSON in ``out``, its folder made if need be."""
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as f:
         json.dump(result, f, indent=1)
+
+
+def write_outputs(result: dict, out: str, plot: Callable[[dict, str], None]) -> None:
+    """``out`` (JSON) and the PNG ``plot`` draws beside it; print the summary and both paths."""
+    write_result(result, out)
     png = out.removesuffix(".json") + ".png"
     plot(result, png)
     print(json.dumps(result["summary"], indent=1))

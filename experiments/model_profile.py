@@ -15,11 +15,11 @@ before and after it.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 
 from experiments._env import environment
+from experiments._experiment import write_result
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -55,9 +55,7 @@ def main(argv: list[str] | None = None) -> None:
                   [f"--model {args.model}", *(f"--db {d}" for d in args.db), f"--eto-from {args.eto_from}",
                    f"--rounds {args.rounds}"]),
               "environment": environment(), "profiles": profiles}
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+    write_result(result, args.out)
     print(f"written {args.out}")
 
 

@@ -63,7 +63,13 @@ def _gelu_as_erf(mod: "tvm.IRModule") -> "tvm.IRModule":
             half = emit(relax.op.add(const(0.5), mul(inner, const(0.5))))
             return mul(x, half)
 
-    mutator = GeluWrittenOut(mod)
+    return mutate_functions(mod, GeluWrittenOut(mod))
+
+
+def mutate_functions(mod: "tvm.IRModule", mutator) -> "tvm.IRModule":
+    """``mod`` with each Relax function rewritten by ``mutator`` (a ``PyExprMutator`` built on ``mod``)."""
+    from tvm import relax
+
     for gv, func in mod.functions_items():
         if isinstance(func, relax.Function):
             mutator.builder_.update_func(gv, mutator.visit_expr(func))

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal, get_args
 
 from eto.errors import InputError
+from eto.models.fast_math import mutate_functions
 from eto.models.load import RelaxModel
 from eto.models.mapping import channels_last_kind, relax_type, static_shape
 
@@ -88,8 +89,4 @@ def clip_as_max_min(mod: "tvm.IRModule") -> "tvm.IRModule":
             low = self.builder_.emit(relax.op.maximum(x, relax.const(lo, dtype)))
             return relax.op.minimum(low, relax.const(hi, dtype))
 
-    mutator = ClipAsMaxMin(mod)
-    for gv, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            mutator.builder_.update_func(gv, mutator.visit_expr(func))
-    return mutator.builder_.get()
+    return mutate_functions(mod, ClipAsMaxMin(mod))

@@ -47,27 +47,10 @@ class Conv2DNHWC(Conv2D):
 
     def te(self, p, dtype):
         """TOPI's ``conv2d_nhwc`` with an OHWI weight, as Relax legalises ``conv2d(NHWC, OHWI)``."""
-        from tvm import te, topi
-
-        data = te.placeholder(self.input_shapes(p)[0], dtype, name="data")
-        weight = te.placeholder(self.input_shapes(p)[1], dtype, name="weight")
-        (ph, pw), (sh, sw), (dh, dw) = p["padding"], p["stride"], p["dilation"]
-        padded = topi.nn.pad(data, [0, ph, pw, 0], [0, ph, pw, 0], name="pad_temp") if ph or pw else data
-        ry = te.reduce_axis((0, p["KH"]), name="ry")
-        rx = te.reduce_axis((0, p["KW"]), name="rx")
-        rc = te.reduce_axis((0, p["CI"]), name="rc")
-        out = te.compute(
-            self.output_shape(p),
-            lambda n, y, x, co: te.sum(padded[n, y * sh + ry * dh, x * sw + rx * dw, rc] * weight[co, ry, rx, rc],
-                                       axis=[ry, rx, rc]),
-            name="conv2d_nhwc",
-        )
-        return [data, weight, out]
+        return _nhwc_te(self.input_shapes(p), self.output_shape(p), p, dtype, depthwise=False)
 
     def reference(self, p, x, w):
-        out = conv_nd_reference(x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2), p["stride"], p["padding"],
-                                p["dilation"])
-        return np.ascontiguousarray(out.transpose(0, 2, 3, 1))
+        return _nhwc_reference(p, x, w, groups=1)
 
 
 @register
@@ -93,26 +76,37 @@ class DepthwiseConv2DNHWC(DepthwiseConv2D):
 
     def te(self, p, dtype):
         """TOPI's ``group_conv2d_nhwc`` with one channel per group, as Relax legalises it."""
-        from tvm import te, topi
-
-        data = te.placeholder(self.input_shapes(p)[0], dtype, name="data")
-        weight = te.placeholder(self.input_shapes(p)[1], dtype, name="weight")
-        (ph, pw), (sh, sw), (dh, dw) = p["padding"], p["stride"], p["dilation"]
-        padded = topi.nn.pad(data, [0, ph, pw, 0], [0, ph, pw, 0], name="pad_temp") if ph or pw else data
-        ry = te.reduce_axis((0, p["KH"]), name="ry")
-        rx = te.reduce_axis((0, p["KW"]), name="rx")
-        out = te.compute(
-            self.output_shape(p),
-            lambda n, y, x, c: te.sum(padded[n, y * sh + ry * dh, x * sw + rx * dw, c] * weight[c, ry, rx, 0],
-                                      axis=[ry, rx]),
-            name="group_conv2d_nhwc",
-        )
-        return [data, weight, out]
+        return _nhwc_te(self.input_shapes(p), self.output_shape(p), p, dtype, depthwise=True)
 
     def reference(self, p, x, w):
-        out = conv_nd_reference(x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2), p["stride"], p["padding"],
-                                p["dilation"], groups=p["C"])
-        return np.ascontiguousarray(out.transpose(0, 2, 3, 1))
+        return _nhwc_reference(p, x, w, groups=p["C"])
+
+
+def _nhwc_te(shapes, out_shape, p, dtype, *, depthwise: bool) -> list:
+    """A channels-last convolution: each output channel reduces over the window and, unless ``depthwise``
+    (one input channel per output channel, the weight's last axis 1), over every input channel."""
+    from tvm import te, topi
+
+    data = te.placeholder(shapes[0], dtype, name="data")
+    weight = te.placeholder(shapes[1], dtype, name="weight")
+    (ph, pw), (sh, sw), (dh, dw) = p["padding"], p["stride"], p["dilation"]
+    padded = topi.nn.pad(data, [0, ph, pw, 0], [0, ph, pw, 0], name="pad_temp") if ph or pw else data
+    ry, rx = te.reduce_axis((0, p["KH"]), name="ry"), te.reduce_axis((0, p["KW"]), name="rx")
+    rc = None if depthwise else te.reduce_axis((0, p["CI"]), name="rc")
+
+    def body(n, y, x, co):
+        ci, k = (co, 0) if depthwise else (rc, rc)
+        return te.sum(padded[n, y * sh + ry * dh, x * sw + rx * dw, ci] * weight[co, ry, rx, k],
+                      axis=[ry, rx] if depthwise else [ry, rx, rc])
+
+    return [data, weight, te.compute(out_shape, body, name="group_conv2d_nhwc" if depthwise else "conv2d_nhwc")]
+
+
+def _nhwc_reference(p, x, w, *, groups: int) -> np.ndarray:
+    """numpy's result: the NCHW reference on the transposed operands, transposed back."""
+    out = conv_nd_reference(x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2), p["stride"], p["padding"], p["dilation"],
+                            groups=groups)
+    return np.ascontiguousarray(out.transpose(0, 2, 3, 1))
 
 
 def nchw_shapes(op) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:

@@ -22,6 +22,7 @@ import time
 import numpy as np
 
 from experiments._env import environment
+from experiments._experiment import write_result
 
 DEFAULT_CONVS = ["1,64,56,56,64,3,1,1", "1,256,56,56,64,1,1,0", "1,256,14,14,256,3,1,1", "1,3,224,224,64,7,2,3"]
 
@@ -121,9 +122,7 @@ def main() -> None:
             print(json.dumps(rows[-1]), flush=True)
     result = {"experiment": "layout_probe", "trials": args.trials, "command": "python -m experiments.tools.layout_probe "
               f"--trials {args.trials} --rounds {args.rounds}", "environment": environment(), "rows": rows}
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+    write_result(result, args.out)
     print(f"written {args.out}")
 
 
