@@ -110,7 +110,9 @@ def operators_from_args(args: argparse.Namespace) -> OperatorSet:
             log.warning(f"{args.model}: not tuned: {u.count} x {u.op} ({u.reason})")
         return result.opset
     if args.op:
-        return OperatorSet.from_layers("operators", [Operator.parse(t) for t in args.op])
+        # argparse (3.11) turns ``--op=--`` into an empty list rather than the string "--"
+        specs = [t if isinstance(t, str) else "--" for t in args.op]
+        return OperatorSet.from_layers("operators", [Operator.parse(t) for t in specs])
     return load_opset(args.opset or "quickstart")
 
 
