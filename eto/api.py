@@ -130,6 +130,9 @@ def tune(
     operator-set JSON file, an ONNX model or a ``.pt2`` archive, or a Relax ``IRModule`` (its fused tasks are
     tuned). ``options``: a :class:`~eto.options.TuneOptions`, or its fields as keywords (``trials=64``,
     ``strategy="global"`` ...); ``method="metaschedule"`` tunes every operator with MetaSchedule alone.
+    ``time_budget=1200`` (seconds) sizes the run to the time instead of the trials: the plan fits most
+    of it, the rest improves the operators with the most latency to gain, the run stops on time, and
+    the report's ``pending`` rows are left for the next call (docs/pipeline.md, "Time budget").
     ``priors``: databases read, never written, whose programs are copied into ``database`` and reused.
     A rerun of the same call resumes: operators the database holds are not tuned again. ``dims``,
     ``fast_math``, ``layout``: how a model is read and compiled (:func:`operator_set`).

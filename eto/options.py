@@ -89,10 +89,18 @@ class TuneOptions:
     #: trials for each function outside the catalogue that cannot be reused (None: the pipeline's
     #: default, ``eto.operators.task.FUNCTION_TRIALS``, never more than the backend's trials)
     function_trials: int | None = None
+    #: wall seconds the run may take (None: no limit; the trials decide): the backend's trials are
+    #: chosen so the plan fits, the rest goes where the model's latency is, and the run stops on time
+    #: (:mod:`eto.planning.budget`, :mod:`eto.runs.improve`; method eto only)
+    time_budget: float | None = None
 
     def __post_init__(self) -> None:
         check_choice("method", self.method, Method)
         check_positive("function_trials", self.function_trials, allow_none=True)
+        if self.time_budget is not None and not (0 < self.time_budget < math.inf):  # NaN too
+            raise OptionError("time_budget", f"must be a positive number of seconds, got {self.time_budget}")
+        if self.time_budget is not None and self.method != "eto":
+            raise OptionError("time_budget", f"applies to method 'eto' only, not {self.method!r}")
         if self.evolve_trials < 0:
             raise OptionError("evolve_trials", f"must be >= 0, got {self.evolve_trials}")
         if self.method != "eto" and (self.plan.hot_share is not None or self.evolve_trials):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from typing import TYPE_CHECKING, get_args
 
 from tuner.measure.options import DEFAULT_TRIALS, DEFAULT_TRIALS_PER_ITER
@@ -166,7 +167,7 @@ _OPTION_FLAGS = {"trials": "trials", "trials_per_iter": "num_trials_per_iter", "
                  "plan_budget": "plan_budget", "bridges": "bridges", "solver": "solver", "cost": "cost",
                  "strategy": "strategy", "hot_share": "hot_share", "hot_factor": "hot_factor",
                  "evolve": "evolve_trials", "distance_weight": "distance_weight", "finalists": "finalists",
-                 "function_trials": "function_trials"}
+                 "function_trials": "function_trials", "time_budget": "time_budget"}
 
 
 def add_tuning_options(p: argparse.ArgumentParser) -> None:
@@ -182,6 +183,7 @@ def add_tuning_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trials", type=int, default=DEFAULT_TRIALS,
                    help="MetaSchedule's measured candidates per operator the backend tunes")
     add_function_trials_option(p, "; --method metaschedule gives them --trials")
+    add_time_budget_option(p)
     p.add_argument("--seed", type=int, default=None, help="random seed of the searches (default: none)")
     a = advanced(p)
     a.add_argument("--plan-budget", type=int, default=None,
@@ -204,6 +206,30 @@ def add_tuning_options(p: argparse.ArgumentParser) -> None:
     a.add_argument("--trials-per-iter", type=int, default=DEFAULT_TRIALS_PER_ITER, help="MetaSchedule's batch size")
     a.add_argument("--search", default="evolutionary", choices=["evolutionary", "light"],
                    help="MetaSchedule's evolutionary search with its defaults, or a small-population one")
+
+
+def add_time_budget_option(p: argparse.ArgumentParser) -> None:
+    """``--time-budget``: one copy for ``eto tune``, ``eto plan`` and ``eto retune``."""
+    p.add_argument("--time-budget", type=parse_duration, default=None, metavar="DURATION",
+                   help="the run's wall time, e.g. 90s, 20m, 1h30m (plain numbers are seconds): the backend's "
+                        "trials are chosen so the plan fits most of it (--trials is ignored), the rest goes to "
+                        "the operators with the most latency to gain, and the run stops on time; the same command "
+                        "goes on from there (default: none, --trials decides)")
+
+
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``90``, ``90s``, ``20m``, ``1h30m``, ``1.5h``; an argparse error naming the text otherwise."""
+    m = _DURATION.fullmatch(text.strip().lower())
+    if not text.strip() or m is None or not any(m.groups()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 90s, 20m, 1h30m)")
+    h, mins, secs = (float(g) if g else 0.0 for g in m.groups())
+    seconds = 3600 * h + 60 * mins + secs
+    if not 0 < seconds < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r}: a time budget must be more than 0 s")
+    return seconds
 
 
 def advanced(p: argparse.ArgumentParser) -> "argparse._ArgumentGroup":

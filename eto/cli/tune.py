@@ -36,12 +36,14 @@ def _open_database(path: str, priors: Sequence[str] = ()) -> "Database":
 
 def _tune(args: argparse.Namespace) -> int:
     import eto.api
+    from eto.runs.tuning import clock
     from eto.target import parse_target
 
     target = parse_target(args.target)
     opset = tuning_opset(args, target)
-    if args.method == "metaschedule" and (args.hot_share is not None or args.evolve or args.rpc or args.devices != 1):
-        raise CLIError("--hot-share, --evolve, --rpc and --devices apply to --method eto only")
+    if args.method == "metaschedule" and (args.hot_share is not None or args.evolve or args.rpc or args.devices != 1
+                                          or args.time_budget is not None):
+        raise CLIError("--hot-share, --evolve, --time-budget, --rpc and --devices apply to --method eto only")
     if args.method in ("topk", "st") and (args.hot_share is not None or args.evolve):
         raise CLIError(f"--hot-share and --evolve apply to --method eto only, not {args.method}")
     # every flag checked before the database is opened: bad flags leave no empty database behind
@@ -54,7 +56,8 @@ def _tune(args: argparse.Namespace) -> int:
            "topk": "eto's plan with TopK instead of the reuse tuner (baseline)",
            "st": "Selective Tuning (baseline)"}[args.method]
     log.info(f"{opset.name}: {len(opset)} operators, {len(opset) - len(todo)} already in {args.db}; "
-             f"tuning {len(todo)} with {how}, backend budget {args.trials} trials, target {target}")
+             f"tuning {len(todo)} with {how}, " + (f"time budget {clock(args.time_budget)}" if args.time_budget
+                                                   else f"backend budget {args.trials} trials") + f", target {target}")
     from tuner.measure.backend import search_strategy
 
     options = options.replace(search=search_strategy(args.search))
@@ -110,8 +113,12 @@ def _report_table(report: "TuneReport") -> str:
     tuned = sum(r.candidates for r in report.rows if r.status == "tuned")
     estimate = "" if report.estimated_candidates is None else f" (plan estimated {report.estimated_candidates:.0f})"
     est_s = "" if report.estimated_seconds is None else f" (plan estimated {report.estimated_seconds:.0f} s)"
+    budget = "" if report.time_budget is None else f" of a {report.time_budget:.0f} s budget"
     lines.append(f"weighted latency sum: {'-' if w is None else f'{w * 1e3:.4f} ms'}; candidates measured "
-                 f"{tuned}{estimate}; wall time {report.seconds:.1f} s{est_s}; failed: {len(report.failed)}")
+                 f"{tuned}{estimate}; wall time {report.seconds:.1f} s{budget}{est_s}; failed: {len(report.failed)}")
+    if report.pending:
+        lines.append(f"stopped by the {report.stopped}: {len(report.pending)} operators not reached; the same command "
+                     "goes on from there")
     for r in report.failed:
         lines.append(f"  failed: {r.op}: {r.error}")
     return "\n".join(lines)

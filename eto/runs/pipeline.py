@@ -13,7 +13,7 @@ design space, falls back to the backend (the reason is kept with the result).
 A model's functions outside the catalogue (TASK operators, :mod:`eto.operators.task`: softmax,
 norms, element-wise) stay out of the plan and are tuned after it: by reuse from the same function
 tuned at another size where the database holds it, else by the backend, ``function_trials`` each
-(default :data:`FUNCTION_TRIALS`, at most ``trials``; one for a design space of one program).
+(default :data:`eto.operators.task.FUNCTION_TRIALS`, at most ``trials``; one for a design space of one program).
 
 Kinds with several sketches (section 6.1) cost the full budget until one of them is tuned: when
 the plan names such operators (``replan_after``), they are tuned first and the set is planned
@@ -46,16 +46,19 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from selector import ROOT, Plan
+from tuner.measure import deadline
 from tuner.measure.faults import kill_point
 from tuner.reuse.ranked import resolve_top_k
 
 from eto.operators import Operator
 from eto.operators.opsets import OperatorEntry, OperatorSet
-from eto.operators.task import FUNCTION_TRIALS, same_function_sources
+from eto.operators.task import same_function_sources
 from eto.options import TuneOptions
+from eto.planning.budget import PLAN_SHARE, function_trials, functions_estimator, plan_within
 from eto.planning.planner import OperatorPlan, hot_operators, plan_operator_set, plan_selective
 from eto.runs.derive import Derivation, ReuseSearch, RunContext
-from eto.runs.tuning import OperatorReport, SetProgress, TuneReport, report_row
+from eto.runs.improve import improve
+from eto.runs.tuning import OperatorReport, SetProgress, TuneReport, clock, report_row
 from eto.store.database import Database
 from eto.target import export_threads, parse_target, target_key
 
@@ -63,6 +66,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
 
     from tuner.measure.measurer import Measurer
+
 
 def tune(
     opset: OperatorSet,
@@ -80,40 +84,69 @@ def tune(
     the reuse tuner, the method. Given several measurers (one per RPC device), independent subtrees of the
     plan are tuned concurrently. ``on_batch(label, measured, budget, best_seconds)`` after each measured
     batch; ``log`` for progress messages.
+
+    With ``options.time_budget`` (seconds) the backend's trials are chosen so the whole estimate fits
+    :data:`~eto.planning.budget.PLAN_SHARE` of it (:func:`~eto.planning.budget.plan_within`), the time
+    left after the plan goes to the operators with the most latency to gain (:mod:`eto.runs.improve`),
+    and the run stops on time (:mod:`tuner.measure.deadline`): the report's ``stopped`` says so, and
+    operators it did not reach are ``pending`` for the next run.
     """
+    options = options or TuneOptions()
+    target = parse_target(target)
+    export_threads()
+    start = time.perf_counter()
+    with deadline.until(options.time_budget):
+        return _tune(opset, target, database, options, measurer, on_batch, log or (lambda _msg: None), start)
+
+
+def _tune(opset: OperatorSet, target: "Target", database: Database, options: TuneOptions,
+          measurer: "Measurer | Sequence[Measurer] | None", on_batch: Callable[[str, int, int, float], None] | None,
+          log: Callable[[str], None], start: float) -> TuneReport:
+    """:func:`tune` within the run's deadline (none without a time budget)."""
     from tuner.reuse.cost_model import LearnedRanker
     from tuner.reuse.topk import DEFAULT_K
 
-    options = options or TuneOptions()
-    target = parse_target(target)
-    top_k = resolve_top_k(options.reuse.top_k, target)
-    export_threads()
-    start = time.perf_counter()
-    plan = options.plan
-    hot = hot_operators(opset, plan.hot_share) if plan.hot_share is not None else frozenset()
-    run = RunContext(target, database, options, hot, log or (lambda _msg: None), on_batch,
-                     ranker=LearnedRanker(target) if top_k is not None and options.method == "eto" else None)
+    hot = hot_operators(opset, options.plan.hot_share) if options.plan.hot_share is not None else frozenset()
     wall_start = time.time()
     kill_point("plan.before")
-    budget = options.plan_budget
+    functions = functions_estimator(opset, database, target)
     if options.method == "st":
-        planned = plan_selective(opset, budget=budget, k=DEFAULT_K, database=database, target=target)
+        planned = plan_selective(opset, budget=options.plan_budget, k=DEFAULT_K, database=database, target=target)
+        functions_s = functions(planned.time_model, function_trials(options)) if planned.time_model else 0.0
+    elif options.time_budget is not None:
+        fitted = plan_within(opset, options, options.time_budget * PLAN_SHARE, functions=functions,
+                             database=database, target=target, hot=hot)
+        planned, options, functions_s = fitted.planned, fitted.options, fitted.functions_seconds
+        log(f"time budget {clock(options.time_budget)}: {options.backend.trials} trials per backend root, "
+            f"the plan estimated {clock(fitted.seconds)} of it; the rest where the latency is")
     else:
         planned = plan_operator_set(opset, options, database=database, target=target, hot=hot)
+        functions_s = functions(planned.time_model, function_trials(options)) if planned.time_model else 0.0
     kill_point("plan.after")
+    top_k = resolve_top_k(options.reuse.top_k, target)
+    run = RunContext(target, database, options, hot, log, on_batch,
+                     ranker=LearnedRanker(target) if top_k is not None and options.method == "eto" else None)
     measurers = _measurers(measurer)
     derivation = Derivation.create(options)
+    estimated, stopped = (0.0, 0.0), None
     try:
         planned, estimated = _tune_multi_sketch_kinds_first(planned, run, measurers[0])
-        _tune_plan(planned, run, derivation, measurers)
-        _tune_functions(opset, run, derivation, measurers[0],
-                        min(run.trials, options.function_trials or FUNCTION_TRIALS))
+        _tune_plan(planned, run, derivation, measurers, functions_s)
+        _tune_functions(opset, run, derivation, measurers[0], function_trials(options))
+        if options.time_budget is not None:
+            improve(opset, run, measurers[0])
+    except deadline.DeadlineReached:
+        stopped = "time budget"
+        left = [e for e in opset if not database.attempted(e.op, target)]
+        log(f"time budget spent after {clock(time.perf_counter() - start)}" + (
+            f": {len(left)} operators not tuned yet; the same command with a budget goes on from there"
+            if left else ""))
     finally:
         if measurer is None:  # our own
             measurers[0].close()
     kill_point("tune.end")
-    return _report(opset, planned, run, wall_start, (estimated[0] + planned.plan.total_cost,
-                   estimated[1] + planned.total_candidates), time.perf_counter() - start)
+    return _report(opset, planned, run, wall_start, (estimated[0] + planned.plan.total_cost + functions_s,
+                   estimated[1] + planned.total_candidates), time.perf_counter() - start, stopped)
 
 
 def _measurers(measurer: "Measurer | Sequence[Measurer] | None") -> list["Measurer"]:
@@ -175,10 +208,10 @@ def _tune_multi_sketch_kinds_first(planned: OperatorPlan, run: RunContext,
 
 
 def _tune_plan(planned: OperatorPlan, run: RunContext, derivation: Derivation,
-               measurers: Sequence["Measurer"]) -> None:
+               measurers: Sequence["Measurer"], functions_s: float = 0.0) -> None:
     """Roots by the backend, then the rest by reuse, parents first; subtrees spread over measurers."""
     plan, ops = planned.plan, planned.operators
-    run.say(plan_summary(planned, len(run.hot)))
+    run.say(plan_summary(planned, len(run.hot), functions_s))
 
     progress = SetProgress({n: plan.edge_costs[(plan.parent[n], n)] for n in plan.order}, run.say,
                            done=[n for n in plan.order if run.database.attempted(ops[n], run.target)])
@@ -207,7 +240,7 @@ def _tune_plan(planned: OperatorPlan, run: RunContext, derivation: Derivation,
 
 
 def _report(opset: OperatorSet, planned: OperatorPlan, run: RunContext, since: float,
-            estimated: tuple[float, float], seconds: float) -> TuneReport:
+            estimated: tuple[float, float], seconds: float, stopped: str | None = None) -> TuneReport:
     """One row per operator of the set, then one per bridge the plan used (frequency 0)."""
     def status(op: Operator) -> str:
         return "tuned" if op.key in here else "cached"
@@ -223,16 +256,18 @@ def _report(opset: OperatorSet, planned: OperatorPlan, run: RunContext, since: f
             row = report_row(OperatorEntry(op, 1), run.database, run.target, status(op))
             rows.append(OperatorReport(**{**row.__dict__, "frequency": 0, "op": f"bridge:{row.op}"}))
     return TuneReport(str(run.target), tuple(rows), seconds, estimated_seconds=estimated[0],
-                      estimated_candidates=estimated[1])
+                      estimated_candidates=estimated[1], stopped=stopped, time_budget=run.options.time_budget)
 
 
-def plan_summary(planned: OperatorPlan, hot: int = 0) -> str:
-    """The plan in one line, as ``eto tune`` logs it before tuning and ``eto plan`` previews it."""
+def plan_summary(planned: OperatorPlan, hot: int = 0, functions_s: float = 0.0) -> str:
+    """The plan in one line, as ``eto tune`` logs it before tuning and ``eto plan`` previews it;
+    ``functions_s``: the estimated seconds of the functions outside the catalogue, tuned after the plan."""
     plan = planned.plan
     return (f"plan: {len(plan.backend)} by the backend, {len(plan.reuse_pairs)} by reuse "
             f"({len(plan.used_bridges)} bridges), {len(plan.prior)} already tuned" + (f", {hot} hot" if hot else "")
-            + f"; estimated {plan.total_cost:.0f} s ({planned.total_candidates:.0f} candidates) vs "
-              f"{plan.baseline_cost:.0f} s with the backend alone")
+            + f"; estimated {plan.total_cost + functions_s:.0f} s ({planned.total_candidates:.0f} candidates"
+            + (f"; {functions_s:.0f} s of it for functions outside the catalogue" if functions_s else "")
+            + f") vs {plan.baseline_cost + functions_s:.0f} s with the backend alone")
 
 
 def balance_subtrees(plan: Plan, workers: int) -> list[list[str]]:

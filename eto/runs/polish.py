@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from tuner.measure.faults import kill_point
 
-from eto.store.database import POLISH, Database
+from eto.store.database import POLISH, Database, Method
 from eto.planning.lead_sources import leads
 from eto.operators import Operator
 from eto.runs.tuning import checkable_here, features_of, gated
@@ -66,22 +66,25 @@ def polish_root(op: Operator, database: Database, target: "Target", measurer: "M
     if needs_polish(database, op, target):
         with claim(database, op, target):
             if needs_polish(database, op, target):
-                _polish(op, database, target, measurer, options, ranker, history, say)
+                polish_program(op, database, target, measurer, options, ranker=ranker, history=history, say=say)
 
 
-def _polish(op: Operator, database: Database, target: "Target", measurer: "Measurer",
-            options: "ReuseOptions | None", ranker: "LearnedRanker | None", history: Callable[[], Sequence],
-            say: Callable[[str], None]) -> None:
+def polish_program(op: Operator, database: Database, target: "Target", measurer: "Measurer",
+                   options: "ReuseOptions | None" = None, *, ranker: "LearnedRanker | None" = None,
+                   history: Callable[[], Sequence] = tuple, say: Callable[[str], None] = lambda _msg: None,
+                   method: Method = POLISH) -> None:
+    """A self-reuse from ``op``'s best program, whatever found it, committed as ``method`` (a root's
+    polish, or a step of a time budget's spare time: :mod:`eto.runs.improve`)."""
     from tuner.measure.apply import scheduled_module
     from tuner.reuse.search import reuse_tune, trace_key
 
     base = database.best(op, target, predicted=False)
-    prior = database.progress(op, target, POLISH)
+    prior = database.progress(op, target, method)
     known = {trace_key(r.trace): s for r, s in prior.programs()}
     seeds, alternates = leads(op, op, base, database, target)
 
     def checkpoint(records: list, measured: int, seconds: float) -> None:
-        database.checkpoint(op, target, records, method=POLISH, trials=measured, seconds=seconds)
+        database.checkpoint(op, target, records, method=method, trials=measured, seconds=seconds)
         kill_point("reuse.checkpointed")  # a polish is a reuse search: its kill points are the reuse's
 
     try:
@@ -91,7 +94,7 @@ def _polish(op: Operator, database: Database, target: "Target", measurer: "Measu
     except ValueError as exc:  # the root's sketch cannot be replayed on itself (not expected)
         res, error = None, str(exc)
     if res is None or error is not None:
-        database.commit(op, target, [], method=POLISH, source=op, candidates=res.candidates if res else 0,
+        database.commit(op, target, [], method=method, source=op, candidates=res.candidates if res else 0,
                         seconds=(res.seconds if res else 0.0) + prior.seconds, error=error)
         say(f"polish: {op.name}: {error}; the backend's program stays")
         return
@@ -103,7 +106,7 @@ def _polish(op: Operator, database: Database, target: "Target", measurer: "Measu
     kept, checked, wrong = gated(op, records, target, checkable_here(measurer, target))
     wrong = wrong or (None if records else "the polished program failed when re-measured")
     kill_point("reuse.result")
-    database.commit(op, target, kept, method=POLISH, source=op, candidates=res.candidates,
+    database.commit(op, target, kept, method=method, source=op, candidates=res.candidates,
                     seconds=res.seconds + prior.seconds, error=wrong, features=features_of(kept, records, feats),
                     extra={"polish": {"backend_latency_s": before, "polished_latency_s": after,
                                       "improved": after < before},
@@ -144,4 +147,4 @@ def side_by_side(reuse: list, evolve: list, target, measurer: "Measurer") -> tup
     return rescaled(reuse, sa), rescaled(evolve, sb), sa, sb
 
 
-__all__ = ["needs_polish", "polish_root", "rescaled", "side_by_side"]
+__all__ = ["needs_polish", "polish_program", "polish_root", "rescaled", "side_by_side"]

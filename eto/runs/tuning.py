@@ -21,7 +21,7 @@ from tuner.measure.faults import kill_point
 from tuner.measure.options import BackendOptions
 from tuner.measure.trajectory import median_secs
 
-from eto.store.database import POLISH, Database
+from eto.store.database import IMPROVE, POLISH, PREDICTED, Database
 from eto.target import target_key
 from eto.operators import Operator
 from eto.operators.opsets import OperatorEntry, OperatorSet
@@ -40,7 +40,8 @@ class OperatorReport:
     op: str
     key: str
     frequency: int
-    status: Literal["tuned", "cached", "failed"]
+    #: ``pending``: never attempted (a run stopped by its time budget before it got there)
+    status: Literal["tuned", "cached", "failed", "pending"]
     method: str
     source: str | None
     candidates: int
@@ -59,6 +60,9 @@ class TuneReport:
     seconds: float
     estimated_candidates: float | None = None  # the plan's estimates (reuse pipeline only)
     estimated_seconds: float | None = None
+    #: why the run ended before its plan did ("time budget"), None if it did not
+    stopped: str | None = None
+    time_budget: float | None = None  # seconds, where the run had one
 
     @property
     def weighted_latency_s(self) -> float | None:
@@ -71,10 +75,16 @@ class TuneReport:
     def failed(self) -> list[OperatorReport]:
         return [r for r in self.rows if r.status == "failed"]
 
+    @property
+    def pending(self) -> list[OperatorReport]:
+        """Operators the run did not reach (stopped by its time budget): the next run tunes them."""
+        return [r for r in self.rows if r.status == "pending"]
+
     def to_json(self) -> dict:
         return {"target": self.target, "seconds": self.seconds, "weighted_latency_s": self.weighted_latency_s,
                 "candidates": sum(r.candidates for r in self.rows if r.status == "tuned"),
                 "estimated_candidates": self.estimated_candidates, "estimated_seconds": self.estimated_seconds,
+                "time_budget": self.time_budget, "stopped": self.stopped,
                 "operators": [asdict(r) for r in self.rows]}
 
 
@@ -86,18 +96,28 @@ def report_row(entry: OperatorEntry, db: Database, target: "Target", status: str
     mine = [r for r in db.results() if r.get("op_key") == entry.op.key and r.get("target") == tk]
     result = mine[-1] if mine else None
     if best is None:
+        if result is None:
+            return OperatorReport(entry.op.name, entry.op.key, entry.frequency, "pending", "-", None, 0, 0.0,
+                                  None, None, "not reached: the run stopped first")
         return OperatorReport(entry.op.name, entry.op.key, entry.frequency, "failed",
                               (result or {}).get("method", "backend"), None,
                               int((result or {}).get("candidates", 0)), float((result or {}).get("seconds", 0.0)),
                               None, None, (result or {}).get("error") or "no valid program found")
-    est = next((r for r in reversed(mine) if any(e["line"] == best.line for e in r.get("records", ()))), {})
-    candidates, seconds = best.candidates, best.seconds
+    first = best if best.method != IMPROVE else min(
+        (p for p in db.programs(target=target, op=entry.op) if p.method not in (IMPROVE, PREDICTED)),
+        key=lambda p: p.latency_s, default=best)
+    est = next((r for r in reversed(mine) if any(e["line"] == first.line for e in r.get("records", ()))), {})
+    candidates, seconds = first.candidates, first.seconds
     steps = [next((r for r in reversed(mine) if r.get("method") == m), None) for m in ("backend", POLISH)]
     if all(steps):  # the backend's result holds the plan's estimate of both
         candidates, seconds = (sum(int(r.get("candidates", 0)) for r in steps),
                                sum(float(r.get("seconds", 0.0)) for r in steps))
         est = steps[0]
-    return OperatorReport(entry.op.name, entry.op.key, entry.frequency, status, best.method, best.source,
+    evolved = [r for r in mine if r.get("method") == IMPROVE]  # a time budget's spare steps (eto.runs.improve)
+    candidates += sum(int(r.get("candidates", 0)) for r in evolved)
+    seconds += sum(float(r.get("seconds", 0.0)) for r in evolved)
+    method = first.method + ("+improve" if best.method == IMPROVE and first is not best else "")
+    return OperatorReport(entry.op.name, entry.op.key, entry.frequency, status, method, first.source,
                           candidates, seconds, best.latency_s, best.gflops,
                           estimated_candidates=est.get("estimate"), estimated_seconds=est.get("estimated_seconds"))
 

@@ -52,13 +52,13 @@ META = "eto_meta.json"
 PROGRESS = "eto_progress.json"
 CORRUPT = "corrupt_lines.txt"
 LOCK = ".lock"
-#: The files a load reads, in the order their lines refer to each other (records to workloads,
-#: metadata to records)
+#: The files a load reads, in the order their lines refer to each other (records to workloads, metadata to records)
 _READ = (WORKLOADS, RECORDS, META, PROGRESS)
 
-Method = Literal["backend", "reuse", "reuse+evolve", "topk", "import", "instant", "polish"]
+Method = Literal["backend", "reuse", "reuse+evolve", "topk", "import", "instant", "polish", "improve"]
 #: A backend root's program improved by a self-reuse after its backend result (:mod:`eto.runs.polish`).
 POLISH: Method = "polish"
+IMPROVE: Method = "improve"  # a step of a time budget's spare time (:mod:`eto.runs.improve`)
 #: A program derived for a new shape without a search (:mod:`eto.shapes.instant`): served until tuning
 #: stores a better one, but not a tuning result (the operator still counts as not attempted).
 PREDICTED: Method = "instant"

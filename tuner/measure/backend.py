@@ -28,6 +28,7 @@ from tvm_ffi import get_global_func, register_global_func
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
+from tuner.measure import deadline
 from tuner.measure.faults import kill_point
 from tuner.measure.finalists import settle_records
 from tuner.analysis.intrinsics import register_tensor_intrinsics
@@ -304,15 +305,15 @@ def tune_backend(
     each = None if measured is None else Measured(scheduler, clock, partial(_one_measured, measured))
     callback = _ProgressCallback(progress, clock.last_end, clock, finish, on_batch, measured, each)
     runner = TimedRunner(measurer.runner, clock, each)
-    with contextlib.nullcontext(work_dir) if work_dir else tempfile.TemporaryDirectory(prefix="eto-ms-") as scratch:
+    with contextlib.nullcontext(work_dir) if work_dir else tempfile.TemporaryDirectory(prefix="eto-ms-") as scratch, \
+            deadline.passed_on():
         ms.tune.tune_tasks(
             tasks=contexts, task_weights=[t.weight for t in tasks], work_dir=scratch,
             max_trials_global=options.trials * len(tasks), max_trials_per_task=options.trials,
             num_trials_per_iter=batch,
             builder=TimedBuilder(measurer.builder, clock,
                                  measurer.search_build_timeout(target) if short_builds else None, each, runner),
-            runner=runner,
-            database=database, cost_model=cost_model,
+            runner=runner, database=database, cost_model=cost_model,
             measure_callbacks=ms.MeasureCallback.create("default") + [callback], task_scheduler=scheduler,
         )
     for i in [i for i, r in enumerate(results) if r is None]:  # the search space ran out before the budget

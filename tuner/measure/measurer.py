@@ -31,7 +31,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.builder import BuilderInput
 from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig, RunnerInput
 
-from tuner.measure import stop
+from tuner.measure import deadline, stop
 from tuner.measure.builder import PersistentBuilder, one_line
 from tuner.analysis.host import physical_cores
 from tuner.measure.options import OptionError
@@ -270,8 +270,10 @@ class Measurer:
         and it fails if it failed in any. ``on_result(i, result)``: each candidate's result as soon as
         it is known (failed builds after the builds, each run as it ends), so a caller can make it
         durable before the next one runs. Between candidates a requested stop (:mod:`tuner.measure.stop`)
-        is raised: what has not run yet is abandoned."""
+        is raised: what has not run yet is abandoned; past a run's deadline (:mod:`tuner.measure.deadline`)
+        nothing is built."""
         stop.check()
+        deadline.check()
         if not mods:
             return []
         from tvm.s_tir.meta_schedule.arg_info import ArgInfo

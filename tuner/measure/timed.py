@@ -19,7 +19,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import PyBuilder
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture
 
-from tuner.measure import stop
+from tuner.measure import deadline, stop
 from tuner.measure.faults import kill_point
 from tuner.measure.measurer import BuildCut
 
@@ -153,6 +153,7 @@ class TimedBuilder(PyBuilder):
 
     def build(self, build_inputs):
         stop.check()
+        deadline.check()
         if not build_inputs:
             return self.inner.build(build_inputs)
         self.clock.built(build_inputs[0].mod)
@@ -160,6 +161,8 @@ class TimedBuilder(PyBuilder):
         size = max(1, self.chunk) if ahead else len(build_inputs)
         results = []
         for at in range(0, len(build_inputs), size):
+            if at:
+                deadline.check()  # a run out of time keeps the chunks it measured
             part = build_inputs[at:at + size]
             t0 = time.perf_counter()
             built = self._build(part)

@@ -1,0 +1,133 @@
+"""A run's time budget turned into a plan: how many trials each backend root gets, and what the rest costs.
+
+A user thinks in minutes ("I have 20 minutes"), the plan in trials per root. :func:`plan_within` plans
+the set at a ladder of backend budgets and keeps the largest whose whole estimate -- the plan (roots,
+their polish, reuses, bridges) and the model's functions outside the catalogue
+(:func:`functions_seconds`) -- fits :data:`PLAN_SHARE` of the budget. The pipeline spends what is left
+where the built model's latency is (:mod:`eto.runs.improve`); the deadline (:mod:`tuner.measure.deadline`)
+stops the run on time whatever the estimates said.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Collection, Sequence
+
+from eto.operators import Operator
+from eto.operators.opsets import OperatorSet
+from eto.operators.task import FUNCTION_TRIALS
+from eto.options import TuneOptions
+from eto.planning.planner import OperatorPlan, plan_operator_set
+from eto.planning.time_model import TimeModel
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tvm.target import Target
+
+    from eto.store.database import Database
+
+#: The share of a time budget the plan may be estimated to take; the rest goes to the tasks where the
+#: model's latency is. The plan's estimates land within 0.8-1.25 of the real time on this project's sets:
+#: 0.7 leaves a plan that ran 1.25x long a little time still.
+PLAN_SHARE = 0.7
+#: Backend budgets (trials per root) a time budget may pick from, smallest first. It stops at twice
+#: MetaSchedule's batch: past that a root's trials buy less than the same seconds spent on the tasks
+#: where the model's latency is (:mod:`eto.runs.improve`), which a root often is not (a plan's roots
+#: are frequently small bridge operators the model does not hold).
+TRIALS_LADDER: tuple[int, ...] = (8, 16, 24, 32, 48, 64, 96, 128)
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """The plan a time budget affords, the options it is for, and its estimated seconds in parts."""
+
+    planned: OperatorPlan
+    options: TuneOptions
+    plan_seconds: float
+    functions_seconds: float
+
+    @property
+    def seconds(self) -> float:
+        return self.plan_seconds + self.functions_seconds
+
+
+def fit_trials(estimate: Callable[[int], float], seconds: float, ladder: Sequence[int] = TRIALS_LADDER) -> int:
+    """The largest of ``ladder`` whose ``estimate(trials)`` is at most ``seconds`` (the smallest if none is).
+
+    ``estimate`` is taken to grow with trials (more trials per root never make a plan cheaper), so a
+    binary search asks it O(log L) times for a ladder of L rungs.
+    """
+    if not ladder:
+        raise ValueError("an empty ladder of trials")
+    rungs = sorted(ladder)
+    lo, hi = 0, len(rungs) - 1  # invariant: every rung below lo fits
+    if estimate(rungs[0]) > seconds:
+        return rungs[0]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if estimate(rungs[mid]) <= seconds:
+            lo = mid
+        else:
+            hi = mid - 1
+    return rungs[lo]
+
+
+def function_trials(options: TuneOptions) -> int:
+    """Trials for each function outside the catalogue the backend tunes (never more than a root's)."""
+    return min(options.backend.trials, options.function_trials or FUNCTION_TRIALS)
+
+
+def functions_seconds(functions: Collection[Operator], time_model: TimeModel, trials: int, *,
+                      single: Collection[Operator] = (), reused: Collection[Operator] = ()) -> float:
+    """Estimated seconds of tuning a model's ``functions`` outside the catalogue as the pipeline does:
+    the backend, ``trials`` each, one trial for those in ``single`` (a space of one program), and a reuse
+    of about a search's first round for those in ``reused`` (the same function tuned at another size).
+    O(functions)."""
+    total = 0.0
+    for op in functions:
+        gflops = op.flops / 1e9
+        if op in reused:
+            total += time_model.reuse_seconds(time_model.reuse_candidates(16), gflops)
+        else:
+            total += time_model.backend_seconds(1 if op in single else trials, gflops)
+    return total
+
+
+def functions_estimator(opset: OperatorSet, database: "Database | None",
+                        target: "Target") -> Callable[[TimeModel, int], float]:
+    """``(time model, trials) -> seconds`` of tuning the set's functions outside the catalogue that
+    ``database`` has not attempted, as the pipeline will after the plan (:func:`functions_seconds`)."""
+    todo = [e.op for e in opset if e.op.spec.backend_only and not (database and database.attempted(e.op, target))]
+    if not todo:  # a built-in set: nothing imports TVM here
+        return lambda _tm, _n: 0.0
+    from tuner.measure.backend import single_program
+
+    from eto.operators.task import same_function_sources
+
+    single = {op for op in todo if single_program(op.prim_func(), target)}
+    tuned = database.tuned(target) if database is not None else {}
+    reused = set(same_function_sources([op for op in todo if op not in single], tuned))
+    return lambda tm, n: functions_seconds(todo, tm, n, single=single, reused=reused)
+
+
+def plan_within(opset: OperatorSet, options: TuneOptions, seconds: float, *,
+                functions: Callable[[TimeModel, int], float] = lambda _tm, _n: 0.0,
+                database: "Database | None" = None, target: "Target | str | None" = None,
+                hot: Collection[Operator] = (), ladder: Sequence[int] = TRIALS_LADDER) -> BudgetPlan:
+    """The plan of ``opset`` at the largest backend budget of ``ladder`` whose estimate fits ``seconds``
+    (:func:`fit_trials`), with ``functions(time_model, trials)`` the estimated seconds of the functions
+    outside the catalogue. O(log L) plans."""
+    made: dict[int, BudgetPlan] = {}
+
+    def estimate(trials: int) -> float:
+        opts = options.replace(trials=trials, plan_budget=None)
+        planned = plan_operator_set(opset, opts, database=database, target=target, hot=hot)
+        assert planned.time_model is not None  # the plan's costs are its seconds
+        made[trials] = BudgetPlan(planned, opts, planned.plan.total_cost,
+                                  functions(planned.time_model, function_trials(opts)))
+        return made[trials].seconds
+
+    return made[fit_trials(estimate, seconds, ladder)]
+
+
+__all__ = ["BudgetPlan", "PLAN_SHARE", "TRIALS_LADDER", "fit_trials", "function_trials", "functions_estimator",
+           "functions_seconds", "plan_within"]

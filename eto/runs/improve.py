@@ -1,0 +1,206 @@
+"""A time budget's spare time spent where the built model's latency is (beyond the paper).
+
+With a time budget (``eto tune --time-budget``), the plan is sized to fit most of it
+(:mod:`eto.planning.budget`); what is left after the plan and the functions outside the catalogue
+goes here, one step at a time, to the set's operator with the most to gain: its share of the model's
+latency (frequency x latency) times its headroom under the roofline of the cores in use (1 - achieved
+/ attainable FLOP/s, the attainable bounded by memory bandwidth for an operator with few FLOPs per
+byte), halved for each step it already had (:func:`priority`).
+
+An operator's first step is a self-reuse from its best program (the reuse tuner's local B/T/M search
+around it, as a root's polish: :func:`eto.runs.polish.polish_program`), unless it had one; later steps
+continue MetaSchedule's evolutionary search from every program the database holds for the operator
+(the reused program and its search's candidates seed the population and train the cost model),
+:data:`STEP_TRIALS` trials or what the time left affords (:func:`evolve_step`). Either step's best is
+re-measured side by side with the operator's best before it is stored (method ``"improve"``), so the
+database's best is the faster of the two. Operators whose design space holds one program get no step.
+A step the deadline cuts keeps what it measured; a rerun with more budget goes on from there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import Counter
+from typing import TYPE_CHECKING, Mapping
+
+from tuner.measure import deadline
+
+from eto.operators import Operator
+from eto.operators.opsets import OperatorSet
+from eto.runs.derive import RunContext
+from eto.runs.polish import polish_program, rescaled
+from eto.runs.tuning import checkable_here, gated
+from eto.store.database import IMPROVE, POLISH, PREDICTED
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tuner.measure.measurer import Measurer
+
+#: Trials of one step: half of MetaSchedule's default batch, so that the time left is shared among
+#: several operators rather than spent on the first.
+STEP_TRIALS = 32
+#: The fewest trials worth a step (one measured chunk, :data:`tuner.measure.timed.MEASURE_CHUNK`).
+MIN_STEP_TRIALS = 8
+#: The candidates a self-reuse step is expected to measure (a root's polish measured 38-55, :mod:`eto.runs.polish`).
+POLISH_CANDIDATES = 40
+#: A MetaSchedule step's fixed cost beyond the time model's seconds per trial: its design space, warm
+#: start, cost-model training and first evolutionary search (15-20 s measured on the quick start's
+#: 3x3 convolutions on 2 cores, against 0.6 s per trial).
+STEP_OVERHEAD_S = 15.0
+
+
+def attainable_flops(op: Operator, peak_flops: float, bandwidth: float | None) -> float:
+    """FLOP/s the roofline allows ``op``: the peak, or its FLOPs per byte moved (inputs and output read
+    or written once, fp32) times the memory bandwidth where that is lower."""
+    if not bandwidth:
+        return peak_flops
+    elements = sum(math.prod(s) for s in op.input_shapes) + math.prod(op.output_shape)
+    return min(peak_flops, bandwidth * op.flops / max(4 * elements, 1))
+
+
+def priority(share: float, headroom: float, steps: int) -> float:
+    """What a step on an operator is worth: its latency share times its headroom, halved per step it had."""
+    return share * max(headroom, 0.0) / (1 << steps)
+
+
+def improve(opset: OperatorSet, run: RunContext, measurer: "Measurer") -> int:
+    """Steps on the set's operators, best :func:`priority` first, until the run's deadline
+    (:mod:`tuner.measure.deadline`) or until none can gain; the number of steps taken."""
+    from tuner.measure.backend import single_program
+
+    peak, bandwidth = _roofline(run)
+    steps: Counter = Counter()
+    no_space: set[Operator] = set()
+    polished: set[Operator] = set()
+    searched: set[Operator] = set()  # design spaces of more than one program
+    while True:
+        best = run.database.tuned(run.target)
+        weights = latency_weights(opset, best)
+        total = sum(weights.values())
+        ranked = sorted(((priority(w / total, 1 - best[op].gflops * 1e9 / attainable_flops(op, peak, bandwidth)
+                                   if peak else 1.0, steps[op]), op) for op, w in weights.items()
+                         if op not in no_space), key=lambda t: -t[0]) if total > 0 else []
+        ranked = [(p, op) for p, op in ranked if p > 0]
+        if not ranked:  # nothing left to gain
+            return sum(steps.values())
+        for _, op in ranked:  # the first whose step the time left affords
+            if op not in searched and single_program(op.prim_func(), run.target):
+                no_space.add(op)
+                continue
+            searched.add(op)
+            if _step(op, run, measurer, weights[op] / total, polished):
+                steps[op] += 1
+                break
+        else:
+            run.say(f"improve: {max(deadline.left(), 0):.0f} s left, too little for another step")
+            return sum(steps.values())
+
+
+def _step(op: Operator, run: RunContext, measurer: "Measurer", share: float, polished: set[Operator]) -> bool:
+    """One step on ``op``: a self-reuse from its best program (:func:`eto.runs.polish.polish_program`) if it
+    never had one, else :func:`evolve_step`; False if the time left affords neither."""
+    from eto.planning.time_model import learn_time_model
+    from eto.target import target_kind
+
+    tm = learn_time_model(run.database, run.target, target_kind(run.target))
+    gflops = op.flops / 1e9
+    if op not in polished and not _was_polished(op, run):
+        if tm.reuse_seconds(tm.reuse_candidates(POLISH_CANDIDATES), gflops) <= deadline.left():
+            polished.add(op)
+            run.say(f"improve: {op.name} ({share:.0%} of the latency): a self-reuse from its best program")
+            polish_program(op, run.database, run.target, measurer, run.options.reuse, ranker=run.ranker,
+                           history=lambda: run.history(op.type) if run.ranker else (), say=run.say, method=IMPROVE)
+            return True
+    trials = _affordable(tm.backend_seconds(1, gflops))
+    if trials < MIN_STEP_TRIALS:
+        return False
+    evolve_step(op, run, measurer, trials, share=share)
+    return True
+
+
+def _was_polished(op: Operator, run: RunContext) -> bool:
+    """Whether ``op``'s best program was already searched around by a self-reuse (a root's polish, an earlier step)."""
+    from eto.target import target_key
+
+    tk = target_key(run.target)
+    return any(r.get("op_key") == op.key and r.get("target") == tk and "polish" in r
+               and r.get("method") in (POLISH, IMPROVE) for r in run.database.results())
+
+
+def _roofline(run: RunContext) -> tuple[float | None, float | None]:
+    """The cores' fp32 peak and memory bandwidth, measured now (CPU targets; None elsewhere)."""
+    if run.target.kind.name != "llvm":
+        return None, None
+    from eto.models.profile import fp32_peak, memory_bandwidth
+    from eto.target import use_threads
+
+    peak, bandwidth = fp32_peak(use_threads()), memory_bandwidth()
+    run.say(f"improve: {deadline.left():.0f} s left for the tasks with the most latency to gain "
+            f"(roofline {peak / 1e9:.0f} GFLOP/s, {bandwidth / 1e9:.1f} GB/s)")
+    return peak, bandwidth
+
+
+def _affordable(per_trial: float) -> int:
+    """:data:`STEP_TRIALS`, or the chunks of trials the time left affords at ``per_trial`` seconds each."""
+    from tuner.measure.timed import MEASURE_CHUNK
+
+    fits = int((deadline.left() - STEP_OVERHEAD_S) / max(per_trial, 1e-3))
+    return min(STEP_TRIALS, fits // MEASURE_CHUNK * MEASURE_CHUNK)
+
+
+def evolve_step(op: Operator, run: RunContext, measurer: "Measurer", trials: int, *, share: float = 0.0) -> None:
+    """``trials`` more of MetaSchedule's search for ``op``, seeded with every program the database holds
+    for it; the new programs stored (method ``"evolve"``) on the scale of the operator's best, after the
+    two bests were re-measured side by side. Cut by the deadline, it stores what it measured and raises."""
+    from tuner.measure.apply import scheduled_module
+    from tuner.measure.backend import BackendTask, tune_backend
+
+    target, db = run.target, run.database
+    base = db.best(op, target, predicted=False)
+    prior = db.progress(op, target, IMPROVE)
+    warm = [p.tuning_record for p in db.programs(target=target, op=op) if p.method != PREDICTED]
+    warm += [r for r, _ in prior.programs()]
+    known = {str(r.trace) for r in warm}
+    b = run.options.backend
+    options = dataclasses.replace(b, trials=trials, num_trials_per_iter=min(trials, b.num_trials_per_iter))
+
+    def checkpoint(_name: str, records: list, n: int, seconds: float) -> None:
+        db.checkpoint(op, target, records, method=IMPROVE, trials=n, seconds=seconds)
+
+    run.say(f"improve: {op.name} ({share:.0%} of the latency): {trials} more trials of MetaSchedule's search")
+    cut = None
+    try:
+        res = tune_backend([BackendTask(op.name, op.prim_func())], target, options, measurer=measurer,
+                           warm_start=[warm], on_batch=run.on_batch, on_measured=checkpoint, short_builds=True)[0]
+        new, candidates, seconds = [r for r in res.records if str(r.trace) not in known], res.candidates, res.seconds
+    except deadline.DeadlineReached as exc:  # what the step measured is in its checkpoints
+        cut, p = exc, db.progress(op, target, IMPROVE)
+        new = sorted((r for r, _ in p.programs() if str(r.trace) not in known), key=_median)
+        candidates, seconds = p.trials, p.seconds
+    before = after = math.inf
+    if new and base is not None and cut is None:  # on the best's recorded scale, as a polish stores its programs
+        before, after = measurer.remeasure([scheduled_module(base.tuning_record), scheduled_module(new[0])], target)
+        new = rescaled(new, after * base.latency_s / before) if before < math.inf and after < math.inf else []
+    kept, checked, wrong = gated(op, new, target, checkable_here(measurer, target))
+    db.commit(op, target, kept, method=IMPROVE, source=op, candidates=candidates, seconds=seconds,
+              error=wrong or (None if kept else "no new program ran"),
+              extra={"evolve": {"before_s": before, "after_s": after, "cut_by_deadline": cut is not None}, **checked})
+    run.say(f"improve: {op.name}: {candidates} candidates, {seconds:.1f} s" + (
+        f"; side by side {before * 1e6:.1f} us -> {after * 1e6:.1f} us" if after < math.inf else "")
+        + ("; cut by the time budget" if cut is not None else ""))
+    if cut is not None:
+        raise cut
+
+
+def _median(record) -> float:
+    from tuner.measure.trajectory import median_secs
+
+    return median_secs(record.run_secs)
+
+
+def latency_weights(opset: OperatorSet, best: Mapping[Operator, object]) -> dict[Operator, float]:
+    """frequency x latency of each of the set's tuned operators: its part of the model's latency."""
+    return {e.op: e.frequency * best[e.op].latency_s for e in opset if e.op in best and e.frequency}  # type: ignore[attr-defined]
+
+
+__all__ = ["MIN_STEP_TRIALS", "STEP_TRIALS", "attainable_flops", "evolve_step", "improve", "priority"]

@@ -1,0 +1,116 @@
+"""A time budget: the trials it affords, its deadline, where its spare time goes (no tuning here)."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import time
+
+import pytest
+
+from eto.cli.flags import parse_duration
+from eto.operators import Operator
+from eto.options import OptionError, TuneOptions
+from eto.planning.budget import TRIALS_LADDER, fit_trials, functions_seconds
+from eto.planning.time_model import Line, TimeModel
+from eto.runs.improve import attainable_flops, priority
+from tuner.measure import deadline
+
+
+@pytest.mark.parametrize("seconds", [0.0, 5.0, 99.0, 100.0, 250.0, 1e9])
+@pytest.mark.parametrize("slope", [0.5, 3.0])
+def test_fit_trials_is_the_largest_rung_that_fits(seconds, slope):
+    asked: list[int] = []
+
+    def estimate(trials: int) -> float:
+        asked.append(trials)
+        return 20 + slope * trials
+
+    fits = [t for t in TRIALS_LADDER if 20 + slope * t <= seconds]
+    assert fit_trials(estimate, seconds) == (max(fits) if fits else min(TRIALS_LADDER))
+    assert len(asked) <= math.ceil(math.log2(len(TRIALS_LADDER))) + 1  # a binary search, not a scan
+
+
+def test_fit_trials_against_every_monotone_step_function():
+    ladder = (8, 16, 32, 64)
+    for costs in itertools.combinations_with_replacement(range(6), len(ladder)):  # non-decreasing
+        table = dict(zip(ladder, costs))
+        for seconds in range(6):
+            want = max([t for t in ladder if table[t] <= seconds], default=8)
+            assert fit_trials(table.__getitem__, seconds, ladder) == want, (costs, seconds)
+
+
+def test_functions_are_counted_as_the_pipeline_tunes_them():
+    tm = TimeModel(Line(0.0, 0.5), Line(3.0, 0.1))
+    a, b, c = (Operator.create("BMM", B=1, M=m, N=8, K=8) for m in (8, 16, 32))
+    assert functions_seconds([a], tm, 32) == pytest.approx(tm.backend_seconds(32, a.flops / 1e9))
+    assert functions_seconds([a], tm, 32, single=[a]) == pytest.approx(tm.backend_seconds(1, a.flops / 1e9))
+    assert functions_seconds([a, b, c], tm, 16, reused=[c]) == pytest.approx(
+        tm.backend_seconds(16, a.flops / 1e9) + tm.backend_seconds(16, b.flops / 1e9)
+        + tm.reuse_seconds(16, c.flops / 1e9))
+
+
+@pytest.mark.parametrize("text,seconds", [("90", 90), ("90s", 90), ("20m", 1200), ("1h30m", 5400), ("1.5h", 5400),
+                                          ("2m30s", 150), (" 45S ", 45)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "m", "x", "0", "0s", "-5", "1d", "5 min", "nan", "inf"])
+def test_a_bad_duration_is_named(text):
+    with pytest.raises(argparse.ArgumentTypeError, match=repr(text)):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize("value", [0, -1.0, math.nan, math.inf])
+def test_a_time_budget_must_be_positive_seconds(value):
+    with pytest.raises(OptionError, match="time_budget"):
+        TuneOptions.of(time_budget=value)
+
+
+def test_a_time_budget_is_for_method_eto():
+    with pytest.raises(OptionError, match="method 'eto' only"):
+        TuneOptions.of(time_budget=60, method="topk")
+    assert TuneOptions.of(time_budget=60).time_budget == 60
+
+
+def test_the_deadline_stops_new_work_and_an_outer_one_stays():
+    assert not deadline.active() and deadline.left() == math.inf
+    deadline.check()  # none: never raises
+    with deadline.until(0.05):
+        assert deadline.active() and 0 < deadline.left() <= 0.05
+        deadline.check()
+        with deadline.until(100):  # an inner, later deadline does not extend the outer one
+            assert deadline.left() <= 0.05
+        time.sleep(0.06)
+        with pytest.raises(deadline.DeadlineReached):
+            deadline.check()
+    assert not deadline.active()
+    deadline.check()
+
+
+def test_passed_on_turns_the_error_cpp_made_of_it_back():
+    with deadline.until(0.0), pytest.raises(deadline.DeadlineReached):
+        with deadline.passed_on():
+            raise RuntimeError("DeadlineReached: the time budget is spent (from a PackedFunc)")
+    with pytest.raises(RuntimeError, match="other"), deadline.passed_on():  # no deadline: the error as it is
+        raise RuntimeError("other")
+
+
+def test_priority_is_share_times_headroom_halved_per_step():
+    assert priority(0.5, 0.8, 0) == pytest.approx(0.4)
+    assert priority(0.5, 0.8, 2) == pytest.approx(0.1)
+    assert priority(0.5, -0.2, 0) == 0  # faster than the roofline measured: nothing to gain
+    # a hot operator near the roofline can lose to a cooler one far from it
+    assert priority(0.3, 0.1, 0) < priority(0.1, 0.9, 0)
+
+
+def test_the_roofline_bounds_an_operator_with_few_flops_per_byte():
+    matmul = Operator.create("BMM", B=1, M=512, N=512, K=512)
+    thin = Operator.create("BMM", B=1, M=512, N=1, K=512)  # a matrix-vector product: 0.5 FLOP per byte
+    peak, bandwidth = 1e11, 2e10
+    assert attainable_flops(matmul, peak, bandwidth) == peak
+    elements = 512 * 512 + 512 + 512
+    assert attainable_flops(thin, peak, bandwidth) == pytest.approx(bandwidth * thin.flops / (4 * elements))
+    assert attainable_flops(thin, peak, None) == peak
