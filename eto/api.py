@@ -23,6 +23,7 @@ import numpy as np
 from eto.operators.opsets import OperatorSet, load_opset, vary
 from eto.options import TuneOptions
 from eto.store.database import Database
+from tuner.measure import deadline
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.ir import IRModule
@@ -152,8 +153,15 @@ def tune(
     if alone and isinstance(measurer, (list, tuple)):
         raise TypeError("several measurers tune a plan's subtrees at once: method eto only")
     target = parse_target(target)
-    opset = operator_set(what, target=target, dims=dims, fast_math=fast_math, layout=layout)
-    db = open_database(database, priors, log=log)
+    with deadline.until(opts.time_budget):  # reading a model counts against its budget too
+        opset = operator_set(what, target=target, dims=dims, fast_math=fast_math, layout=layout)
+        db = open_database(database, priors, log=log)
+        return _tune(opset, target, db, opts, alone, measurer=measurer, on_batch=on_batch, log=log, verbose=verbose)
+
+
+def _tune(opset: OperatorSet, target: "Target", db: Database, opts: TuneOptions, alone: bool, *,
+          measurer: "Measurer | Sequence[Measurer] | None", on_batch: Callable[[str, int, int, float], None] | None,
+          log: Callable[[str], None] | None, verbose: bool) -> "TuneReport":
     if alone:
         from eto.runs.tuning import tune_with_backend
 

@@ -14,7 +14,7 @@ from eto.operators import Operator
 from eto.options import OptionError, TuneOptions
 from eto.planning.budget import TRIALS_LADDER, fit_trials, functions_seconds
 from eto.planning.time_model import Line, TimeModel
-from eto.runs.improve import attainable_flops, priority
+from eto.runs.improve import DATA_MOVEMENT_HEADROOM, attainable_flops, headroom, priority
 from tuner.measure import deadline
 
 
@@ -114,3 +114,13 @@ def test_the_roofline_bounds_an_operator_with_few_flops_per_byte():
     elements = 512 * 512 + 512 + 512
     assert attainable_flops(thin, peak, bandwidth) == pytest.approx(bandwidth * thin.flops / (4 * elements))
     assert attainable_flops(thin, peak, None) == peak
+
+
+def test_headroom_is_what_the_roofline_leaves_and_an_operator_without_flops_gets_a_little():
+    from types import SimpleNamespace
+
+    matmul = Operator.create("BMM", B=1, M=512, N=512, K=512)
+    assert headroom(matmul, 2.5e10, 1e11, 2e10) == pytest.approx(0.75)
+    assert headroom(matmul, 2.5e10, None, None) == 1.0  # no roofline (a GPU): every operator alike
+    mean = SimpleNamespace(flops=0, input_shapes=[(1, 16, 16, 16)], output_shape=(1, 16))  # a reduction TVM counts 0
+    assert headroom(mean, 0.0, 1e11, 2e10) == DATA_MOVEMENT_HEADROOM

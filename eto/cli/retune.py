@@ -24,6 +24,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def _retune(args: argparse.Namespace) -> int:
+    from tuner.measure import deadline
+
+    with deadline.until(args.time_budget):  # from the command's start: the instant programs count too
+        return _retune_in(args)
+
+
+def _retune_in(args: argparse.Namespace) -> int:
     dim, values = parse_vary(args.vary)
     if not os.path.isdir(args.db):
         raise CLIError(f"--db {args.db}: no such database directory (tune the known sizes first: eto tune)")

@@ -35,6 +35,13 @@ def _open_database(path: str, priors: Sequence[str] = ()) -> "Database":
 
 
 def _tune(args: argparse.Namespace) -> int:
+    from tuner.measure import deadline
+
+    with deadline.until(args.time_budget):  # from the command's start: reading a model counts too
+        return _tune_in(args)
+
+
+def _tune_in(args: argparse.Namespace) -> int:
     import eto.api
     from eto.runs.tuning import clock
     from eto.target import parse_target

@@ -41,6 +41,8 @@ if TYPE_CHECKING:  # pragma: no cover
 STEP_TRIALS = 32
 #: The fewest trials worth a step (one measured chunk, :data:`tuner.measure.timed.MEASURE_CHUNK`).
 MIN_STEP_TRIALS = 8
+#: The headroom of an operator without FLOPs: a search can shorten its memory traffic only so much.
+DATA_MOVEMENT_HEADROOM = 0.25
 #: The candidates a self-reuse step is expected to measure (a root's polish measured 38-55, :mod:`eto.runs.polish`).
 POLISH_CANDIDATES = 40
 #: A MetaSchedule step's fixed cost beyond the time model's seconds per trial: its design space, warm
@@ -56,6 +58,16 @@ def attainable_flops(op: Operator, peak_flops: float, bandwidth: float | None) -
         return peak_flops
     elements = sum(math.prod(s) for s in op.input_shapes) + math.prod(op.output_shape)
     return min(peak_flops, bandwidth * op.flops / max(4 * elements, 1))
+
+
+def headroom(op: Operator, achieved_flops: float, peak_flops: float | None, bandwidth: float | None) -> float:
+    """The share of ``op``'s roofline its program leaves unused (1 without a roofline: a GPU). An operator
+    without FLOPs (a layout or data-movement function) has no FLOP roofline: :data:`DATA_MOVEMENT_HEADROOM`."""
+    if peak_flops is None:
+        return 1.0
+    if op.flops <= 0:
+        return DATA_MOVEMENT_HEADROOM
+    return 1 - achieved_flops / attainable_flops(op, peak_flops, bandwidth)
 
 
 def priority(share: float, headroom: float, steps: int) -> float:
@@ -77,9 +89,8 @@ def improve(opset: OperatorSet, run: RunContext, measurer: "Measurer") -> int:
         best = run.database.tuned(run.target)
         weights = latency_weights(opset, best)
         total = sum(weights.values())
-        ranked = sorted(((priority(w / total, 1 - best[op].gflops * 1e9 / attainable_flops(op, peak, bandwidth)
-                                   if peak else 1.0, steps[op]), op) for op, w in weights.items()
-                         if op not in no_space), key=lambda t: -t[0]) if total > 0 else []
+        ranked = sorted(((priority(w / total, headroom(op, best[op].gflops * 1e9, peak, bandwidth), steps[op]), op)
+                         for op, w in weights.items() if op not in no_space), key=lambda t: -t[0]) if total > 0 else []
         ranked = [(p, op) for p, op in ranked if p > 0]
         if not ranked:  # nothing left to gain
             return sum(steps.values())
@@ -203,4 +214,4 @@ def latency_weights(opset: OperatorSet, best: Mapping[Operator, object]) -> dict
     return {e.op: e.frequency * best[e.op].latency_s for e in opset if e.op in best and e.frequency}  # type: ignore[attr-defined]
 
 
-__all__ = ["MIN_STEP_TRIALS", "STEP_TRIALS", "attainable_flops", "evolve_step", "improve", "priority"]
+__all__ = ["MIN_STEP_TRIALS", "STEP_TRIALS", "attainable_flops", "evolve_step", "headroom", "improve", "priority"]

@@ -114,8 +114,8 @@ def _tune(opset: OperatorSet, target: "Target", database: Database, options: Tun
         planned = plan_selective(opset, budget=options.plan_budget, k=DEFAULT_K, database=database, target=target)
         functions_s = functions(planned.time_model, function_trials(options)) if planned.time_model else 0.0
     elif options.time_budget is not None:
-        fitted = plan_within(opset, options, options.time_budget * PLAN_SHARE, functions=functions,
-                             database=database, target=target, hot=hot)
+        seconds = min(options.time_budget, deadline.left()) * PLAN_SHARE  # less what reading a model took
+        fitted = plan_within(opset, options, seconds, functions=functions, database=database, target=target, hot=hot)
         planned, options, functions_s = fitted.planned, fitted.options, fitted.functions_seconds
         log(f"time budget {clock(options.time_budget)}: {options.backend.trials} trials per backend root, "
             f"the plan estimated {clock(fitted.seconds)} of it; the rest where the latency is")

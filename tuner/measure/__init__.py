@@ -9,5 +9,6 @@
 * :mod:`~tuner.measure.timed` -- the backend's builder and runner: timed, each candidate reported as measured;
 * :mod:`~tuner.measure.workers` -- worker processes bound to their run, and stopped at once;
 * :mod:`~tuner.measure.stop` -- stop requests (SIGINT, SIGTERM) and where a run honours them;
+* :mod:`~tuner.measure.deadline` -- a time budget's deadline, checked before new candidates are built;
 * :mod:`~tuner.measure.faults` -- kill and hang points for the fault-injection tests.
 """

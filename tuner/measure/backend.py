@@ -148,6 +148,7 @@ class _ProgressCallback(PyMeasureCallback):
             self.finish(task_id)
         # the callers' work on this batch (checkpoint, correctness gate) is not the next batch's cost
         self.clock.last_end = time.perf_counter()
+        deadline.check()  # before the next batch's search, which takes seconds before anything is built
 
 
 #: MetaSchedule's own "in a Jupyter kernel?" check, kept before :func:`_notebook_tables` replaces it

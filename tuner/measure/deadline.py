@@ -40,8 +40,9 @@ def until(seconds: float | None) -> Iterator[None]:
 
 @contextmanager
 def passed_on() -> Iterator[None]:
-    """Around a C++ loop that calls back into Python (MetaSchedule's task scheduler): the
-    :class:`DeadlineReached` it passed on as a ``RuntimeError`` raised as itself again."""
+    """Around a C++ loop that calls back into Python (MetaSchedule's task scheduler): not entered past
+    the deadline, and the :class:`DeadlineReached` it passed on as a ``RuntimeError`` raised as itself again."""
+    check()
     try:
         yield
     except Exception:
