@@ -169,8 +169,14 @@ def plot(result: dict, png: str) -> None:
                               ("metaschedule", "MetaSchedule tune_relax", "s--")):
         pts = sorted(result[key], key=lambda p: p["tuning_s"])
         ax.plot([p["tuning_s"] for p in pts], [p["latency_ms"] for p in pts], style, label=label)
+    lines = result["lines_ms"]
+    points = [p["latency_ms"] for key in ("eto", "metaschedule") for p in result[key]]
+    top = 1.1 * min(max(points + [lines["onnxruntime"], lines["pytorch"]]),
+                    4 * max(lines["onnxruntime"], lines["pytorch"]))  # an untuned build can be 100x slower
     for name, style in (("onnxruntime", ":"), ("pytorch", "-."), ("untuned", (0, (1, 3)))):
-        ax.axhline(result["lines_ms"][name], linestyle=style, color="grey", label=f"{name} (no tuning)")
+        if lines[name] <= top:
+            ax.axhline(lines[name], linestyle=style, color="grey", label=f"{name} (no tuning)")
+    ax.set_ylim(0, top)
     ax.set_xscale("log")
     ax.set_xlabel("tuning seconds (wall, 2 cores)")
     ax.set_ylabel("model latency (ms, median)")
@@ -180,8 +186,15 @@ def plot(result: dict, png: str) -> None:
     fig.savefig(png, dpi=120)
 
 
+def replot(path: str) -> None:
+    """Redraw a result file's figure."""
+    with open(path) as f:
+        plot(json.load(f), path.removesuffix(".json") + ".png")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--replot", nargs="+", metavar="RESULT", help="only redraw these result files' figures")
     ap.add_argument("--scale", choices=sorted(SCALES), default="small")
     ap.add_argument("--model", help="a built-in model (default: the scale's)")
     ap.add_argument("--eto", type=float, nargs="+", help="eto's cumulative budgets in seconds (default: the scale's)")
@@ -191,6 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", help="where the runs go (default experiments/work/time_curve_<model>)")
     ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
     args = ap.parse_args(argv)
+    if args.replot:
+        for path in args.replot:
+            replot(path)
+        return 0
     os.environ.setdefault("TVM_NUM_THREADS", "2")
     cfg = SCALES[args.scale]
     name = args.model or cfg["model"]
