@@ -309,14 +309,15 @@ def model_profile(d: dict) -> list[str]:
 def time_curve(d: dict) -> list[str]:
     sm = d["summary"]
     lines_ms = ", ".join(f"{k} {v:.2f} ms" for k, v in sm["lines_ms"].items())
-    rows = [[s(p["tuning_s"]), f"{p['eto_ms']:.2f}", "-" if p["metaschedule_within_ms"] is None
-             else f"{p['metaschedule_within_ms']:.2f}", x(p["eto_vs_onnxruntime"])] for p in sm["points"]]
+    rows = [[s(p["tuning_s"]), f"{p['eto_ms']:.2f}", str(p.get("pending", "-")), "-" if p["metaschedule_within_ms"]
+             is None else f"{p['metaschedule_within_ms']:.2f}", x(p["eto_vs_onnxruntime"])] for p in sm["points"]]
     ms_rows = ", ".join(f"{p['trials_per_task']} trials/task: {s(p['tuning_s'])}, {p['ms']:.2f} ms"
                         for p in sm["metaschedule"])
     reach = sm.get("time_ratio_to_metaschedule_best")
     return [f"Without tuning: {lines_ms}. MetaSchedule `tune_relax`: {ms_rows}. eto reached MetaSchedule's best "
             f"latency " + (f"in **{x(reach)}** less time." if reach else "at none of its budgets."), ""] + table(
-        ["eto's tuning time", "eto ms", "MetaSchedule's best within that time, ms", "eto vs ONNX Runtime"], rows)
+        ["eto's tuning time", "eto ms", "operators not reached (default schedules)",
+         "MetaSchedule's best within that time, ms", "eto vs ONNX Runtime"], rows)
 
 
 #: (test, renderer): the first whose test holds for a result file renders it
