@@ -72,7 +72,7 @@ def run(name: str, budgets: list[float], ms_trials: list[int], work: str, out_di
 
     from experiments._bench import warm_up
     from eto.models import load_relax
-    from eto.models.bench import _onnxruntime, _torch, build_with_metaschedule, onnxruntime_session, tune_metaschedule
+    from eto.models.bench import build_with_metaschedule, onnxruntime_session, time_side_by_side, tune_metaschedule
     from eto.models.build import build_model, model_inputs
     from eto.models.examples import export
     from eto.models.layout import with_layout
@@ -102,19 +102,8 @@ def run(name: str, budgets: list[float], ms_trials: list[int], work: str, out_di
     for t, (db, _) in ms_runs.items():
         builds[f"metaschedule@{t}"] = build_with_metaschedule(db, tasks, target)
     inputs = model_inputs(tasks)
-    timers = {m: (lambda b=b: b.time(inputs, repeat=3, min_repeat_ms=50)) for m, b in builds.items()}
-    runners = {m: (lambda b=b: b.run(inputs)) for m, b in builds.items()}
-    runners["pytorch"], timers["pytorch"] = _torch(torch.export.load(path).module(), inputs, 50)
-    runners["onnxruntime"], timers["onnxruntime"] = _onnxruntime(onnxruntime_session(onnx_path, threads), inputs, 50)
-    import numpy as np
-
-    want = runners["pytorch"]()
-    errors = {m: max(float(np.abs(np.asarray(g, dtype=np.float64) - w).max()) for g, w in zip(r(), want))
-              for m, r in runners.items()}
-    times: dict[str, list[float]] = {m: [] for m in timers}
-    for r in range(rounds):
-        for m in (timers if r % 2 == 0 else list(reversed(timers))):
-            times[m] += timers[m]()
+    _, errors, times = time_side_by_side(builds, inputs, torch_module=torch.export.load(path).module(),
+                                         onnx_session=onnxruntime_session(onnx_path, threads), rounds=rounds)
     ms_ = {m: statistics.median(t) * 1e3 for m, t in times.items()}
     eto_points = [{"tuning_s": s["tuning_s"], "latency_ms": ms_[f"eto@{s['budget_s']:g}"], **s} for s in stages]
     ms_points = [{"trials_per_task": t, "tuning_s": sec, "latency_ms": ms_[f"metaschedule@{t}"]}

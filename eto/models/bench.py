@@ -122,26 +122,12 @@ def bench_model(model: "RelaxModel", target: "Target", *, database: "Database | 
         ms_db, tuning["metaschedule"] = tune_metaschedule(tasks, target, ms_trials, ms_work_dir, search=ms_search,
                                                               log=log)
         builds["metaschedule"] = build_with_metaschedule(ms_db, tasks, target)
-    runners: dict[str, Callable[[], list[np.ndarray]]] = {m: (lambda b=b: b.run(inputs)) for m, b in builds.items()}
-    timers: dict[str, Callable[[], list[float]]] = {
-        m: (lambda b=b: b.time(inputs, repeat=3, min_repeat_ms=min_repeat_ms)) for m, b in builds.items()}
-    if torch_module is not None:
-        runners["pytorch"], timers["pytorch"] = _torch(torch_module, inputs, min_repeat_ms)
-    if onnx_session is not None:
-        runners["onnxruntime"], timers["onnxruntime"] = _onnxruntime(onnx_session, inputs, min_repeat_ms)
-    reference = "pytorch" if "pytorch" in runners else "untuned"
-    want = runners[reference]()
-    errors = {m: max(float(np.abs(np.asarray(g, dtype=np.float64) - w).max()) for g, w in zip(run(), want))
-              for m, run in runners.items()}
-    times: dict[str, list[float]] = {m: [] for m in timers}
-    for r in range(rounds):
-        for m in (timers if r % 2 == 0 else list(reversed(timers))):
-            times[m] += timers[m]()
-        log(f"round {r + 1}/{rounds}: " + ", ".join(f"{m} {statistics.median(t) * 1e3:.3f} ms" for m, t in times.items()))
+    reference, errors, times = time_side_by_side(builds, inputs, torch_module=torch_module, onnx_session=onnx_session,
+                                                 rounds=rounds, min_repeat_ms=min_repeat_ms, log=log)
     results = tuple(MethodResult(m, tuple(times[m]), tuning.get(m), errors[m],
                                  builds[m].applied_flops_share if m in builds and m != "untuned" else None,
                                  notes.get(m, ""), process_medians_s=(statistics.median(times[m]),))
-                    for m in timers)
+                    for m in times)
     return BenchReport(model.name, str(target), reference, results, [
         {"task": t.name, "weight": t.weight, "operator": t.op.name if t.op else None, "gflop": t.flops / 1e9,
          "reason": t.reason, "eto_program": t in builds["eto"].applied if "eto" in builds else None}
@@ -166,6 +152,32 @@ def join_processes(reports: Sequence[BenchReport]) -> BenchReport:
                               max_abs_error=max(errors) if errors else None,
                               process_medians_s=tuple(m for e in each for m in (e.process_medians_s or (e.median_s,)))))
     return replace(first, results=tuple(joined))
+
+
+def time_side_by_side(builds: "Mapping[str, BuiltModel]", inputs: Sequence[np.ndarray], *,
+                      torch_module: Callable[..., Any] | None = None, onnx_session: Any = None, rounds: int = 5,
+                      min_repeat_ms: int = 50, log: Callable[[str], None] = lambda m: None
+                      ) -> tuple[str, dict[str, float], dict[str, list[float]]]:
+    """Every build (and PyTorch, ONNX Runtime where given) on ``inputs``: the reference (PyTorch, else the
+    untuned build), each one's max abs error against it, and its run times over ``rounds`` rounds, the
+    order reversed every other round so that none always runs first."""
+    runners: dict[str, Callable[[], list[np.ndarray]]] = {m: (lambda b=b: b.run(inputs)) for m, b in builds.items()}
+    timers: dict[str, Callable[[], list[float]]] = {
+        m: (lambda b=b: b.time(inputs, repeat=3, min_repeat_ms=min_repeat_ms)) for m, b in builds.items()}
+    if torch_module is not None:
+        runners["pytorch"], timers["pytorch"] = _torch(torch_module, inputs, min_repeat_ms)
+    if onnx_session is not None:
+        runners["onnxruntime"], timers["onnxruntime"] = _onnxruntime(onnx_session, inputs, min_repeat_ms)
+    reference = "pytorch" if "pytorch" in runners else "untuned"
+    want = runners[reference]()
+    errors = {m: max(float(np.abs(np.asarray(g, dtype=np.float64) - w).max()) for g, w in zip(run(), want))
+              for m, run in runners.items()}
+    times: dict[str, list[float]] = {m: [] for m in timers}
+    for r in range(rounds):
+        for m in (timers if r % 2 == 0 else list(reversed(timers))):
+            times[m] += timers[m]()
+        log(f"round {r + 1}/{rounds}: " + ", ".join(f"{m} {statistics.median(t) * 1e3:.3f} ms" for m, t in times.items()))
+    return reference, errors, times
 
 
 def tune_metaschedule(tasks: ModelTasks, target: "Target", trials: int, work_dir: str | None, *,
