@@ -56,7 +56,7 @@ def bench_op(op, symbolic, db, target, args, cfg) -> dict:
     from tvm.ir import IRModule
 
     from eto.shapes.dispatch import at_size, build_dispatch, candidates, parse_sizes, size_of
-    from eto.shapes.instant import nearest_source
+    from eto.runs.instant import nearest_source
     from tuner.measure.apply import build, scheduled_module
     from tuner.reuse.predict import predict
 

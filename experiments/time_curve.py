@@ -57,6 +57,8 @@ def eto_stages(path: str, budgets: list[float], work: str, layout: str) -> list[
                      "tuning_s": spent + seconds, "stopped": report.get("stopped"),
                      "estimated_s": report.get("estimated_seconds"),
                      "pending": sum(r["status"] == "pending" for r in report["operators"]),
+                     "instant": sum(r["status"] == "pending" and r["latency_s"] is not None
+                                    for r in report["operators"]),
                      "candidates": report["candidates"], "snapshot": snap}
             with open(timing, "w") as f:
                 json.dump(stage, f)
@@ -135,7 +137,8 @@ def summarize(result: dict) -> dict:
     rows = [{"tuning_s": round(p["tuning_s"], 1), "eto_ms": round(p["latency_ms"], 3),
              "metaschedule_within_ms": None if (m := ms_within(p["tuning_s"])) is None else round(m, 3),
              "eto_vs_onnxruntime": round(result["lines_ms"]["onnxruntime"] / p["latency_ms"], 3),
-             "pending": p.get("pending")}  # operators the stage did not reach: TVM's default schedules
+             # operators the stage did not reach: instant programs (eto.runs.finish), else TVM's default schedules
+             "pending": p.get("pending"), "instant": p.get("instant")}
             for p in result["eto"]]
     eto_reach = next((p["tuning_s"] for p in sorted(result["eto"], key=lambda p: p["tuning_s"])
                       if best_ms is not None and p["latency_ms"] <= best_ms), None)

@@ -62,7 +62,7 @@ def tuned_db(tmp_path_factory):
 def test_instant_program_is_checked_served_and_not_a_tuning_result(tuned_db, tmp_path):
     import shutil
 
-    from eto.shapes.instant import instant
+    from eto.runs.instant import instant
     from eto.target import parse_target
     from eto.runs.verify import check_record
 
@@ -94,7 +94,7 @@ def test_instant_program_also_times_the_widest_panel_where_one_applies(tuned_db,
     so the instant program times its widest block beside β's kept tiles, and keeps the fastest."""
     import shutil
 
-    from eto.shapes.instant import instant
+    from eto.runs.instant import instant
     from eto.target import parse_target
     from eto.runs.verify import check_record
     from tuner.reuse.panel import widest_panel

@@ -124,8 +124,10 @@ def _report_table(report: "TuneReport") -> str:
     lines.append(f"weighted latency sum: {'-' if w is None else f'{w * 1e3:.4f} ms'}; candidates measured "
                  f"{tuned}{estimate}; wall time {report.seconds:.1f} s{budget}{est_s}; failed: {len(report.failed)}")
     if report.pending:
-        lines.append(f"stopped by the {report.stopped}: {len(report.pending)} operators not reached; the same command "
-                     "goes on from there")
+        instant = sum(r.latency_s is not None for r in report.pending)
+        lines.append(f"stopped by the {report.stopped}: {len(report.pending)} operators not reached"
+                     + (f" ({instant} of them run instant programs until tuned)" if instant else "")
+                     + "; the same command goes on from there")
     for r in report.failed:
         lines.append(f"  failed: {r.op}: {r.error}")
     return "\n".join(lines)

@@ -154,7 +154,7 @@ class ReuseSearch(Derivation):
         source = run.database.best(beta, run.target, predicted=False) or run.database.best(beta, run.target)
         prior = run.database.progress(alpha, run.target, "reuse")
         known = {trace_key(r.trace): s for r, s in prior.programs()}
-        # α's instant program (eto.shapes.instant) joins round T's first batch: the search never ends worse
+        # α's instant program (eto.runs.instant) joins round T's first batch: the search never ends worse
         seeds, alternates = leads(alpha, beta, source, run.database, run.target)
         shown = {"n": len(known), "best": min(known.values(), default=math.inf)}
 

@@ -57,6 +57,7 @@ from eto.options import TuneOptions
 from eto.planning.budget import PLAN_SHARE, function_trials, functions_estimator, plan_within
 from eto.planning.planner import OperatorPlan, hot_operators, plan_operator_set, plan_selective
 from eto.runs.derive import Derivation, ReuseSearch, RunContext
+from eto.runs.finish import finish, reserve
 from eto.runs.improve import improve
 from eto.runs.tuning import OperatorReport, SetProgress, TuneReport, clock, report_row
 from eto.store.database import Database
@@ -66,6 +67,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
 
     from tuner.measure.measurer import Measurer
+
+
+#: With a time budget, the plan's roots may take this many times their estimated seconds before their
+#: searches are cut (:func:`_tune_roots`): more than the estimates' usual error (0.8-1.25x), less than
+#: an overrun that leaves no time for the operators reusing them.
+ROOT_SLACK = 1.5
 
 
 def tune(
@@ -129,21 +136,28 @@ def _tune(opset: OperatorSet, target: "Target", database: Database, options: Tun
     measurers = _measurers(measurer)
     derivation = Derivation.create(options)
     estimated, stopped = (0.0, 0.0), None
+    held = reserve(opset, run, measurers[0], options.time_budget) if options.time_budget is not None else None
     try:
-        planned, estimated = _tune_multi_sketch_kinds_first(planned, run, measurers[0])
-        _tune_plan(planned, run, derivation, measurers, functions_s)
-        _tune_functions(opset, run, derivation, measurers[0], function_trials(options))
-        if options.time_budget is not None:
+        try:
+            with deadline.until(None if held is None else deadline.left() - held):  # the plan's work
+                planned, estimated = _tune_multi_sketch_kinds_first(planned, run, measurers[0])
+                _tune_plan(planned, run, derivation, measurers, functions_s)
+                _tune_functions(opset, run, derivation, measurers[0], function_trials(options))
+        except deadline.DeadlineReached:
+            stopped = "time budget"
+            finish(opset, run, measurers[0])  # in the time held back: instant programs for what was not reached
+        if options.time_budget is not None and stopped is None:
             improve(opset, run, measurers[0])
     except deadline.DeadlineReached:
         stopped = "time budget"
+    finally:
+        if measurer is None:  # our own
+            measurers[0].close()
+    if stopped:
         left = [e for e in opset if not database.attempted(e.op, target)]
         log(f"time budget spent after {clock(time.perf_counter() - start)}" + (
             f": {len(left)} operators not tuned yet; the same command with a budget goes on from there"
             if left else ""))
-    finally:
-        if measurer is None:  # our own
-            measurers[0].close()
     kill_point("tune.end")
     return _report(opset, planned, run, wall_start, (estimated[0] + planned.plan.total_cost + functions_s,
                    estimated[1] + planned.total_candidates), time.perf_counter() - start, stopped)
@@ -219,7 +233,8 @@ def _tune_plan(planned: OperatorPlan, run: RunContext, derivation: Derivation,
 
     def tune_names(names: Sequence[str], m: "Measurer") -> None:
         roots = [n for n in names if plan.parent[n] == ROOT and not run.database.attempted(ops[n], run.target)]
-        run.backend([ops[n] for n in roots], m, {ops[n]: _estimate(planned, n) for n in roots})
+        estimates = {ops[n]: _estimate(planned, n) for n in roots}
+        _tune_roots(run, [ops[n] for n in roots], m, estimates)
         progress(roots)
         for name in names:
             parent = plan.parent[name]
@@ -237,6 +252,24 @@ def _tune_plan(planned: OperatorPlan, run: RunContext, derivation: Derivation,
     with ThreadPoolExecutor(len(measurers)) as pool:
         for f in [pool.submit(tune_names, g, m) for g, m in zip(groups, measurers) if g]:
             f.result()
+
+
+def _tune_roots(run: RunContext, roots: Sequence[Operator], measurer: "Measurer",
+                estimates: dict[Operator, dict]) -> None:
+    """The plan's roots by the backend. With a time budget they get :data:`ROOT_SLACK` x their estimate:
+    a root search that overruns it (MetaSchedule's search overhead on few cores) is cut and committed
+    from what it measured, so its subtree is derived in the time planned for it rather than never."""
+    if run.options.time_budget is None or not roots:
+        run.backend(roots, measurer, estimates)
+        return
+    share = ROOT_SLACK * sum(e["estimated_seconds"] for e in estimates.values())
+    try:
+        with deadline.until(share):
+            run.backend(roots, measurer, estimates)
+    except deadline.DeadlineReached:
+        deadline.check()  # the run's own deadline: stop here
+        run.say(f"backend: the roots' share of the time budget ({share:.0f} s) is spent; "
+                "each keeps the best it measured")
 
 
 def _report(opset: OperatorSet, planned: OperatorPlan, run: RunContext, since: float,

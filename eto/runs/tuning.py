@@ -17,6 +17,7 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Literal, Mapping, Sequence
 
+from tuner.measure import deadline
 from tuner.measure.faults import kill_point
 from tuner.measure.options import BackendOptions
 from tuner.measure.trajectory import median_secs
@@ -40,7 +41,8 @@ class OperatorReport:
     op: str
     key: str
     frequency: int
-    #: ``pending``: never attempted (a run stopped by its time budget before it got there)
+    #: ``pending``: never attempted (a run stopped by its time budget before it got there); its latency is
+    #: its instant program's where it has one (:mod:`eto.runs.finish`)
     status: Literal["tuned", "cached", "failed", "pending"]
     method: str
     source: str | None
@@ -94,7 +96,11 @@ def report_row(entry: OperatorEntry, db: Database, target: "Target", status: str
     best = db.best(entry.op, target)
     tk = target_key(target)
     mine = [r for r in db.results() if r.get("op_key") == entry.op.key and r.get("target") == tk]
-    result = mine[-1] if mine else None
+    result = next((r for r in reversed(mine) if r.get("method") != PREDICTED), None)
+    if best is not None and result is None:  # an instant program until tuned (eto.runs.finish)
+        return OperatorReport(entry.op.name, entry.op.key, entry.frequency, "pending", PREDICTED, best.source,
+                              0, best.seconds, best.latency_s, best.gflops,
+                              f"not reached: an instant program from {best.source} until the next run tunes it")
     if best is None:
         if result is None:
             return OperatorReport(entry.op.name, entry.op.key, entry.frequency, "pending", "-", None, 0, 0.0,
@@ -323,18 +329,32 @@ def _resumable_backend(todo: list[OperatorEntry], target: "Target", database: Da
     for e in todo:
         groups.setdefault(max(trials - before[e.op.name].trials, 0), []).append(e)
     for left, group in sorted(groups.items(), reverse=True):
-        if left == 0:  # killed after its last candidate, before its result: the checkpoints are the result
-            for e in group:
-                p = before[e.op.name]
-                records, checked, wrong = gated(e.op, [r for r, _ in p.programs()], target, local)
-                database.commit(e.op, target, records, method="backend", candidates=p.trials, seconds=p.seconds,
-                                error=wrong, extra={**extra.get(e.op, {}), "trajectory": list(p.trajectory),
-                                                    "resumed_after": p.trials, **checked})
+        if left == 0:  # killed after its last candidate, before its result
+            _commit_measured(group, target, database, extra, local)
             continue
         tasks = [BackendTask(e.op.name, e.op.prim_func(), float(e.frequency)) for e in group]
         warm = [[r for r, _ in before[e.op.name].programs()] for e in group]
-        tune_backend(tasks, target, dataclasses.replace(options, trials=left), warm_start=warm, on_result=commit,
-                     on_measured=checkpoint, **kw)
+        try:
+            tune_backend(tasks, target, dataclasses.replace(options, trials=left), warm_start=warm, on_result=commit,
+                         on_measured=checkpoint, **kw)
+        except deadline.DeadlineReached:  # a time budget's end: each search keeps the best it measured
+            _commit_measured(group, target, database, extra, local, cut=True)
+            raise
+
+
+def _commit_measured(group: list[OperatorEntry], target: "Target", database: Database,
+                     extra: "Mapping[Operator, dict]", local: bool, *, cut: bool = False) -> None:
+    """Each operator's checkpointed candidates committed as its backend result (gated first): after a kill
+    that left its whole budget measured, or (``cut``) a time budget's end, where one measured program suffices."""
+    for e in group:
+        p = database.progress(e.op, target)
+        if database.attempted(e.op, target) or not p.trials or (cut and not p.latencies):
+            continue
+        records, checked, wrong = gated(e.op, [r for r, _ in p.programs()], target, local)
+        database.commit(e.op, target, records, method="backend", candidates=p.trials, seconds=p.seconds,
+                        error=wrong, extra={**extra.get(e.op, {}), "trajectory": list(p.trajectory),
+                                            "resumed_after": p.trials, **checked,
+                                            **({"cut": "time budget"} if cut else {})})
 
 
 def checkable_here(measurer: "Measurer", target: "Target") -> bool:

@@ -2,7 +2,7 @@
 
 ``eto retune`` and :func:`retune`. For each new shape (one value of a varied dimension, see
 :func:`eto.operators.opsets.vary`) every operator the database has no tuned program for gets, first, its
-instant program (:mod:`eto.shapes.instant`: no measurement, checked against numpy, served at once), then,
+instant program (:mod:`eto.runs.instant`: no measurement, checked against numpy, served at once), then,
 unless ``instant_only``, a tuned one: the reuse pair selector plans over the database's programs
 (free sources) plus all the new operators and their bridges, and the pipeline tunes the plan
 (:func:`eto.runs.pipeline.tune`): reuse wherever a source exists, the backend only where none does.
@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from eto.store.database import PREDICTED, Database
-from eto.shapes.instant import instant
+from eto.runs.instant import instant
 from eto.operators.opsets import OperatorSet
 from eto.target import warn_target_mismatch
 

@@ -1,7 +1,7 @@
 """A program cache for serving changing shapes: a compiled function at once, a tuned one soon.
 
 :class:`ProgramCache` ``.get(op)`` returns a compiled function for ``op`` immediately: the
-database's best program, else an instant program (:mod:`eto.shapes.instant`, derived and checked in well
+database's best program, else an instant program (:mod:`eto.runs.instant`, derived and checked in well
 under a second). Operators served without a tuned program are queued for background tuning
 (:func:`eto.runs.pipeline.tune`: reuse from the database's programs, the backend where nothing can be
 reused); when a faster program lands, the next ``get`` returns it. Everything learned goes into
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from tuner.measure.options import DEFAULT_TRIALS
 from eto.store.database import PREDICTED, Database, ProgramRecord
-from eto.shapes.instant import instant
+from eto.runs.instant import instant
 from eto.operators import Operator
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -59,7 +59,7 @@ Method = Literal["backend", "reuse", "reuse+evolve", "topk", "import", "instant"
 #: A backend root's program improved by a self-reuse after its backend result (:mod:`eto.runs.polish`).
 POLISH: Method = "polish"
 IMPROVE: Method = "improve"  # a step of a time budget's spare time (:mod:`eto.runs.improve`)
-#: A program derived for a new shape without a search (:mod:`eto.shapes.instant`): served until tuning
+#: A program derived for a new shape without a search (:mod:`eto.runs.instant`): served until tuning
 #: stores a better one, but not a tuning result (the operator still counts as not attempted).
 PREDICTED: Method = "instant"
 

@@ -124,7 +124,7 @@ def test_the_tuner_measures_the_panel_round_and_the_estimator_counts_it(ffn_tune
 
 
 def test_a_panel_seed_leads_round_panel_even_when_ranked_last(ffn_tuner):
-    """α's instant program may be a panel (eto.shapes.instant): it is measured first in round "panel", not in
+    """α's instant program may be a panel (eto.runs.instant): it is measured first in round "panel", not in
     round T's lead, so a round that stops at its first batch still measures what the database serves."""
     from tuner.reuse.search import config_of
 

@@ -2,7 +2,7 @@
 
 Beyond the paper. When only a dimension's size changed, β's tile factors kept on α's loops (the
 outer factors following the new extents) are a program as good as a search's, in a fraction of
-a second: :func:`predict` (used by :mod:`eto.shapes.instant`).
+a second: :func:`predict` (used by :mod:`eto.runs.instant`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class Prediction:
     seconds: float
     _tuner: ReuseTuner = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
     #: programs as cheap and as likely (β's tiles kept, α's growth placed otherwise, see
-    #: :meth:`~tuner.reuse.space.ReuseSpace.kept_tiles`): :mod:`eto.shapes.instant` times them all and keeps the fastest
+    #: :meth:`~tuner.reuse.space.ReuseSpace.kept_tiles`): :mod:`eto.runs.instant` times them all and keeps the fastest
     alternatives: tuple["Prediction", ...] = ()
 
     def record(self, seconds: float) -> "TuningRecord":

@@ -202,7 +202,7 @@ class ReuseSpace:
         grown loop, so each streams all of the other operand. Measured on instant programs
         (BERT-Base's 768x768 matmul at seq 160-384 from seq 128, ResNet-50's 1x1 convolutions of
         2048 channels at batch 4 and 16 from batch 1): 2.2-5x faster than ``"outer"``; elsewhere
-        within -10% / +5% (README, "New shapes"), so :mod:`eto.shapes.instant` times both.
+        within -10% / +5% (README, "New shapes"), so :mod:`eto.runs.instant` times both.
         Computed once per growth (the enumeration and its estimate ask about ten times a pair).
         """
         cache = self.__dict__.setdefault("_kept", {})  # frozen: what cached_property does
