@@ -84,7 +84,7 @@ def test_notebook_tunes_and_retunes_through_the_public_api():
 
 
 @pytest.mark.slow
-@pytest.mark.serial  # tunes with worker processes on every core, twice
+# not serial: nothing in it is timed, and alone on the cores it held the serial part up for 2+ minutes
 def test_walkthrough_runs_and_shows_plan_convergence_comparison_and_retune(tmp_path, monkeypatch):
     from nbclient import NotebookClient
 

@@ -38,6 +38,22 @@ def test_fit_line_learns_how_a_candidate_grows_with_the_operator():
     assert shaped.per_gflop >= 0 and shaped.per_gflop / shaped.per == pytest.approx(2.0)
 
 
+def test_a_backend_runs_set_up_is_learned_only_from_runs_of_different_lengths():
+    """A backend run costs a set-up whatever its trials (MetaSchedule's space, cost model, first search):
+    runs of one length cannot tell it from the rate, so the default's set-up is kept until lengths differ."""
+    truth = Line(12.0, 0.4, 1.0)
+    sizes = (0.001, 0.01, 0.05, 0.2, 0.6)
+    mixed = [(c, g, truth(c, g)) for c in (8, 64) for g in sizes]
+    fitted = fit_line(mixed, Line(5.0, 0.5, 1.0), with_intercept=True, by_count=True)
+    assert (fitted.fixed, fitted.per, fitted.per_gflop) == (pytest.approx(12.0), pytest.approx(0.4),
+                                                             pytest.approx(1.0))
+    one_length = [(8, g, truth(8, g)) for g in sizes]
+    kept = fit_line(one_length, Line(5.0, 0.5, 1.0), with_intercept=True, by_count=True)
+    assert kept.fixed == 5.0 and kept.per_gflop / kept.per == pytest.approx(2.0)
+    # and what it learned still reproduces the runs' total time
+    assert sum(kept(c, g) for c, g, _ in one_length) == pytest.approx(sum(s for _, _, s in one_length))
+
+
 def test_time_model_learns_from_the_targets_results_only(tmp_path):
     from eto.store.database import Database
     from eto.operators import Operator
@@ -59,9 +75,9 @@ def test_time_model_learns_from_the_targets_results_only(tmp_path):
     assert tm.count_scale == pytest.approx(1.5) and tm.reuse_candidates(10) == pytest.approx(15)
     gf = [op.flops / 1e9 for op in ops]
     here = default_lines(cpu, "cpu")[0]
-    k = here.per_gflop / here.per  # two backend results: the default's shape kept
-    per = 300 / (100 * (1 + k * gf[0]) + 300 * (1 + k * gf[1]))
-    assert tm.backend_seconds(100, gf[0]) == pytest.approx(100 * per * (1 + k * gf[0]))
+    k = here.per_gflop / here.per  # two backend results: the default's shape and set-up kept
+    per = (300 - 2 * here.fixed) / (100 * (1 + k * gf[0]) + 300 * (1 + k * gf[1]))
+    assert tm.backend_seconds(100, gf[0]) == pytest.approx(here.fixed + 100 * per * (1 + k * gf[0]))
     assert (tm.reuse.fixed, tm.reuse.per) == (pytest.approx(3.0), pytest.approx(0.5))
     polished = Database(tmp_path / "polished")  # a root's polish (eto.runs.polish) is a reuse search: it teaches that line
     for i, op in enumerate(ops[2:]):

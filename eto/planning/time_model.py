@@ -13,8 +13,8 @@ seconds, so the per-target model is, per method, a least-squares fit of
 
     seconds = fixed + candidates x (per + per_gflop x GFLOPs of the operator),
 
-on that target's results. Until a target has results, defaults measured on this project's machines
-stand in (``DEFAULTS``, by target kind).
+on that target's results (a backend run's ``fixed`` only from runs of different lengths). Until a
+target has results, defaults measured on this project's machines stand in (``DEFAULTS``, by target kind).
 
 Fitting is O(r) over the r results of the target.
 """
@@ -83,10 +83,18 @@ DEFAULTS: Mapping[str, tuple[Line, Line]] = {
 #: which under-costed its reuses 1.30x (BERT-Base at N = 100); fitted on that run's 9
 #: databases (3 seeds of eto with and without root polish, and MetaSchedule:
 #: ``experiments/results/estimate_accuracy_time_fit_znver3.json``: 21 backend runs, 36 reuses, 3 polishes).
+#: The 2-core AMD EPYC TVM targets as ``znver5``: its backend runs cost a fixed 13.5 s each beyond their
+#: trials (MetaSchedule's design space, cost model and first search of a task, seconds on 2 cores),
+#: which the lines fitted through zero on runs of 100-200 trials did not show and which dominates a
+#: run of 8 (least squares on 12 roots of 8 and 64 trials of MobileNetV2, the BERT-Base layer and
+#: the quick start, 0.0005-0.15 GFLOP: 13.5 s + 0.41 s a trial; their 8-trial roots took 7-31 s
+#: where the znver4 default said 4 s). Its growth with the operator's size (those roots were too small
+#: to show it) and its reuse line are znver3's, the nearest measured.
 CPU_DEFAULTS: Mapping[str, tuple[Line, Line]] = {
     "znver4": DEFAULTS["cpu"],
     "emeraldrapids": (Line(0.0, 0.566, 0.339), Line(5.95, 0.029, 0.148)),
     "znver3": (Line(0.0, 0.566, 1.331), Line(3.03, 0.132, 0.376)),
+    "znver5": (Line(13.5, 0.41, 1.331), Line(3.03, 0.132, 0.376)),
 }
 #: Results needed before a fitted line replaces the default (fewer: the default's shape is kept
 #: and only the ratio of the recorded seconds to it is learned).
@@ -124,27 +132,31 @@ class TimeModel:
 Point = tuple[float, float, float]  # (candidates, GFLOPs of the operator, seconds)
 
 
-def fit_line(points: Iterable[Point], default: Line, *, with_intercept: bool) -> Line:
+def fit_line(points: Iterable[Point], default: Line, *, with_intercept: bool, by_count: bool = False) -> Line:
     """Least squares through (candidates, GFLOPs, seconds), falling back towards ``default``.
 
     With at least ``MIN_FIT`` results over operators whose sizes differ by ``MIN_SPREAD`` x, all
     coefficients are fitted (a negative one, from noise, falls back). Otherwise the default's
     growth with size is kept (candidates are weighted by 1 + per_gflop/per x GFLOPs) and the rest is
-    a line in that weighted count: without an intercept (backend runs, whose set-up is amortised
-    over many trials) total seconds over the weighted total; with one, fitted on ``MIN_FIT``
-    results that differ in size, else the default's intercept kept and only the rate learned.
+    a line in that weighted count: without an intercept, total seconds over the weighted total;
+    with one, fitted on ``MIN_FIT`` results that differ in size, else the default's intercept kept
+    and only the rate learned. ``by_count``: the intercept is a cost per run whatever its size (a
+    backend run's set-up), told apart from the rate only by runs of different lengths: unless the
+    candidates differ ``MIN_SPREAD`` x, the default's intercept is kept.
     """
     pts = [(float(c), max(float(g), 0.0), float(s)) for c, g, s in points if c > 0 and s > 0]
     if not pts:
         return default
     n = len(pts)
-    gs = [g for _, g, _ in pts]
-    if n >= MIN_FIT and min(gs) > 0 and max(gs) >= MIN_SPREAD * min(gs):
+    gs, cs = [g for _, g, _ in pts], [c for c, _, _ in pts]
+    lengths = not by_count or max(cs) >= MIN_SPREAD * min(cs)
+    if n >= MIN_FIT and min(gs) > 0 and max(gs) >= MIN_SPREAD * min(gs) and lengths:
         full = _least_squares(pts, with_intercept)
         if full is not None:
             return full
     k = default.per_gflop / default.per if default.per else 0.0
-    fixed, per = _line([(c * (1 + k * g), s) for c, g, s in pts], default.fixed, default.per, with_intercept)
+    fixed, per = _line([(c * (1 + k * g), s) for c, g, s in pts], default.fixed, default.per, with_intercept,
+                       keep_fixed=not lengths)
     return Line(fixed, per, per * k, n)
 
 
@@ -163,8 +175,9 @@ def _least_squares(pts: list[Point], with_intercept: bool) -> Line | None:
     return Line(float(fixed), float(per), float(per_gflop), len(pts))
 
 
-def _line(pts: list[tuple[float, float]], fixed0: float, per0: float, with_intercept: bool) -> tuple[float, float]:
-    """(fixed, per) of seconds = fixed + per x work through (work, seconds)."""
+def _line(pts: list[tuple[float, float]], fixed0: float, per0: float, with_intercept: bool, *,
+          keep_fixed: bool = False) -> tuple[float, float]:
+    """(fixed, per) of seconds = fixed + per x work through (work, seconds); ``keep_fixed``: ``fixed0`` kept."""
     n = len(pts)
     sx = sum(x for x, _ in pts)
     sy = sum(s for _, s in pts)
@@ -172,7 +185,7 @@ def _line(pts: list[tuple[float, float]], fixed0: float, per0: float, with_inter
         return 0.0, sy / sx
     mx, my = sx / n, sy / n
     var = sum((x - mx) ** 2 for x, _ in pts)
-    if n < MIN_FIT or var == 0:  # keep the default's set-up time, learn the rest
+    if n < MIN_FIT or var == 0 or keep_fixed:  # keep the default's set-up time, learn the rest
         return fixed0, max(sy - n * fixed0, 0.0) / sx or per0
     per = sum((x - mx) * (s - my) for x, s in pts) / var
     fixed = my - per * mx
@@ -219,7 +232,7 @@ def fit_time_model(results: Iterable[dict], kind: str, *, defaults: tuple[Line, 
                and (p := _point(r))]
     total = sum(e for _, e in planned)
     scale = sum(a for a, _ in planned) / total if planned and total > 0 else 1.0
-    return TimeModel(fit_line(backend, d_backend, with_intercept=False),
+    return TimeModel(fit_line(backend, d_backend, with_intercept=True, by_count=True),
                      fit_line(reuse, d_reuse, with_intercept=True), min(2.0, max(0.5, scale)))
 
 

@@ -122,7 +122,7 @@ def _step(op: Operator, run: RunContext, measurer: "Measurer", share: float, pol
             polish_program(op, run.database, run.target, measurer, run.options.reuse, ranker=run.ranker,
                            history=lambda: run.history(op.type) if run.ranker else (), say=run.say, method=IMPROVE)
             return True
-    trials = _affordable(tm.backend_seconds(1, gflops))
+    trials = _affordable(tm.backend.per_candidate(gflops), max(STEP_OVERHEAD_S, tm.backend.fixed))
     if trials < MIN_STEP_TRIALS:
         return False
     evolve_step(op, run, measurer, trials, share=share)
@@ -151,11 +151,12 @@ def _roofline(run: RunContext) -> tuple[float | None, float | None]:
     return peak, bandwidth
 
 
-def _affordable(per_trial: float) -> int:
-    """:data:`STEP_TRIALS`, or the chunks of trials the time left affords at ``per_trial`` seconds each."""
+def _affordable(per_trial: float, overhead: float = STEP_OVERHEAD_S) -> int:
+    """:data:`STEP_TRIALS`, or the chunks of trials the time left affords at ``per_trial`` seconds each
+    after ``overhead``."""
     from tuner.measure.timed import MEASURE_CHUNK
 
-    fits = int((deadline.left() - STEP_OVERHEAD_S) / max(per_trial, 1e-3))
+    fits = int((deadline.left() - overhead) / max(per_trial, 1e-3))
     return min(STEP_TRIALS, fits // MEASURE_CHUNK * MEASURE_CHUNK)
 
 
