@@ -40,16 +40,16 @@ def test_a_budget_stops_on_time_and_a_rerun_with_more_goes_on_and_improves(tmp_p
     # past the deadline at most a MetaSchedule search in flight (it runs in C++ before anything is built)
     assert cut["stopped"] == "time budget" and cut["seconds"] <= 12 + SEARCH_IN_FLIGHT
     pending = [r for r in cut["operators"] if r["status"] == "pending"]
-    assert pending and all(r["latency_s"] is None for r in pending)
+    assert pending and all(r["latency_s"] is None or r["method"] == "instant" for r in pending)
     store, cpu = eto.Database(str(db), readonly=True), parse_target("cpu")
     for r in store.results():  # a root the deadline cut is committed from what it measured
-        if r.get("cut"):
+        if r.get("cut") and r["method"] == "backend":
             assert r["records"] and r["resumed_after"] == r["candidates"] > 0
     for r in pending:  # nothing measured is lost: a pending operator's candidates wait in its checkpoints
         assert not store.attempted(OPS[r["key"]], cpu)
 
-    done = tune(capsys, db, "40s")  # the rest of the plan, then steps where the latency is
-    assert done["seconds"] <= 40 * OVERRUN, done["seconds"]
+    done = tune(capsys, db, "60s")  # the rest of the plan, then steps where the latency is
+    assert done["seconds"] <= 60 * OVERRUN, done["seconds"]
     assert not [r for r in done["operators"] if r["status"] in ("pending", "failed")]
     assert all(r["latency_s"] and math.isfinite(r["latency_s"]) for r in done["operators"])
     results = eto.Database(str(db), readonly=True).results()
