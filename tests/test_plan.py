@@ -9,6 +9,13 @@ from tuner.reuse.options import ReuseOptions
 from eto.cli import main
 
 
+@pytest.fixture(autouse=True)
+def _away_from_a_users_database(tmp_path, monkeypatch):
+    """`eto plan` reads ``--db`` (default ``eto-db`` in the working directory): a database the README's main
+    job left in the checkout would teach the plans its time model. Each test plans from an empty folder."""
+    monkeypatch.chdir(tmp_path)
+
+
 def plan_json(capsys, *argv):
     code = main(["plan", *argv, "--json"])
     out, err = capsys.readouterr()
