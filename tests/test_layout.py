@@ -46,7 +46,18 @@ def models(tmp_path_factory):
     from eto.models.examples import export
 
     d = tmp_path_factory.mktemp("models")
-    return {name: export(name, str(d / f"{name}.pt2")) for name in ("tiny_cnn", "tiny_mobilenet")}
+    paths = {name: export(name, str(d / f"{name}.pt2")) for name in ("tiny_cnn", "tiny_mobilenet")}
+    if _has_onnx():
+        paths["tiny_mobilenet.onnx"] = export("tiny_mobilenet", str(d / "tiny_mobilenet.onnx"), onnx=True)
+    return paths
+
+
+def _has_onnx() -> bool:
+    try:
+        import onnx  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 @pytest.fixture(scope="module")
@@ -55,9 +66,11 @@ def model(models):
 
 
 @pytest.mark.slow
-def test_a_mobilenet_runs_channels_last_from_input_to_classifier(models, tmp_path):
-    """Depthwise convolutions and ReLU6 (clip) follow the layout: no transpose is left between layers,
-    only at the model's input and before its classifier; built, it matches PyTorch."""
+@pytest.mark.parametrize("file", ["tiny_mobilenet", "tiny_mobilenet.onnx"])
+def test_a_mobilenet_runs_channels_last_from_input_to_classifier(models, file):
+    """Depthwise convolutions and ReLU6 follow the layout: no transpose is left between layers, only
+    at the model's input and before its classifier; built, it matches PyTorch. ReLU6 arrives as
+    ``clip`` from torch.export and as ``call_tir`` of TE maximum/minimum from TVM's ONNX importer."""
     import torch
 
     import eto
@@ -67,7 +80,9 @@ def test_a_mobilenet_runs_channels_last_from_input_to_classifier(models, tmp_pat
     from eto.models.tasks import model_tasks
     from eto.target import parse_target
 
-    path = models["tiny_mobilenet"]
+    if file not in models:
+        pytest.skip("onnx is not installed")
+    path = models[file]
     tasks = model_tasks(with_layout(load_relax(path), "NHWC"), parse_target("cpu")).tasks
     kinds = sorted(t.op.type for t in tasks if t.op is not None)
     assert kinds.count("DEPNHWC") == 2 and kinds.count("C2DNHWC") == 6 and "C2D" not in kinds and "DEP" not in kinds
