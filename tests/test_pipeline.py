@@ -114,6 +114,8 @@ def test_roots_are_polished_and_a_root_left_unpolished_by_a_kill_is_polished_nex
     the polish's records sit on the backend's scale (the database's best is the program that won side
     by side), and a root whose run stopped before its polish is polished by the next run, not tuned
     again; a program tuned outside a plan (MetaSchedule's own run) is never polished."""
+    import shutil
+
     from eto.runs.pipeline import tune
     from eto.runs.polish import needs_polish
     from eto.runs.tuning import tune_with_backend
@@ -128,6 +130,7 @@ def test_roots_are_polished_and_a_root_left_unpolished_by_a_kill_is_polished_nex
     tune_with_backend([op], target, db, BackendOptions(search=light_search(), **kw),
                       extra={op: {"root": True, "estimated_seconds": 5.0}})
     assert needs_polish(db, op, target)
+    shutil.copytree(tmp_path / "killed", tmp_path / "off")  # the same root, for the default below
     (row,) = tune(one, target, db, TuneOptions.of(search=light_search(), bridges="none", polish=True, **kw)).rows  # (8 < 32 trials)
     backend, polish = db.results()
     assert (backend["method"], polish["method"]) == ("backend", "polish") and not needs_polish(db, op, target)
@@ -147,8 +150,8 @@ def test_roots_are_polished_and_a_root_left_unpolished_by_a_kill_is_polished_nex
     assert not needs_polish(ms_db, op, target)
     tune(one, target, ms_db, TuneOptions.of(search=light_search(), bridges="none", polish=True, **kw))
     assert [r["method"] for r in ms_db.results()] == ["backend"]
-    off = Database(tmp_path / "off")
-    tune(one, target, off, TuneOptions.of(search=light_search(), bridges="none", **kw))  # by default: not with 8 trials
+    off = Database(tmp_path / "off")  # by default a root of 8 trials is not polished, even one left to polish
+    tune(one, target, off, TuneOptions.of(search=light_search(), bridges="none", **kw))
     assert [r["method"] for r in off.results()] == ["backend"]
 
 
