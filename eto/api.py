@@ -191,7 +191,8 @@ def retune(
     model, ``dim`` names one of its symbolic dimensions; for an operator set, an operator parameter
     (``"M"``, ``"H"`` ...). ``what`` may also be the new sets themselves, ``(size, operator set)`` pairs
     made by the caller (as ``eto retune`` makes a model's tasks at each size); then ``sizes`` is theirs.
-    ``log(message)`` for progress messages.
+    ``time_budget=`` (seconds) counts from the call: the instant programs first, then the plan fitted
+    to what is left, as :func:`tune` does. ``log(message)`` for progress messages.
     """
     from eto.shapes.retune import retune as run
     from eto.target import parse_target
@@ -207,7 +208,8 @@ def retune(
         shapes = vary(what if isinstance(what, OperatorSet) else os.fspath(what), dim, list(sizes))
     else:
         shapes = [(v, operator_set(what, target=target, dims={dim: v})) for v in sizes]
-    return run(shapes, target, _database(database), opts, dim=dim, instant_only=instant_only, log=log)
+    with deadline.until(opts.time_budget):  # from here, as eto retune: the instant programs count too
+        return run(shapes, target, _database(database), opts, dim=dim, instant_only=instant_only, log=log)
 
 
 @dataclass(frozen=True)

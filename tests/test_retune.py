@@ -179,6 +179,39 @@ def test_eto_retune_serves_every_new_size_then_tunes_it_by_reuse(tuned_db, tmp_p
     assert methods == ["backend", "instant", "instant", "reuse", "reuse"]
 
 
+@pytest.mark.slow
+def test_eto_retune_within_a_time_budget_serves_every_size_and_a_rerun_with_more_tunes_on(tuned_db, tmp_path, capsys):
+    """``eto retune --time-budget``: the instant programs count against the budget and every new size is
+    served when the run stops on time; a rerun with more budget tunes what the first left pending and
+    keeps what it tuned. (On time within 5%: tests/test_time_budget.py, alone on the cores; here a
+    looser bound, beside other tests.)"""
+    import shutil
+    import time
+
+    db_dir = tmp_path / "db"
+    shutil.copytree(tuned_db, db_dir)
+    argv = ["retune", "--op", KNOWN.key, "--vary", "M=48,64,96,128", "--db", str(db_dir), "--seed", "0", "--json"]
+
+    def retune(budget: float) -> dict:
+        start = time.perf_counter()
+        code = main([*argv, "--time-budget", f"{budget}s"])
+        wall = time.perf_counter() - start
+        out, err = capsys.readouterr()
+        assert code == 0, err[-2000:]
+        assert wall <= 1.25 * budget, f"{wall:.1f} s for a {budget} s budget"
+        rows = {r["op"]: r for r in json.loads(out)["rows"]}
+        assert len(rows) == 4 and all(r["latency_s"] or r["instant_latency_s"] for r in rows.values())
+        return rows
+
+    first = retune(10)
+    tuned = {op for op, r in first.items() if r["method"]}
+    assert len(tuned) < 4 and all(r["instant_source"] == KNOWN.name for r in first.values())  # 4 reuses take longer
+    second = retune(40)
+    assert {op for op, r in second.items() if r["method"]} > tuned
+    assert all(second[op]["candidates"] == first[op]["candidates"] for op in tuned)  # kept, not tuned again
+    assert all(r["method"] in (None, "reuse") for r in second.values())  # from the known size: no backend
+
+
 @pytest.mark.slow  # tuned_db tunes a BMM
 def test_eto_retune_refuses_a_database_tuned_for_another_thread_count(tuned_db, capsys):
     # the key carries num-cores: another TVM_NUM_THREADS would see no source and tune everything anew
