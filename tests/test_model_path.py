@@ -483,3 +483,49 @@ def test_bench_compares_builds_with_pytorch(files, tuned, capsys, tmp_path, monk
     assert code == 2 and "--processes must be at least 1, got 0" in err
     code, _, err = run(capsys, "bench", "--model", path, "--db", db_dir, "--onnx", tmp_path / "missing.onnx")
     assert code == 2 and "missing.onnx: no such file" in err
+
+
+def _mean(red_name: str, width: int = 16):
+    """A mean over H and W whose reduction block is named after a model's variable, as Relax names it."""
+    import tvm
+    from tvm import te
+
+    x = te.placeholder((1, 8, 8, width), name="x")
+    kh, kw = te.reduce_axis((0, 8), name="kh"), te.reduce_axis((0, 8), name="kw")
+    red = te.compute((1, 1, 1, width), lambda n, h, w, c: te.sum(x[n, kh, kw, c], axis=[kh, kw]), name=red_name)
+    out = te.compute(red.shape, lambda *i: red(*i) / 64.0, name="T_divide")
+    return tvm.IRModule({"main": te.create_prim_func([x, out])})
+
+
+def _schedule(mod, red_name: str):
+    from tvm.s_tir.schedule import Schedule
+
+    sch = Schedule(mod)
+    block = sch.get_sblock(red_name)
+    outer, inner = sch.split(sch.get_loops(block)[3], [None, 4])
+    sch.reorder(inner, outer)
+    return sch
+
+
+def test_a_stored_program_applies_to_the_same_function_with_other_block_names():
+    """A program tuned on one model's function serves the same function of another model whose block
+    names differ (a torch.export file's mean ``lv200_red`` is ``lv375_red`` in the ONNX file)."""
+    import tvm
+    from tvm.s_tir.schedule import Schedule
+
+    from eto.models.build import portable_trace
+
+    tuned, other = _mean("lv200_red"), _mean("lv375_red")
+    trace = _schedule(tuned, "lv200_red").trace
+    with pytest.raises(Exception):  # as stored, the trace names a block the other function lacks
+        trace.apply_to_schedule(Schedule(other), remove_postproc=False)
+    assert portable_trace(trace, tuned, tuned) is trace
+    moved = portable_trace(trace, tuned, other)
+    replayed = Schedule(other)
+    moved.apply_to_schedule(replayed, remove_postproc=False)
+    tvm.ir.assert_structural_equal(replayed.mod, _schedule(other, "lv375_red").mod)
+    from tvm import te
+
+    x = te.placeholder((1, 8, 8, 16), name="x")
+    relu = tvm.IRModule({"main": te.create_prim_func([x, te.compute(x.shape, lambda *i: te.max(x(*i), 0.0))])})
+    assert portable_trace(trace, tuned, relu) is None  # another function: no program rather than a wrong one

@@ -4,12 +4,15 @@ The model is prepared as :mod:`eto.models.tasks` prepares it for tuning, each tu
 operator's fastest stored program (one eto's correctness gate passed; an instant program, as
 ``eto retune`` stores first, where no tuned one is faster), and MetaSchedule's
 ``compile_relax`` compiles it: ``MetaScheduleApplyDatabase`` replaces every function it finds in the
-database, the rest keep TVM's default schedules. The tasks that got no program are named, with their
+database, the rest keep TVM's default schedules. A program tuned on another model's copy of a
+function serves this one even where their block names differ (:func:`portable_trace`). The tasks that got no program are named, with their
 share of the model's tunable FLOPs, so a stale or partial database is never silent.
 """
 
 from __future__ import annotations
 
+import re
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -20,6 +23,8 @@ from eto.target import warn_target_mismatch
 from eto.models.tasks import ModelTask, ModelTasks, model_tasks
 
 if TYPE_CHECKING:  # pragma: no cover
+    import tvm
+    from tvm.s_tir.schedule import Trace
     from tvm.target import Target
 
     from eto.store.database import Database
@@ -110,14 +115,53 @@ def build_model(model: "RelaxModel", database: "Database | None", target: "Targe
         if best is None:
             missing.append(t)
             continue
+        rec = best.tuning_record
+        trace = portable_trace(rec.trace, rec.workload.mod, t.mod)
+        if trace is None:
+            warnings.warn(f"{t.name}: the stored program for {t.op.name} does not apply to this model's "
+                          "function (TVM's default schedule instead)", RuntimeWarning, stacklevel=2)
+            missing.append(t)
+            continue
         if best.method == PREDICTED:
             instant.append(t)
-        rec = best.tuning_record
-        ms_db.commit_tuning_record(TuningRecord(rec.trace, ms_db.commit_workload(t.mod), rec.run_secs, target,
+        ms_db.commit_tuning_record(TuningRecord(trace, ms_db.commit_workload(t.mod), rec.run_secs, target,
                                                 ArgInfo.from_prim_func(t.mod["main"])))
         applied.append(t)
     ex = ms.relax_integration.compile_relax(ms_db, tasks.bound, target, params=None)
     return BuiltModel(ex, tasks, tuple(applied), tuple(missing), target, tuple(instant))
+
+
+def portable_trace(trace: "Trace", tuned: "tvm.IRModule", mod: "tvm.IRModule") -> "Trace | None":
+    """``trace``, tuned on ``tuned``, as it applies to ``mod``, the same function from another model.
+
+    A stored program is found by its function's structure, but its trace names the blocks it
+    schedules, and some block names come from the model's variables (a mean's ``lv200_red`` in a
+    ``torch.export`` file is ``lv375_red`` in the ONNX file of the same network). Where the names
+    differ, the trace's block names are mapped by position (the functions are structurally equal,
+    so their blocks come in the same order) and replayed on ``mod``; None if it still does not apply.
+    O(instructions + blocks)."""
+    from tvm.s_tir.schedule import Schedule, Trace
+
+    old, new = _block_names(tuned), _block_names(mod)
+    if old == new:
+        return trace
+    if len(old) != len(new) or len(set(old)) != len(old):
+        return None
+    rename = dict(zip(old, new))
+    insts, decisions = trace.as_json()
+    insts = [[kind, inputs, [rename.get(a, a) if isinstance(a, str) else a for a in attrs], outputs]
+             for kind, inputs, attrs, outputs in insts]
+    sch = Schedule(mod)
+    try:
+        Trace.apply_json_to_schedule([insts, decisions], sch)
+    except Exception:  # noqa: BLE001 -- TVM raises its own error kinds for a trace that does not replay
+        return None
+    return sch.trace
+
+
+def _block_names(mod: "tvm.IRModule") -> list[str]:
+    """The names of ``mod``'s blocks in program order (as TVMScript prints them)."""
+    return re.findall(r'T\.sblock\("([^"]+)"\)', mod.script())
 
 
 def model_inputs(tasks: ModelTasks, seed: int = 0) -> list[np.ndarray]:
