@@ -40,6 +40,28 @@ def _small_evolutionary_population():
     return undo
 
 
+#: The test files that take longest in CI's slow part, longest first (file paths under tests/). CI runs
+#: that part with ``--dist loadfile --no-loadscope-reorder``: each pytest-xdist worker takes the next
+#: file in collection order when it is free, so these go first and the last files to start are short
+#: ones; with xdist's own order (files with the most tests first) a worker could start a six-minute
+#: file while the others were running out of work. An order only: a file not listed runs after, as
+#: collected, and nothing else depends on it.
+LONGEST_FIRST = ("test_pipeline.py", "test_bench_scripts.py", "test_model_path.py", "tuner/test_reuse_tuner.py",
+                 "test_resume.py", "test_fast_math.py", "test_retune.py", "test_notebook.py", "tuner/test_stage.py",
+                 "test_api.py", "test_layout.py", "test_cuda_path.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The files of :data:`LONGEST_FIRST` first, in its order; a file's tests stay together, in order."""
+    here = os.path.dirname(os.path.abspath(__file__))
+
+    def rank(item) -> int:
+        rel = os.path.relpath(str(item.path), here).replace(os.sep, "/")
+        return LONGEST_FIRST.index(rel) if rel in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the rest keep their collected order
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     """The small population from the first slow test on, for the rest of the session, set before the
