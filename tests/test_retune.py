@@ -180,11 +180,12 @@ def test_eto_retune_serves_every_new_size_then_tunes_it_by_reuse(tuned_db, tmp_p
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # timed: beside two other workers on two cores a 10 s budget ran 12.6 s
 def test_eto_retune_within_a_time_budget_serves_every_size_and_a_rerun_with_more_tunes_on(tuned_db, tmp_path, capsys):
     """``eto retune --time-budget``: the instant programs count against the budget and every new size is
     served when the run stops on time; a rerun with more budget tunes what the first left pending and
-    keeps what it tuned. (On time within 5%: tests/test_time_budget.py, alone on the cores; here a
-    looser bound, beside other tests.)"""
+    keeps what it tuned. (Within 5% of the budget: tests/test_time_budget.py's longer runs; a 10 s
+    budget leaves a candidate in flight a larger share.)"""
     import shutil
     import time
 
