@@ -11,7 +11,6 @@ share of the model's tunable FLOPs, so a stale or partial database is never sile
 
 from __future__ import annotations
 
-import re
 import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
@@ -160,8 +159,12 @@ def portable_trace(trace: "Trace", tuned: "tvm.IRModule", mod: "tvm.IRModule") -
 
 
 def _block_names(mod: "tvm.IRModule") -> list[str]:
-    """The names of ``mod``'s blocks in program order (as TVMScript prints them)."""
-    return re.findall(r'T\.sblock\("([^"]+)"\)', mod.script())
+    """The names of ``mod``'s blocks in program order."""
+    from tvm.s_tir.stmt import SBlock
+
+    from eto.models.layout import tir_statements
+
+    return [stmt.name_hint for stmt in tir_statements(mod["main"].body) if isinstance(stmt, SBlock)]
 
 
 def model_inputs(tasks: ModelTasks, seed: int = 0) -> list[np.ndarray]:

@@ -138,7 +138,7 @@ def _min_max_kind(func) -> str | None:
 
     if not isinstance(func, tirx.PrimFunc) or len(func.params) != 3:
         return None
-    values = [store.value for store in _stores(func.body)]
+    values = [store.value for store in tir_statements(func.body) if isinstance(store, tirx.BufferStore)]
     if len(values) != 1:
         return None
     if isinstance(values[0], tirx.Max):
@@ -146,18 +146,16 @@ def _min_max_kind(func) -> str | None:
     return "min" if isinstance(values[0], tirx.Min) else None
 
 
-def _stores(stmt) -> list:
-    """The buffer stores of a TIR statement, found through its loops, blocks and sequences (TVM's
-    Python API has no statement visitor)."""
+def tir_statements(stmt) -> list:
+    """Every statement of a TIR statement, pre-order, through its loops, blocks and sequences (TVM's
+    Python API has no statement visitor). O(statements)."""
     from tvm import tirx
 
-    if isinstance(stmt, tirx.BufferStore):
-        return [stmt]
-    found: list = []
+    found = [stmt]
     for field in ("body", "block", "init", "then_case", "else_case"):
         child = getattr(stmt, field, None)
         if isinstance(child, tirx.Stmt):
-            found += _stores(child)
+            found += tir_statements(child)
     for child in getattr(stmt, "seq", None) or ():
-        found += _stores(child)
+        found += tir_statements(child)
     return found
