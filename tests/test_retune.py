@@ -210,7 +210,9 @@ def test_eto_retune_within_a_time_budget_serves_every_size_and_a_rerun_with_more
     second = retune(40)
     assert {op for op, r in second.items() if r["method"]} > tuned
     assert all(second[op]["candidates"] == first[op]["candidates"] for op in tuned)  # kept, not tuned again
-    assert all(r["method"] in (None, "reuse") for r in second.values())  # from the known size: no backend
+    methods = {op: r["method"] for op, r in second.items()}
+    # from the known size, no backend root; time left over goes to eto.runs.improve's steps
+    assert set(methods.values()) <= {None, "reuse", "improve"}, methods
 
 
 @pytest.mark.slow  # tuned_db tunes a BMM

@@ -102,12 +102,17 @@ def tune(
     target = parse_target(target)
     export_threads()
     start = time.perf_counter()
-    with deadline.until(options.time_budget):
-        return _tune(opset, target, database, options, measurer, on_batch, log or (lambda _msg: None), start)
+    measurers = _measurers(measurer, target)
+    try:
+        with deadline.until(options.time_budget):
+            return _tune(opset, target, database, options, measurers, on_batch, log or (lambda _msg: None), start)
+    finally:
+        if measurer is None:
+            measurers[0].close()
 
 
 def _tune(opset: OperatorSet, target: "Target", database: Database, options: TuneOptions,
-          measurer: "Measurer | Sequence[Measurer] | None", on_batch: Callable[[str, int, int, float], None] | None,
+          measurers: "list[Measurer]", on_batch: Callable[[str, int, int, float], None] | None,
           log: Callable[[str], None], start: float) -> TuneReport:
     """:func:`tune` within the run's deadline (none without a time budget)."""
     from tuner.reuse.cost_model import LearnedRanker
@@ -133,7 +138,6 @@ def _tune(opset: OperatorSet, target: "Target", database: Database, options: Tun
     top_k = resolve_top_k(options.reuse.top_k, target)
     run = RunContext(target, database, options, hot, log, on_batch,
                      ranker=LearnedRanker(target) if top_k is not None and options.method == "eto" else None)
-    measurers = _measurers(measurer)
     derivation = Derivation.create(options)
     estimated, stopped = (0.0, 0.0), None
     held = reserve(opset, run, measurers[0], options.time_budget) if options.time_budget is not None else None
@@ -150,9 +154,6 @@ def _tune(opset: OperatorSet, target: "Target", database: Database, options: Tun
             improve(opset, run, measurers[0])
     except deadline.DeadlineReached:
         stopped = "time budget"
-    finally:
-        if measurer is None:  # our own
-            measurers[0].close()
     if stopped:
         left = [e for e in opset if not database.attempted(e.op, target)]
         log(f"time budget spent after {clock(time.perf_counter() - start)}" + (
@@ -163,11 +164,13 @@ def _tune(opset: OperatorSet, target: "Target", database: Database, options: Tun
                    estimated[1] + planned.total_candidates), time.perf_counter() - start, stopped)
 
 
-def _measurers(measurer: "Measurer | Sequence[Measurer] | None") -> list["Measurer"]:
-    """The run's measurers: those given (one per RPC device), else a local one of our own."""
+def _measurers(measurer: "Measurer | Sequence[Measurer] | None", target: "Target") -> list["Measurer"]:
+    """The run's measurers: those given (one per RPC device), else a local one of our own, its workers
+    started at once (the run's first seconds, which a short time budget cannot spare)."""
     from tuner.measure.measurer import MeasureConfig, Measurer
 
-    measurers = list(measurer) if isinstance(measurer, (list, tuple)) else [measurer or Measurer.local(MeasureConfig())]
+    measurers = list(measurer) if isinstance(measurer, (list, tuple)) else [
+        measurer or Measurer.local(MeasureConfig(), warm=target)]
     if not measurers:
         raise ValueError("no measurers given")
     return measurers

@@ -69,6 +69,13 @@ def _warm_up(target: "Target", out_dir: str) -> None:
     _WARM_TARGETS.add(key)
 
 
+def _warm_job(target: "Target", out_dir: str) -> None:
+    """Worker job sent ahead of the first builds (:meth:`PersistentBuilder.warm`): TVM's import, and for
+    CPU targets :func:`_warm_up`'s LLVM set-up."""
+    if target.kind.name == "llvm":
+        _warm_up(target, out_dir)
+
+
 class _BuildServer:
     """A fork of a warm worker that builds the worker's cut builds one after another.
 
@@ -220,6 +227,13 @@ class PersistentBuilder(PyBuilder):
         #: each input of the last batch: its build's seconds (the timeout for one that timed out,
         #: None for one that failed)
         self.seconds: list[float | None] = []
+
+    def warm(self, target: "Target") -> None:
+        """Start every worker now, in the background, e.g. while a plan is made. Started by the first
+        builds instead, each worker's start (TVM's import, LLVM's set-up: about 3 s here) came one after
+        another and ate a short time budget's first seconds."""
+        for _ in range(self.max_workers):  # each job on a new thread of the pool, so on its own worker
+            self.pool.submit(_warm_job, target, self.out_dir)
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
         """MetaSchedule's builds: in the workers themselves, a worker killed and restarted past
