@@ -83,20 +83,24 @@ DEFAULTS: Mapping[str, tuple[Line, Line]] = {
 #: which under-costed its reuses 1.30x (BERT-Base at N = 100); fitted on that run's 9
 #: databases (3 seeds of eto with and without root polish, and MetaSchedule:
 #: ``experiments/results/estimate_accuracy_time_fit_znver3.json``: 21 backend runs, 36 reuses, 3 polishes).
+#: The 2-core AMD EPYC TVM targets as ``znver5``: the ``znver4`` default under-costed its 64-trial roots 1.3x,
+#: its 8-trial roots 2-7x and its reuses 1.1-1.8x. Fitted on 7 of its databases (MobileNetV2 and ResNet-50
+#: tuned from model files in both layouts at 64 trials, an E10 run of MobileNetV2 at 8 trials, the quick start
+#: twice; ``experiments/results/estimate_accuracy_time_fit_znver5.json``: 25 backend roots, 164 reuses and
+#: polishes). A backend root costs 18.7 s whatever its trials (MetaSchedule's design space, its first
+#: evolutionary search, the finalists' settling and the correctness gate) plus 0.37 s a trial; its roots
+#: spanned only 0.001-0.026 GFLOP, so the growth with size is ``znver4``'s (0.84 s a trial and GFLOP; the
+#: free fit's 5.2 would be an extrapolation) -- least squares of seconds - 0.84 x trials x GFLOPs.
 CPU_DEFAULTS: Mapping[str, tuple[Line, Line]] = {
     "znver4": DEFAULTS["cpu"],
+    "znver5": (Line(18.75, 0.371, 0.84), Line(5.07, 0.0865, 0.107)),
     "emeraldrapids": (Line(0.0, 0.566, 0.339), Line(5.95, 0.029, 0.148)),
     "znver3": (Line(0.0, 0.566, 1.331), Line(3.03, 0.132, 0.376)),
 }
 #: A backend run also costs a set-up whatever its trials (MetaSchedule's design space, cost model and
-#: first search of a task). The defaults above, fitted through zero on runs of 100-200 trials, fold it
-#: into the rate; a database learns it once it holds runs of different lengths (``fit_line``'s
-#: ``by_count``). On the 2-core AMD EPYC TVM targets as ``znver5``, 12 roots of 8 and 64 trials
-#: (MobileNetV2, the BERT-Base layer, the quick start; default search) fit 13.5 s + 0.41 s a trial,
-#: where the znver4 default said 4 s for 8 trials that took 7-31 s. It is not a default: with the
-#: light search a time budget gives roots of fewer than 32 trials (:mod:`eto.planning.budget`) the
-#: set-up is 2-3 s, and charging 13.5 s made the plans of small sets derive what the backend tunes
-#: faster (the set benchmark at scale ci took 1.8x longer).
+#: first search of a task). The defaults above but ``znver5``'s, fitted through zero on runs of 100-200
+#: trials, fold it into the rate; a database learns it once it holds runs of different lengths
+#: (``fit_line``'s ``by_count``).
 #: Results needed before a fitted line replaces the default (fewer: the default's shape is kept
 #: and only the ratio of the recorded seconds to it is learned).
 MIN_FIT = 5

@@ -51,6 +51,10 @@ def _watch(parent: int) -> None:
     os._exit(1)
 
 
+#: at most this long for a stopped pool's threads to end before it is shut down regardless
+STOP_WAIT_S = 10.0
+
+
 def stop_pool(pool) -> None:
     """Stop a ``PopenPoolExecutor`` now: no queued job starts, every worker process (and what it
     started) is killed, then the pool shuts down. Its own ``shutdown`` closes each worker's pipe
@@ -58,11 +62,19 @@ def stop_pool(pool) -> None:
     threads = getattr(pool, "_threadpool", None)
     if threads is not None:
         threads.shutdown(wait=False, cancel_futures=True)
-    for worker in list(getattr(pool, "_worker_map", {}).values()):
-        proc = getattr(worker, "_proc", None)
-        if proc is None:
-            continue
-        kill_tree(proc.pid)
+    # A job's thread ends once its worker is killed; one may be starting a worker (a warm-up,
+    # tuner.measure.builder) as we kill, so kill until no thread is left: TVM's ``PopenWorker.kill`` is
+    # not safe against that thread, and a worker it started after our kill would outlive the pool.
+    give_up = time.monotonic() + STOP_WAIT_S
+    while True:
+        for worker in list(getattr(pool, "_worker_map", {}).values()):
+            proc = getattr(worker, "_proc", None)
+            if proc is not None:
+                kill_tree(proc.pid)
+        alive = [t for t in getattr(threads, "_threads", ()) if t.is_alive()]
+        if not alive or time.monotonic() > give_up:
+            break
+        alive[0].join(0.05)
     pool.shutdown()
 
 
