@@ -75,7 +75,10 @@ def stop_pool(pool) -> None:
         if not alive or time.monotonic() > give_up:
             break
         alive[0].join(0.05)
-    pool.shutdown()
+    try:
+        pool.shutdown()
+    finally:  # a shutdown that raised holds the pool's lock for good: its __del__ must not shut it down again
+        pool._shutdown = True
 
 
 def kill_tree(pid: int) -> None:
