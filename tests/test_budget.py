@@ -42,13 +42,14 @@ def test_fit_trials_against_every_monotone_step_function():
 
 
 def test_functions_are_counted_as_the_pipeline_tunes_them():
-    tm = TimeModel(Line(0.0, 0.5), Line(3.0, 0.1))
+    """By the function line (not a root's: no root set-up for a space of one program), one trial for a
+    space of one program, a reuse for a function tuned at another size."""
+    tm = TimeModel(Line(20.0, 0.5), Line(3.0, 0.1), function=Line(0.5, 0.6))
     a, b, c = (Operator.create("BMM", B=1, M=m, N=8, K=8) for m in (8, 16, 32))
-    assert functions_seconds([a], tm, 32) == pytest.approx(tm.backend_seconds(32, a.flops / 1e9))
-    assert functions_seconds([a], tm, 32, single=[a]) == pytest.approx(tm.backend_seconds(1, a.flops / 1e9))
+    assert functions_seconds([a], tm, 32) == pytest.approx(0.5 + 32 * 0.6)
+    assert functions_seconds([a], tm, 32, single=[a]) == pytest.approx(0.5 + 0.6)
     assert functions_seconds([a, b, c], tm, 16, reused=[c]) == pytest.approx(
-        tm.backend_seconds(16, a.flops / 1e9) + tm.backend_seconds(16, b.flops / 1e9)
-        + tm.reuse_seconds(16, c.flops / 1e9))
+        2 * (0.5 + 16 * 0.6) + tm.reuse_seconds(16, c.flops / 1e9))
 
 
 @pytest.mark.parametrize("text,seconds", [("90", 90), ("90s", 90), ("20m", 1200), ("1h30m", 5400), ("1.5h", 5400),

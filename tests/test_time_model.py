@@ -2,8 +2,8 @@
 
 import pytest
 
-from eto.planning.time_model import (CPU_DEFAULTS, DEFAULTS, MIN_FIT, Line, default_lines, fit_line,
-    fit_time_model, learn_time_model)
+from eto.planning.time_model import (CPU_DEFAULTS, DEFAULTS, FUNCTION_DEFAULTS, MIN_FIT, Line, default_lines,
+    fit_line, fit_time_model, learn_time_model)
 
 
 def test_fit_line_recovers_a_line_and_falls_back_on_little_data():
@@ -112,9 +112,9 @@ def test_defaults_are_the_cpus_own_where_measured_else_the_kinds():
     assert fitted.backend.per_gflop / fitted.backend.per == pytest.approx(k)
 
 
-def test_a_model_functions_results_do_not_teach_the_backend_rate():
+def test_a_model_functions_results_teach_their_own_line_not_the_backend_rate():
     """TASK results (a model's softmax or reshape: one to 64 short trials) are never planned, so
-    they must not make the plan's backend trials look cheap."""
+    they must not make the plan's backend trials look cheap; they fit the function line."""
     def result(op, candidates, seconds):
         return {"method": "backend", "op": op, "candidates": candidates, "seconds": seconds, "records": [{}]}
 
@@ -123,4 +123,8 @@ def test_a_model_functions_results_do_not_teach_the_backend_rate():
     fitted = fit_time_model([result(bmm, 100, 80.0), result(bmm, 200, 160.0)], "cpu")
     with_tasks = fit_time_model([result(bmm, 100, 80.0), result(bmm, 200, 160.0)]
                                 + [result(task, 1, 0.3)] * 8 + [result(task, 64, 9.0)] * 2, "cpu")
-    assert with_tasks == fitted and fitted.backend != DEFAULTS["cpu"][0]
+    assert with_tasks.backend == fitted.backend and fitted.backend != DEFAULTS["cpu"][0]
+    # they teach their own line: 0.3 s for a space of one program, 9 s for 64 trials
+    assert fitted.function == FUNCTION_DEFAULTS["cpu"]
+    assert (with_tasks.function(1), with_tasks.function(64)) == (pytest.approx(0.3), pytest.approx(9.0))
+    assert learn_time_model(None, "cpu", "cpu").function == FUNCTION_DEFAULTS["cpu"]

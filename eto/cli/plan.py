@@ -125,8 +125,8 @@ def _time_model_text(result) -> str:
     tm = result.time_model
     b, r = tm.backend, tm.reuse
     src = "defaults" if not (b.samples or r.samples) else f"{b.samples} backend and {r.samples} reuse results"
-    return (f"{b.per:.2f} s + {b.per_gflop:.2f} s/GFLOP per backend trial, "
-            f"{r.fixed:.1f} s + {r.per:.2f} s + {r.per_gflop:.2f} s/GFLOP per reuse candidate ({src})")
+    return (f"a backend root {b.fixed:.1f} s + ({b.per:.2f} s + {b.per_gflop:.2f} s/GFLOP) a trial, "
+            f"a reuse {r.fixed:.1f} s + ({r.per:.2f} s + {r.per_gflop:.2f} s/GFLOP) a candidate ({src})")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -97,7 +97,7 @@ def functions_seconds(functions: Collection[Operator], time_model: TimeModel, tr
         if op in reused:
             total += time_model.reuse_seconds(time_model.reuse_candidates(16), gflops)
         else:
-            total += time_model.backend_seconds(1 if op in single else trials, gflops)
+            total += time_model.function_seconds(1 if op in single else trials)
     return total
 
 

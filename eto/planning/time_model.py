@@ -101,6 +101,13 @@ CPU_DEFAULTS: Mapping[str, tuple[Line, Line]] = {
 #: first search of a task). The defaults above but ``znver5``'s, fitted through zero on runs of 100-200
 #: trials, fold it into the rate; a database learns it once it holds runs of different lengths
 #: (``fit_line``'s ``by_count``).
+#: A model's function outside the catalogue (a softmax, a norm, a layout change) that the backend tunes:
+#: seconds = fixed + trials x per, learned from the database's results of such functions. Their design
+#: spaces are small, so they cost less than a root's line says: on the ``znver5`` machine 22 of them
+#: (MobileNetV2, ResNet-50 and the BERT-Base layer from model files) took 0.6-2.6 s for a space of one
+#: program (one trial, no search) and 14.6-26.6 s for 32 trials, where the root line said 19 s and 31 s:
+#: least squares 0.56 s + 0.65 s a trial. CUDA keeps its backend line (none measured).
+FUNCTION_DEFAULTS: Mapping[str, Line] = {"cpu": Line(0.56, 0.647), "cuda": DEFAULTS["cuda"][0]}
 #: Results needed before a fitted line replaces the default (fewer: the default's shape is kept
 #: and only the ratio of the recorded seconds to it is learned).
 MIN_FIT = 5
@@ -120,9 +127,14 @@ class TimeModel:
     backend: Line
     reuse: Line
     count_scale: float = 1.0
+    #: a model's function outside the catalogue tuned by the backend (:data:`FUNCTION_DEFAULTS`)
+    function: Line = FUNCTION_DEFAULTS["cpu"]
 
     def backend_seconds(self, trials: float, gflops: float = 0.0) -> float:
         return self.backend(trials, gflops)
+
+    def function_seconds(self, trials: float) -> float:
+        return self.function(trials)
 
     def reuse_candidates(self, estimated: float) -> float:
         return estimated * self.count_scale
@@ -131,7 +143,8 @@ class TimeModel:
         return self.reuse(candidates, gflops)
 
     def to_json(self) -> dict:
-        return {"backend": vars(self.backend), "reuse": vars(self.reuse), "count_scale": self.count_scale}
+        return {"backend": vars(self.backend), "reuse": vars(self.reuse), "function": vars(self.function),
+                "count_scale": self.count_scale}
 
 
 Point = tuple[float, float, float]  # (candidates, GFLOPs of the operator, seconds)
@@ -217,7 +230,7 @@ def learn_time_model(database: "Database | None", target: "str | Target", kind: 
 
     defaults = default_lines(target, kind)
     if database is None:
-        return TimeModel(*defaults)
+        return TimeModel(*defaults, function=FUNCTION_DEFAULTS.get(kind, FUNCTION_DEFAULTS["cpu"]))
     tk = target_key(target)
     return fit_time_model([r for r in database.results() if r.get("target") == tk and r.get("records")], kind,
                           defaults=defaults)
@@ -230,6 +243,7 @@ def fit_time_model(results: Iterable[dict], kind: str, *, defaults: tuple[Line, 
     d_backend, d_reuse = defaults or DEFAULTS.get(kind, DEFAULTS["cpu"])
     rows = list(results)
     backend = [p for r in rows if r.get("method") == "backend" and (p := _point(r))]
+    functions = [p for r in rows if r.get("method") == "backend" and (p := _point(r, functions=True))]
     reuse = [p for r in rows if r.get("method") in ("reuse", "polish") and (p := _point(r))]  # a polish is a reuse
     # the estimator's own count: a stored estimate was already scaled by the plan's count_scale
     planned = [(p[0], r["estimate"] / r.get("count_scale", 1.0)) for r in rows
@@ -237,18 +251,21 @@ def fit_time_model(results: Iterable[dict], kind: str, *, defaults: tuple[Line, 
                and (p := _point(r))]
     total = sum(e for _, e in planned)
     scale = sum(a for a, _ in planned) / total if planned and total > 0 else 1.0
+    d_function = FUNCTION_DEFAULTS.get(kind, FUNCTION_DEFAULTS["cpu"])
     return TimeModel(fit_line(backend, d_backend, with_intercept=True, by_count=True),
-                     fit_line(reuse, d_reuse, with_intercept=True), min(2.0, max(0.5, scale)))
+                     fit_line(reuse, d_reuse, with_intercept=True), min(2.0, max(0.5, scale)),
+                     fit_line([(c, 0.0, s) for c, _, s in functions], d_function, with_intercept=True, by_count=True))
 
 
-def _point(result: dict) -> Point | None:
-    """(candidates, GFLOPs, seconds) of one stored result; None if its operator cannot be read back or
-    is never planned (a model's TASK function: its few short trials would make backend trials look cheap)."""
+def _point(result: dict, *, functions: bool = False) -> Point | None:
+    """(candidates, GFLOPs, seconds) of one stored result; None if its operator cannot be read back or is
+    not of the kind asked for: a catalogue operator, or (``functions``) a model's function outside it
+    (its small design space would make a root's trials look cheap)."""
     from eto.operators import Operator
 
     try:
         op = Operator.from_dict(result["op"])
-        if op.spec.backend_only:
+        if op.spec.backend_only != functions:
             return None
         return float(result.get("candidates") or 0), op.flops / 1e9, float(result.get("seconds") or 0)
     except (KeyError, TypeError, ValueError, OverflowError):
