@@ -1,5 +1,6 @@
 """docs/deploy.md's recipes, run as the page writes them: a library ``eto build`` wrote, loaded with eto
-and with TVM alone; an eto database applied by MetaSchedule's ``compile_relax``.
+and with TVM alone; an eto database applied by MetaSchedule's ``MetaScheduleApplyDatabase`` after
+TVM's own fusion passes, the weights pre-packed as eto tuned them.
 
 Scale ci: a convolution without bias, a batch norm, ReLU, a mean and a classifier (ResNet's stem in
 small), exported with torch.export and tuned at 4 trials per task. The page's code blocks are taken
@@ -24,7 +25,7 @@ torch = pytest.importorskip("torch")
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "deploy.md"
 NOT_FOUND = "Tuning record is not found for primfunc"
-#: the two lines of the compile_relax recipe that fold batch norms (eto's preparation)
+#: the two lines of the database recipe that fold batch norms (eto's preparation)
 FOLDS = ("relax.transform.FoldBatchnormToConv2D()(mod)", "relax.transform.FoldConstant()(mod)")
 
 
@@ -85,25 +86,24 @@ def digest(directory: Path) -> dict[str, str]:
 
 
 def scheduled(namespace: dict) -> set[str]:
-    """The fused functions of the recipe's module that its database replaced, as ``compile_relax``
-    applies it (the same passes, then ``MetaScheduleApplyDatabase``, which marks what it replaced)."""
+    """The tasks of the recipe's module that its database replaced (``MetaScheduleApplyDatabase`` marks
+    the functions it replaced; a task whose weights were then packed runs as ``<task>_prepacked``, the
+    packing, folded away at build time, is ``<task>_weight_prepack``)."""
     import tvm
-    from tvm.relax.transform import MetaScheduleApplyDatabase
 
-    from eto.models.tasks import fuse
+    from eto.models.prepack import task_symbol
 
-    target, db = namespace["target"], namespace["db"]
-    with target, db, tvm.transform.PassContext(opt_level=3):
-        out = MetaScheduleApplyDatabase()(fuse(namespace["mod"], target))
-    return {gv.name_hint for gv, f in out.functions.items()
-            if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None and "tirx.is_scheduled" in f.attrs}
+    return {task_symbol(gv.name_hint) for gv, f in namespace["mod"].functions.items()
+            if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None and "tirx.is_scheduled" in f.attrs
+            and not gv.name_hint.endswith("_weight_prepack")}
 
 
 def test_the_page_has_its_recipes():
     """What the slow tests below take from the page (fast: reads the page only)."""
     python = blocks("python")
     assert len(python) == 3 and "eto.load(" in python[0] and "tvm.runtime.load_module(" in python[1]
-    assert "compile_relax(" in python[2] and all(line in python[2] for line in FOLDS)
+    assert all(p in python[2] for p in ("AttachAttrLayoutFreeBuffers()", "MetaScheduleApplyDatabase(",
+                                        "SplitLayoutRewritePreproc()", *FOLDS))
     assert any(line.startswith("eto build ") for line in blocks("bash")[0].splitlines())
 
 
@@ -126,8 +126,8 @@ def test_a_built_library_runs_with_eto_and_with_tvm_alone(workdir, capsys):
 
 
 @pytest.mark.slow
-def test_compile_relax_applies_the_database_after_etos_preparation(workdir, capfd):
-    """The compile_relax recipe as written: every fused function found in the database (none named
+def test_tvms_passes_apply_the_database_after_etos_preparation(workdir, capfd):
+    """The database recipe as written: every fused function found in the database (none named
     on stderr, every one replaced), outputs PyTorch's, the database's files unchanged. Without the
     two fold lines (the preparation skipped) the convolution is not found: it keeps TVM's default
     schedule, named on stderr, and the outputs are still right."""
@@ -143,6 +143,7 @@ def test_compile_relax_applies_the_database_after_etos_preparation(workdir, capf
     np.testing.assert_allclose(ns["y"], pytorch(ns["x"]), rtol=1e-4, atol=1e-5)
     tasks = {t.name for t in model_tasks(load_relax(workdir / "model.pt2"), parse_target("cpu")).tasks}
     assert len(tasks) == 4 and scheduled(ns) == tasks  # the tasks eto tuned, each replaced
+    assert re.search(r"call\s+fused_conv2d\w*_prepacked", ns["ex"].as_text())  # its weight packed at build time
     assert (workdir / "model.so").stat().st_size > 0 and digest(workdir / "eto-db") == before
 
     skipped = blocks("python")[2]
@@ -151,6 +152,7 @@ def test_compile_relax_applies_the_database_after_etos_preparation(workdir, capf
     ns = run_block(skipped)
     err = capfd.readouterr().err
     missing = set(re.findall(rf"{NOT_FOUND}: (\S+)", err))
-    assert "conv2d" in missing and any(m.startswith("fused_batch_norm_relu") for m in missing), err
+    # (a function's number follows the names already taken in the process)
+    assert {"conv2d", "fused_batch_norm_relu"} <= {re.sub(r"\d+$", "", m) for m in missing}, err
     assert scheduled(ns) and scheduled(ns).isdisjoint(missing) and len(scheduled(ns)) < len(tasks)
     np.testing.assert_allclose(ns["y"], pytorch(ns["x"]), rtol=1e-4, atol=1e-5)

@@ -8,6 +8,7 @@ PyTorch; its convolutions become the catalogue's C2DNHWC, planned, reused and br
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -120,6 +121,12 @@ def test_a_channels_last_model_tunes_builds_and_matches_pytorch(model, capsys, t
     with torch.no_grad():
         want = module(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(built(x)[0], want, rtol=1e-4, atol=1e-4)
+    # pre-packed weights (eto/models/prepack.py): every convolution's program packs its weight in the
+    # layout its loops read, once, when the model is built; the VM calls no packing at run time
+    assert "TransformLayout" in (db / "database_tuning_record.json").read_text()
+    called = set(re.findall(r"call\s+(\S+)", built.built.executable.as_text()))
+    fused = {gv.name_hint for gv in built.built.tasks.fused.get_global_vars() if "conv2d" in gv.name_hint}
+    assert len(fused) == 3 and {c for c in called if "conv2d" in c} == {f"{n}_prepacked" for n in fused}, called
     # the database holds NHWC functions: built in NCHW, its convolutions have no program (named)
     code, _, err = run(capsys, "build", "--model", model, "--db", db, "-o", tmp_path / "nchw.so")
     assert code == 0 and "has no program" in err and "conv2d" in err

@@ -31,7 +31,7 @@ import numpy as np
 
 from tuner.measure.options import DEFAULT_TRIALS_PER_ITER
 from eto.store.database import POLISH
-from eto.models.build import BuiltModel, build_model, model_inputs
+from eto.models.build import BuiltModel, build_model, compile_fused, model_inputs
 from eto.models.tasks import ModelTasks, model_tasks
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -219,11 +219,9 @@ def tune_metaschedule(tasks: ModelTasks, target: "Target", trials: int, work_dir
 
 def build_with_metaschedule(ms_db, tasks: ModelTasks, target: "Target") -> BuiltModel:
     """Compile the model with a MetaSchedule database, noting which tunable tasks it covers."""
-    from tvm.s_tir import meta_schedule as ms
-
     applied = tuple(t for t in tasks.tasks if t.op is not None and ms_db.has_workload(t.mod))
     missing = tuple(t for t in tasks.tasks if t.op is not None and t not in applied)
-    ex = ms.relax_integration.compile_relax(ms_db, tasks.bound, target, params=None)
+    ex = compile_fused(ms_db, tasks.fused, target)  # as eto's own: the same fused functions, weights pre-packed
     return BuiltModel(ex, tasks, applied, missing, target)
 
 

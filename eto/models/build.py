@@ -4,7 +4,8 @@ The model is prepared as :mod:`eto.models.tasks` prepares it for tuning, each tu
 operator's fastest stored program (one eto's correctness gate passed; an instant program, as
 ``eto retune`` stores first, where no tuned one is faster), and MetaSchedule's
 ``compile_relax`` compiles it: ``MetaScheduleApplyDatabase`` replaces every function it finds in the
-database, the rest keep TVM's default schedules. A program tuned on another model's copy of a
+database, the rest keep TVM's default schedules; on CPUs the programs' weights are pre-packed at
+build time (:func:`compile_fused`). A program tuned on another model's copy of a
 function serves this one even where their block names differ (:func:`portable_trace`). The tasks that got no program are named, with their
 share of the model's tunable FLOPs, so a stale or partial database is never silent.
 """
@@ -19,6 +20,7 @@ import numpy as np
 
 from eto.store.database import PREDICTED
 from eto.target import warn_target_mismatch
+from eto.models.prepack import task_symbol
 from eto.models.tasks import ModelTask, ModelTasks, model_tasks
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -75,7 +77,7 @@ class BuiltModel:
             if before:
                 start[symbol] = time.perf_counter()
             else:
-                calls.setdefault(symbol, []).append(time.perf_counter() - start[symbol])
+                calls.setdefault(task_symbol(symbol), []).append(time.perf_counter() - start[symbol])
             return 0  # VMInstrumentReturnKind.NO_OP: run on
 
         vm.set_instrument(instrument)
@@ -126,8 +128,48 @@ def build_model(model: "RelaxModel", database: "Database | None", target: "Targe
         ms_db.commit_tuning_record(TuningRecord(trace, ms_db.commit_workload(t.mod), rec.run_secs, target,
                                                 ArgInfo.from_prim_func(t.mod["main"])))
         applied.append(t)
-    ex = ms.relax_integration.compile_relax(ms_db, tasks.bound, target, params=None)
+    ex = compile_fused(ms_db, tasks.fused, target)
     return BuiltModel(ex, tasks, tuple(applied), tuple(missing), target, tuple(instant))
+
+
+def compile_fused(ms_db: Any, fused: "tvm.IRModule", target: "Target") -> Any:
+    """MetaSchedule's ``compile_relax`` from the fused module on: the database's programs applied,
+    then, on CPUs, each program's weight packing run once, on the constants (:mod:`eto.models.prepack`),
+    so the built model reads packed weights and never packs them at run time."""
+    import tvm
+    from tvm import relax
+    from tvm.relax import pipeline
+    from tvm.s_tir import dlight as dl
+
+    from eto.models.prepack import after_database
+
+    gpu = pipeline.BackendDispatcher.is_gpu_target(target)
+    fallback = [dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
+                                        dl.gpu.Fallback())] if gpu else []
+
+    @tvm.transform.module_pass(opt_level=3)
+    def _pipeline(mod: "tvm.IRModule", _ctx: Any) -> "tvm.IRModule":
+        passes = [relax.transform.MetaScheduleApplyDatabase(enable_warning=False), *after_database(target), *fallback,
+                  *_lowering(target)]
+        return tvm.transform.Sequential(passes)(mod)
+
+    with target, ms_db, tvm.transform.PassContext(opt_level=3):
+        return relax.build(fused, target=target, relax_pipeline=_pipeline)
+
+
+def _lowering(target: "Target") -> list:
+    """The passes after the database is applied, as ``compile_relax`` takes them (its own list where
+    the target's backend registers none: TVM 0.27's generic CPU backend)."""
+    from tvm import relax
+    from tvm.relax import pipeline
+
+    try:
+        return [*pipeline.dataflow_lower_passes(target), *pipeline.finalize_passes(target)]
+    except (ValueError, AttributeError):
+        t = relax.transform
+        return [t.RewriteDataflowReshape(), t.ToNonDataflow(), t.RemovePurityChecking(), t.CallTIRRewrite(),
+                t.StaticPlanBlockMemory(), t.LowerAllocTensor(), t.KillAfterLastUse(), t.LowerRuntimeBuiltin(),
+                t.ComputePrimValue(), t.VMShapeLower(), t.AttachGlobalSymbol()]
 
 
 def portable_trace(trace: "Trace", tuned: "tvm.IRModule", mod: "tvm.IRModule") -> "Trace | None":

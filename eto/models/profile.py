@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from eto.models.prepack import task_symbol
 from eto.operators.channels_last import nchw_shapes
 from eto.report import format_table
 
@@ -262,7 +263,6 @@ def profile_model(model: "RelaxModel | str | os.PathLike[str]",
     as an ONNX file, for ONNX Runtime's columns (default: ``model`` where it is one). ``rounds`` runs each."""
     from eto.models.build import build_model, model_inputs
     from eto.models.load import load_relax
-    from eto.models.tasks import model_tasks
     from eto.store.database import Database
     from eto.target import parse_target, use_threads
 
@@ -274,8 +274,8 @@ def profile_model(model: "RelaxModel | str | os.PathLike[str]",
         model = load_relax(model, dims=dims)
     if isinstance(database, (str, os.PathLike)):
         database = Database(os.fspath(database), readonly=True)
-    tasks = model_tasks(model, target)
-    built = build_model(model, database, target, tasks=tasks)
+    built = build_model(model, database, target)
+    tasks = built.tasks
     if built.missing:
         log(f"{len(built.missing)} task(s) without a program in the database run TVM's default schedules: "
             + ", ".join(t.name for t in built.missing))
@@ -319,7 +319,7 @@ def _timed_rounds(built: "BuiltModel", inputs: Sequence[np.ndarray], session: An
         if before:
             start[symbol] = time.perf_counter()
         else:
-            calls.append((symbol, time.perf_counter() - start[symbol]))
+            calls.append((task_symbol(symbol), time.perf_counter() - start[symbol]))
         return 0  # VMInstrumentReturnKind.NO_OP: run on
 
     vm.set_instrument(instrument)

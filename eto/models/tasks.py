@@ -38,6 +38,7 @@ from eto.models.extract import extract_from_relax
 from eto.models.layout import convert_layout
 from eto.models.load import RelaxModel
 from eto.models.mapping import relax_type
+from eto.models.prepack import before_tuning, like_template
 
 if TYPE_CHECKING:  # pragma: no cover
     import tvm
@@ -122,7 +123,8 @@ def fold_batch_norms(mod: "tvm.IRModule") -> "tvm.IRModule":
 
 
 def fuse(mod: "tvm.IRModule", target: "Target") -> "tvm.IRModule":
-    """MetaSchedule's ``compile_relax`` preparation, up to where it applies a database."""
+    """MetaSchedule's ``compile_relax`` preparation, up to where it applies a database; on CPUs the
+    fused tasks' weights are marked for pre-packing (:mod:`eto.models.prepack`)."""
     import tvm
     from tvm import relax
 
@@ -131,7 +133,7 @@ def fuse(mod: "tvm.IRModule", target: "Target") -> "tvm.IRModule":
     except (ValueError, AttributeError):
         dispatch = []
     passes = [*dispatch, relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
-              relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR()]
+              relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR(), *before_tuning(target)]
     with target, tvm.transform.PassContext(opt_level=3):
         return tvm.transform.Sequential(passes)(mod)
 
@@ -285,7 +287,7 @@ def _rebuild(anchor: Operator, template: Operator, target: "Target") -> Operator
     if len(found) != 1:
         return None
     mod = found[0].dispatched[0]
-    op = anchor.with_fusion(_fusion(found[0].task_name, mod), mod["main"])
+    op = anchor.with_fusion(_fusion(found[0].task_name, mod), like_template(mod["main"], template.task))
     return op if op.fusion == template.fusion else None
 
 

@@ -38,7 +38,7 @@ from tuner.measure.faults import kill_point
 from tuner.measure.stop import deferred
 from tuner.measure.trajectory import median_secs
 
-from eto.store.jsonlines import Tail, append_lines, count_lines, cut_at, dumps, parse, raw_line
+from eto.store.jsonlines import Tail, append_lines, count_lines, cut_at, dumps, parse, raw_line, record_json
 from eto.operators import Operator
 from eto.target import target_key
 
@@ -305,7 +305,7 @@ class Database:
         with self._locked():
             line = {"v": 1, "op": op.to_dict(), "op_key": op.key, "target": target_key(target), "method": method,
                     "trials": int(trials), "seconds": float(seconds), "trajectory": list(trajectory),
-                    "records": [[self._workload_line(rec.workload, known), rec.as_json(), lat]
+                    "records": [[self._workload_line(rec.workload, known), record_json(rec), lat]
                                 for rec, lat in entries if lat < math.inf], "time": time.time(), "pid": os.getpid()}
             self._append(PROGRESS, dumps(line))
             kill_point("db.progress")
@@ -422,7 +422,7 @@ class Database:
         usable.sort(key=lambda t: t[0])
         with self._locked():
             known: list = []  # records of one run share a workload
-            lines = [dumps([self._workload_line(rec.workload, known), rec.as_json()]) for _, rec, _ in usable]
+            lines = [dumps([self._workload_line(rec.workload, known), record_json(rec)]) for _, rec, _ in usable]
             first = self._append_lines(RECORDS, lines) if lines else 0
             kill_point("db.records")
             entries = [{"latency_s": lat, "features": feat, "line": first + i} for i, (lat, _, feat) in enumerate(usable)]

@@ -102,3 +102,28 @@ def raw_line(path: str, lineno: int) -> str:
             return next((ln.decode("utf-8", "replace").rstrip("\n") for i, ln in enumerate(f, 1) if i == lineno), "")
     except OSError:
         return ""
+
+
+def record_json(record: Any) -> list:
+    """A MetaSchedule ``TuningRecord`` as JSON, weight-packed programs included.
+
+    TVM's ``TuningRecord.as_json`` stops at the ``IndexMap`` a ``TransformLayout`` takes as input,
+    which every CPU program of a function with pre-packed weights holds (:mod:`eto.models.prepack`);
+    it is written as MetaSchedule's own ``JSONDatabase`` writes it, the map's ``save_json`` text,
+    which ``TuningRecord.from_json`` reads back."""
+    import tvm
+    from tvm.s_tir.meta_schedule import _ffi_api
+
+    def plain(obj: Any) -> Any:
+        name = type(obj).__name__
+        if obj is None or isinstance(obj, (bool, int, float, str)):
+            return obj
+        if name in ("IntImm", "FloatImm"):
+            return obj.value
+        if name == "Array" or isinstance(obj, (list, tuple)):
+            return [plain(x) for x in obj]
+        if name == "Map":
+            return {plain(k): plain(v) for k, v in obj.items()}
+        return tvm.ir.save_json(obj)  # an IndexMap: the only other object a record holds
+
+    return plain(_ffi_api.TuningRecordAsJSON(record))

@@ -1,0 +1,73 @@
+"""Pre-packed weights: a CPU program reads each weight in the order its loops walk it.
+
+CPU libraries (ONNX Runtime's MLAS, oneDNN) pack a convolution's or matmul's weights once, at load
+time, into the blocked layout their kernels stream through; a kernel that reads the weights as the
+model stores them strides across rows and misses the caches for every tile. TVM does the same with
+MetaSchedule's layout rewrite, in three steps, which eto takes on CPUs (:func:`prepacks`):
+
+1. when a model is fused into tasks, each task's constant weights are marked layout-free
+   (``AttachAttrLayoutFreeBuffers``, :func:`before_tuning`): the function's result does not depend on
+   how they are stored;
+2. every program tuned for such a function then ends with the postprocessor ``RewriteLayout``: a
+   block of its own copies the weight into the layout the program's tiles read (for a 3x3
+   convolution's ``[256, 3, 3, 256]`` weight, for one, ``[8, 2, 32, 3, 3, 16, 16]``). Measurements
+   leave that block out (``RemoveWeightLayoutRewriteBlock`` in the builder), as a deployed model
+   never runs it; the correctness gate keeps it in, so it checks the packing too;
+3. ``eto build`` splits the packing block of each program into a function of its own
+   (``SplitLayoutRewritePreproc``) and runs it once, on the constants, at build time
+   (``FoldConstant``, :func:`after_database`): the library holds the packed weights, and each task
+   runs as ``<task>_prepacked`` (:func:`task_symbol` names its task).
+
+A bridge operator's weights are arguments, not constants: it is marked as the model task it stands
+for (:func:`like_template`), so its programs are tuned for packed weights as the tasks that reuse
+them are. A database tuned before this change holds programs without the packing block: they still
+build and run, reading the weights as stored. GPU programs stage weights through shared memory
+instead, and are left as they are.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tvm.ir.transform import Pass
+    from tvm.target import Target
+    from tvm.tirx import PrimFunc
+
+#: the function attribute that marks a PrimFunc's layout-free arguments (by position)
+LAYOUT_FREE = "layout_free_buffers"
+#: what ``SplitLayoutRewritePreproc`` appends to the name of a task whose weights it packed
+PREPACKED = "_prepacked"
+
+
+def prepacks(target: "Target") -> bool:
+    """Whether a model's weights are pre-packed for ``target``: on CPUs."""
+    return target.kind.name == "llvm"
+
+
+def before_tuning(target: "Target") -> list["Pass"]:
+    """The pass after ``FuseTIR`` that marks each task's constant weights layout-free."""
+    from tvm import relax
+
+    return [relax.transform.AttachAttrLayoutFreeBuffers()] if prepacks(target) else []
+
+
+def after_database(target: "Target") -> list["Pass"]:
+    """The passes after ``MetaScheduleApplyDatabase`` that pack the weights once, at build time."""
+    from tvm import relax
+
+    if not prepacks(target):
+        return []
+    return [relax.transform.SplitLayoutRewritePreproc(), relax.transform.FoldConstant()]
+
+
+def like_template(func: "PrimFunc", template: "PrimFunc") -> "PrimFunc":
+    """``func`` (a bridge's function) with ``template``'s layout-free arguments (same positions)."""
+    if template.attrs is None or LAYOUT_FREE not in template.attrs:
+        return func
+    return func.with_attr(LAYOUT_FREE, template.attrs[LAYOUT_FREE])
+
+
+def task_symbol(symbol: str) -> str:
+    """The task a function the built model calls runs: its name, less :data:`PREPACKED`."""
+    return symbol.removesuffix(PREPACKED)
