@@ -2,10 +2,10 @@
 
 The model is prepared as :mod:`eto.models.tasks` prepares it for tuning, each tunable task gets its
 operator's fastest stored program (one eto's correctness gate passed; an instant program, as
-``eto retune`` stores first, where no tuned one is faster), and MetaSchedule's
-``compile_relax`` compiles it: ``MetaScheduleApplyDatabase`` replaces every function it finds in the
-database, the rest keep TVM's default schedules; on CPUs the programs' weights are pre-packed at
-build time (:func:`compile_fused`). A program tuned on another model's copy of a
+``eto retune`` stores first, where no tuned one is faster), and the model is compiled as MetaSchedule's
+``compile_relax`` compiles one (:func:`compile_fused`): ``MetaScheduleApplyDatabase`` replaces every
+function it finds in the database, the rest keep TVM's default schedules; on CPUs the programs'
+weights are pre-packed at build time. A program tuned on another model's copy of a
 function serves this one even where their block names differ (:func:`portable_trace`). The tasks that got no program are named, with their
 share of the model's tunable FLOPs, so a stale or partial database is never silent.
 """
