@@ -30,6 +30,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--eto-from", choices=("onnx", "pt2"), default="onnx",
                     help="the file eto's build reads (the one its databases were tuned from); ONNX Runtime runs the "
                          "ONNX export either way")
+    ap.add_argument("--scalar-erf", action="append", default=[], metavar="LABEL",
+                    help="profile the database of this label with erf as the C library's scalar erff, the code "
+                         "before eto.models.fast_math.vector_erf (repeatable; its GELU task is a different function)")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--note", default="", help="how the databases were made (trials, command)")
     ap.add_argument("--out", required=True)
@@ -37,22 +40,28 @@ def main(argv: list[str] | None = None) -> None:
     from eto.models.examples import export
     from eto.models.layout import with_layout
     from eto.models.load import load_relax
+    from eto.models import tasks
     from eto.models.profile import profile_model
 
-    profiles = {}
+    profiles, vector_erf = {}, tasks.vector_erf
     with tempfile.TemporaryDirectory(prefix="eto-e11-") as tmp:
         onnx = export(args.model, os.path.join(tmp, f"{args.model}.onnx"), onnx=True)
         source = onnx if args.eto_from == "onnx" else export(args.model, os.path.join(tmp, f"{args.model}.pt2"))
-        for spec in args.db:
-            label, _, rest = spec.partition("=")
-            layout, _, path = rest.partition(":")
-            report = profile_model(with_layout(load_relax(source), layout), path, onnx=onnx, rounds=args.rounds)
-            print(report.table(), flush=True)
-            profiles[label] = {"layout": layout, "database": os.path.basename(os.path.normpath(path)),
-                               **report.to_json()}
+        try:
+            for spec in args.db:
+                label, _, rest = spec.partition("=")
+                layout, _, path = rest.partition(":")
+                tasks.vector_erf = (lambda target: []) if label in args.scalar_erf else vector_erf
+                report = profile_model(with_layout(load_relax(source), layout), path, onnx=onnx, rounds=args.rounds)
+                print(report.table(), flush=True)
+                profiles[label] = {"layout": layout, "database": os.path.basename(os.path.normpath(path)),
+                                   **report.to_json()}
+        finally:
+            tasks.vector_erf = vector_erf
     result = {"experiment": "model_profile", "model": args.model, "note": args.note,
               "command": "python -m experiments.model_profile " + " ".join(
-                  [f"--model {args.model}", *(f"--db {d}" for d in args.db), f"--eto-from {args.eto_from}",
+                  [f"--model {args.model}", *(f"--db {d}" for d in args.db),
+                   *(f"--scalar-erf {x}" for x in args.scalar_erf), f"--eto-from {args.eto_from}",
                    f"--rounds {args.rounds}"]),
               "environment": environment(), "profiles": profiles}
     write_result(result, args.out)

@@ -17,6 +17,8 @@ from eto.cli import main
 from eto.errors import InputError
 from eto.operators import Operator
 
+from tests.test_model_path import failed_rows
+
 
 def run(capsys, *argv):
     code = main([str(a) for a in argv])
@@ -106,7 +108,7 @@ def test_a_channels_last_model_tunes_builds_and_matches_pytorch(model, capsys, t
     db = tmp_path / "db"
     code, out, err = run(capsys, "tune", "--model", model, "--layout", "NHWC", "--db", db, "--trials", "4",
                          "--trials-per-iter", "4", "--search", "light", "--json", "-q")
-    assert code == 0, err[-2000:]
+    assert code == 0, err[-2000:] + failed_rows(out)
     rows = json.loads(out)["operators"]
     convs = [r for r in rows if "conv2d" in r["key"]]
     assert len(convs) == 3 and all(r["key"].startswith("C2DNHWC(") and r["status"] == "tuned" for r in convs)

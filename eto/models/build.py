@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -65,22 +65,12 @@ class BuiltModel:
         model's gap to another build is traced to its tasks this way. Timed by the VM's
         instrument hook around each call (adds about a microsecond to each)."""
         import statistics
-        import time
 
-        vm, dev = self.vm(), _device(self.target)
+        calls: dict[str, list[float]] = {}
+        vm, dev = self.instrumented_vm(lambda task, secs: calls.setdefault(task, []).append(secs)), _device(self.target)
         args = [_tensor(a, dev) for a in inputs]
         vm["main"](*args)  # warm: first-call allocation and loading
-        start: dict[str, float] = {}
-        calls: dict[str, list[float]] = {}
-
-        def instrument(func, symbol, before, ret, *call_args) -> int:
-            if before:
-                start[symbol] = time.perf_counter()
-            else:
-                calls.setdefault(task_symbol(symbol), []).append(time.perf_counter() - start[symbol])
-            return 0  # VMInstrumentReturnKind.NO_OP: run on
-
-        vm.set_instrument(instrument)
+        calls.clear()
         for _ in range(runs):
             vm["main"](*args)
         out = {}
@@ -88,6 +78,23 @@ class BuiltModel:
             per_run = len(secs) // runs  # the function's call sites in one run, in order
             out[symbol] = [statistics.median(secs[i::per_run]) for i in range(per_run)]
         return out
+
+    def instrumented_vm(self, on_call: "Callable[[str, float], None]") -> Any:
+        """The model's VM, calling ``on_call(task, seconds)`` after each function it calls (its fused
+        task, less :data:`~eto.models.prepack.PREPACKED`; a VM builtin): the VM's instrument hook."""
+        import time
+
+        vm, start = self.vm(), {}
+
+        def instrument(func, symbol, before, ret, *call_args) -> int:
+            if before:
+                start[symbol] = time.perf_counter()
+            else:
+                on_call(task_symbol(symbol), time.perf_counter() - start[symbol])
+            return 0  # VMInstrumentReturnKind.NO_OP: run on
+
+        vm.set_instrument(instrument)
+        return vm
 
     def time(self, inputs: Sequence[np.ndarray], *, repeat: int = 10, min_repeat_ms: int = 100) -> list[float]:
         """``repeat`` seconds-per-run, each the mean of runs filling ``min_repeat_ms``."""

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from eto.models.prepack import task_symbol
 from eto.operators.channels_last import nchw_shapes
 from eto.report import format_table
 
@@ -311,18 +310,9 @@ def _timed_rounds(built: "BuiltModel", inputs: Sequence[np.ndarray], session: An
     ONNX Runtime's nodes and runs' seconds: eto's runs first, then ONNX Runtime's, after ``warmup`` each."""
     import tvm
 
-    vm, dev = built.vm(), tvm.cpu()
+    calls: list[tuple[str, float]] = []
+    vm, dev = built.instrumented_vm(lambda task, secs: calls.append((task, secs))), tvm.cpu()
     args = [tvm.runtime.tensor(np.ascontiguousarray(a), dev) for a in inputs]
-    start, calls = {}, []
-
-    def instrument(func, symbol, before, ret, *call_args) -> int:
-        if before:
-            start[symbol] = time.perf_counter()
-        else:
-            calls.append((task_symbol(symbol), time.perf_counter() - start[symbol]))
-        return 0  # VMInstrumentReturnKind.NO_OP: run on
-
-    vm.set_instrument(instrument)
     feed = {i.name: np.ascontiguousarray(a) for i, a in zip(session.get_inputs(), inputs)} if session else {}
     runs, walls = [], []
     for r in range(warmup + rounds):  # eto's rounds, then ONNX Runtime's: interleaved, each one's idle

@@ -5,10 +5,9 @@ add, activation (a convolution with ``add`` and ``relu``, a matmul with its bias
 function, and MetaSchedule's ``MetaScheduleApplyDatabase`` looks programs up by that function. So
 eto tunes those functions. :func:`prepare` binds the weights, folds inference batch norms into the
 convolutions before them, and runs the passes MetaSchedule's own ``compile_relax`` runs before it
-applies a database (library dispatch, ``LegalizeOps``,
-``AnnotateTIROpPattern``, ``FoldConstant``, ``FuseOps``, ``FuseTIR``); :func:`model_tasks`
-extracts the fused functions with MetaSchedule's task extraction, so the workloads tuned here are
-the ones ``eto build`` (:mod:`eto.models.build`) finds.
+applies a database (library dispatch, ``LegalizeOps``, ``AnnotateTIROpPattern``, ``FoldConstant``,
+``FuseOps``, ``FuseTIR``); :func:`model_tasks` extracts the fused functions with MetaSchedule's
+task extraction, so the workloads tuned here are the ones ``eto build`` (:mod:`eto.models.build`) finds.
 
 Each task's anchor block (its conv/matmul reduction, ``find_anchor_sblock``) is matched by its loop
 extents (unit loops ignored) to one of the catalogue operators the frontend walk
@@ -38,6 +37,7 @@ from eto.models.extract import extract_from_relax
 from eto.models.layout import convert_layout
 from eto.models.load import RelaxModel
 from eto.models.mapping import relax_type
+from eto.models.fast_math import vector_erf
 from eto.models.prepack import before_tuning, like_template
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -123,8 +123,8 @@ def fold_batch_norms(mod: "tvm.IRModule") -> "tvm.IRModule":
 
 
 def fuse(mod: "tvm.IRModule", target: "Target") -> "tvm.IRModule":
-    """MetaSchedule's ``compile_relax`` preparation, up to where it applies a database; on CPUs the
-    fused tasks' weights are marked for pre-packing (:mod:`eto.models.prepack`)."""
+    """MetaSchedule's ``compile_relax`` preparation, up to where it applies a database; on CPUs with
+    erf vectorised (:func:`~eto.models.fast_math.vector_erf`) and weights pre-packed (:mod:`~eto.models.prepack`)."""
     import tvm
     from tvm import relax
 
@@ -132,7 +132,7 @@ def fuse(mod: "tvm.IRModule", target: "Target") -> "tvm.IRModule":
         dispatch = relax.pipeline.library_dispatch_passes(target)
     except (ValueError, AttributeError):
         dispatch = []
-    passes = [*dispatch, relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
+    passes = [*dispatch, *vector_erf(target), relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
               relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR(), *before_tuning(target)]
     with target, tvm.transform.PassContext(opt_level=3):
         return tvm.transform.Sequential(passes)(mod)

@@ -114,16 +114,7 @@ def record_json(record: Any) -> list:
     import tvm
     from tvm.s_tir.meta_schedule import _ffi_api
 
-    def plain(obj: Any) -> Any:
-        name = type(obj).__name__
-        if obj is None or isinstance(obj, (bool, int, float, str)):
-            return obj
-        if name in ("IntImm", "FloatImm"):
-            return obj.value
-        if name == "Array" or isinstance(obj, (list, tuple)):
-            return [plain(x) for x in obj]
-        if name == "Map":
-            return {plain(k): plain(v) for k, v in obj.items()}
-        return tvm.ir.save_json(obj)  # an IndexMap: the only other object a record holds
+    from tuner.analysis.sketch import plain
 
-    return plain(_ffi_api.TuningRecordAsJSON(record))
+    # an IndexMap is the only object a record holds besides containers and numbers
+    return plain(_ffi_api.TuningRecordAsJSON(record), tvm.ir.save_json)

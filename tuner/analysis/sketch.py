@@ -27,7 +27,7 @@ import copy
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.ir import IRModule
@@ -53,16 +53,18 @@ _FAMILY_SKIP = frozenset({"GetSBlock", "GetLoops", "GetConsumers", "CacheWrite",
                           "Reorder"})
 
 
-def plain(obj: Any) -> Any:
-    """TVM containers and IntImm/FloatImm to plain Python (JSON-ready)."""
+def plain(obj: Any, other: Callable[[Any], Any] = lambda o: o) -> Any:
+    """TVM containers and IntImm/FloatImm to plain Python (JSON-ready); any other object through ``other``."""
     name = type(obj).__name__
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
     if name in ("IntImm", "FloatImm"):
         return obj.value
     if isinstance(obj, (list, tuple)) or name == "Array":
-        return [plain(x) for x in obj]
+        return [plain(x, other) for x in obj]
     if isinstance(obj, dict) or name == "Map":
-        return {plain(k): plain(v) for k, v in obj.items()}
-    return obj
+        return {plain(k, other): plain(v, other) for k, v in obj.items()}
+    return other(obj)
 
 
 @dataclass(frozen=True)
