@@ -35,7 +35,7 @@ SCALES = {"ci": {"models": ["tiny_cnn", "tiny_transformer"], "trials": 8},
 
 
 def run_model(name: str, trials: int, work: str, out_dir: str, *, rounds: int, search: str,
-              fast_math: bool = False, processes: int = 1) -> dict:
+              fast_math: bool = False, layout: str = "NCHW", processes: int = 1) -> dict:
     import torch
 
     from eto.cli import main as eto_main
@@ -44,13 +44,15 @@ def run_model(name: str, trials: int, work: str, out_dir: str, *, rounds: int, s
     from eto.models.fast_math import fast_math as approximate
     from eto.models.bench import bench_model, onnxruntime_session
     from eto.models.examples import export
+    from eto.models.layout import with_layout
     from eto.target import parse_target
 
     os.makedirs(work, exist_ok=True)
+    tag = f"{name}{'' if layout == 'NCHW' else '-' + layout}"  # NCHW: the names before --layout
     path = os.path.join(work, f"{name}.pt2")
     if not os.path.exists(path):
         export(name, path)
-    db_dir, timing = os.path.join(work, f"{name}-eto-N{trials}"), os.path.join(work, f"{name}-eto-N{trials}.time.json")
+    db_dir, timing = os.path.join(work, f"{tag}-eto-N{trials}"), os.path.join(work, f"{tag}-eto-N{trials}.time.json")
     if os.path.exists(timing):
         with open(timing) as f:
             saved = json.load(f)
@@ -60,7 +62,7 @@ def run_model(name: str, trials: int, work: str, out_dir: str, *, rounds: int, s
         start = time.perf_counter()
         with contextlib.redirect_stdout(text):
             rc = eto_main(["tune", "--model", path, "--trials", str(trials), "--db", db_dir, "--json", "--search", search,
-                           *(["--fast-math"] if fast_math else [])])
+                           "--layout", layout, *(["--fast-math"] if fast_math else [])])
         eto_wall = time.perf_counter() - start
         if rc != 0:
             raise SystemExit(f"eto tune --model {path} exited {rc}")
@@ -72,14 +74,15 @@ def run_model(name: str, trials: int, work: str, out_dir: str, *, rounds: int, s
     if not os.path.exists(onnx_path):
         export(name, onnx_path, onnx=True)
     target = parse_target("cpu")
-    report = bench_model(approximate(load_relax(path), fast_math), target, database=Database(db_dir, readonly=True),
+    model = with_layout(approximate(load_relax(path), fast_math), layout)
+    report = bench_model(model, target, database=Database(db_dir, readonly=True),
                          torch_module=torch.export.load(path).module(),
                          onnx_session=onnxruntime_session(onnx_path, int(os.environ["TVM_NUM_THREADS"])),
                          ms_trials=trials,
-                         ms_work_dir=os.path.join(work, f"{name}-ms-N{trials}"), rounds=rounds,
+                         ms_work_dir=os.path.join(work, f"{tag}-ms-N{trials}"), rounds=rounds,
                          log=lambda m: print(f"[{name}] {m}", file=sys.stderr, flush=True))
     report, per_process = in_fresh_processes(report, name, trials, work, processes - 1, rounds=rounds, search=search,
-                                             fast_math=fast_math)
+                                             fast_math=fast_math, layout=layout)
     # eto's tuning time is its wall time, like MetaSchedule's (the database records per-task seconds)
     recorded = report.result("eto").tuning_s
     report = replace(report, results=tuple(replace(r, tuning_s=eto_wall) if r.method == "eto" else r
@@ -89,7 +92,7 @@ def run_model(name: str, trials: int, work: str, out_dir: str, *, rounds: int, s
     result["eto_tune_wall_s"] = eto_wall
     result["per_process_ms"] = per_process
     result["summary"] = {
-        "model": name, "trials_per_task": trials, "fast_math": fast_math,
+        "model": name, "trials_per_task": trials, "fast_math": fast_math, "layout": layout,
         "tunable_tasks": sum(1 for t in result["tasks"] if t["operator"]),
         "eto_tune_wall_s": round(eto_wall, 1), "eto_recorded_s": round(recorded, 1),
         "metaschedule_s": round(ms.tuning_s, 1), "tuning_speedup_wall": round(ms.tuning_s / eto_wall, 2),
@@ -105,7 +108,7 @@ def run_model(name: str, trials: int, work: str, out_dir: str, *, rounds: int, s
         **(plan_summary(tune_report) if tune_report else {}),
     }
     result["eto_tune_report"] = tune_report
-    out = os.path.join(out_dir, f"model_bench_{name}_N{trials}.json")
+    out = os.path.join(out_dir, f"model_bench_{tag.lower().replace('-', '_')}_N{trials}.json")
     os.makedirs(out_dir, exist_ok=True)
     with open(out, "w") as f:
         json.dump(result, f, indent=1)
@@ -128,9 +131,11 @@ def in_fresh_processes(report, name: str, trials: int, work: str, more: int, **o
             cmd = [sys.executable, "-m", "experiments.model_bench", "--models", name, "--trials", str(trials),
                    "--work", os.path.abspath(work),
                    "--out-dir", out, "--processes", "1", "--rounds", str(options["rounds"]),
-                   "--search", options["search"], *(["--fast-math"] if options["fast_math"] else [])]
+                   "--search", options["search"], "--layout", options["layout"],
+                   *(["--fast-math"] if options["fast_math"] else [])]
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=os.path.dirname(HERE))
-            with open(os.path.join(out, f"model_bench_{name}_N{trials}.json")) as f:
+            tag = name if options["layout"] == "NCHW" else f"{name}_{options['layout'].lower()}"
+            with open(os.path.join(out, f"model_bench_{tag}_N{trials}.json")) as f:
                 reports.append(BenchReport.from_json(json.load(f)))
     joined = join_processes(reports)
     return joined, {r.method: [round(m * 1e3, 3) for m in r.process_medians_s] for r in joined.results}
@@ -190,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="eto's backend search (MetaSchedule's run always uses its evolutionary search)")
     ap.add_argument("--work", default=os.path.join(HERE, "work", "model_bench"))
     ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
+    ap.add_argument("--layout", choices=["NCHW", "NHWC"], default="NCHW",
+                    help="the layout eto and MetaSchedule tune and build the convolutions in (eto tune --layout)")
     ap.add_argument("--fast-math", action="store_true",
                     help="every TVM build (eto, MetaSchedule, untuned) with erf/exp/softmax approximated (eto.models.fast_math)")
     ap.add_argument("--replot", nargs="+", metavar="RESULT", help="only redraw these result files' figures")
@@ -211,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         warm_up(parse_target("cpu"))  # one-time imports and worker start-up, before either tuning clock
     for name in names:
         run_model(name, trials, args.work, args.out_dir, rounds=args.rounds, search=args.search,
-                  fast_math=args.fast_math, processes=max(args.processes, 1))
+                  fast_math=args.fast_math, layout=args.layout, processes=max(args.processes, 1))
     return 0
 
 
