@@ -48,7 +48,7 @@ def run_model(name: str, trials: int, work: str, out_dir: str, *, rounds: int, s
     from eto.target import parse_target
 
     os.makedirs(work, exist_ok=True)
-    tag = f"{name}{'' if layout == 'NCHW' else '-' + layout}"  # NCHW: the names before --layout
+    tag = _tag(name, layout)
     path = os.path.join(work, f"{name}.pt2")
     if not os.path.exists(path):
         export(name, path)
@@ -108,13 +108,23 @@ def run_model(name: str, trials: int, work: str, out_dir: str, *, rounds: int, s
         **(plan_summary(tune_report) if tune_report else {}),
     }
     result["eto_tune_report"] = tune_report
-    out = os.path.join(out_dir, f"model_bench_{tag.lower().replace('-', '_')}_N{trials}.json")
+    out = os.path.join(out_dir, result_name(name, layout, trials))
     os.makedirs(out_dir, exist_ok=True)
     with open(out, "w") as f:
         json.dump(result, f, indent=1)
     plot(report, trials, out)
     print(json.dumps(result["summary"], indent=1))
     return result
+
+
+def _tag(name: str, layout: str) -> str:
+    """A model's work folders' prefix: its name, and the layout where not NCHW (the names before --layout)."""
+    return name if layout == "NCHW" else f"{name}-{layout}"
+
+
+def result_name(name: str, layout: str, trials: int) -> str:
+    """A run's result file: ``model_bench_<model>[_nhwc]_N<trials>.json``."""
+    return f"model_bench_{_tag(name, layout).lower().replace('-', '_')}_N{trials}.json"
 
 
 def in_fresh_processes(report, name: str, trials: int, work: str, more: int, **options) -> tuple:
@@ -134,8 +144,7 @@ def in_fresh_processes(report, name: str, trials: int, work: str, more: int, **o
                    "--search", options["search"], "--layout", options["layout"],
                    *(["--fast-math"] if options["fast_math"] else [])]
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=os.path.dirname(HERE))
-            tag = name if options["layout"] == "NCHW" else f"{name}_{options['layout'].lower()}"
-            with open(os.path.join(out, f"model_bench_{tag}_N{trials}.json")) as f:
+            with open(os.path.join(out, result_name(name, options["layout"], trials))) as f:
                 reports.append(BenchReport.from_json(json.load(f)))
     joined = join_processes(reports)
     return joined, {r.method: [round(m * 1e3, 3) for m in r.process_medians_s] for r in joined.results}
@@ -213,8 +222,9 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = SCALES[args.scale]
     names, trials = args.models or cfg["models"], args.trials or cfg["trials"]
-    if not all(os.path.exists(os.path.join(args.work, f"{n}-eto-N{trials}.time.json"))
-               and os.path.exists(os.path.join(args.work, f"{n}-ms-N{trials}", MS_TIME_FILE)) for n in names):
+    if not all(os.path.exists(os.path.join(args.work, f"{_tag(n, args.layout)}-eto-N{trials}.time.json"))
+               and os.path.exists(os.path.join(args.work, f"{_tag(n, args.layout)}-ms-N{trials}", MS_TIME_FILE))
+               for n in names):
         warm_up(parse_target("cpu"))  # one-time imports and worker start-up, before either tuning clock
     for name in names:
         run_model(name, trials, args.work, args.out_dir, rounds=args.rounds, search=args.search,
