@@ -114,6 +114,17 @@ def test_roots_are_polished_and_a_root_left_unpolished_by_a_kill_is_polished_nex
     the polish's records sit on the backend's scale (the database's best is the program that won side
     by side), and a root whose run stopped before its polish is polished by the next run, not tuned
     again; a program tuned outside a plan (MetaSchedule's own run) is never polished."""
+    from tuner.measure.measurer import MeasureConfig, Measurer
+
+    target = parse_target("cpu")
+    op = Operator.create("BMM", B=2, M=32, N=32, K=32)
+    one = OperatorSet.from_layers("one", [op])
+    kw = dict(trials=8, num_trials_per_iter=8, seed=0)
+    with Measurer.local(MeasureConfig(), warm=target) as m:  # one for the five runs: its workers start once
+        _polish_runs(tmp_path, target, op, one, kw, m)
+
+
+def _polish_runs(tmp_path, target, op, one, kw, m):
     import shutil
 
     from eto.runs.pipeline import tune
@@ -122,16 +133,12 @@ def test_roots_are_polished_and_a_root_left_unpolished_by_a_kill_is_polished_nex
     from tuner.measure.options import BackendOptions
     from tuner.measure.backend import light_search
 
-    target = parse_target("cpu")
-    op = Operator.create("BMM", B=2, M=32, N=32, K=32)
-    one = OperatorSet.from_layers("one", [op])
-    kw = dict(trials=8, num_trials_per_iter=8, seed=0)
     db = Database(tmp_path / "killed")  # the root's backend result, marked a plan root, then the kill
     tune_with_backend([op], target, db, BackendOptions(search=light_search(), **kw),
-                      extra={op: {"root": True, "estimated_seconds": 5.0}})
+                      extra={op: {"root": True, "estimated_seconds": 5.0}}, measurer=m)
     assert needs_polish(db, op, target)
     shutil.copytree(tmp_path / "killed", tmp_path / "off")  # the same root, for the default below
-    (row,) = tune(one, target, db, TuneOptions.of(search=light_search(), bridges="none", polish=True, **kw)).rows  # (8 < 32 trials)
+    (row,) = tune(one, target, db, TuneOptions.of(search=light_search(), bridges="none", polish=True, **kw), measurer=m).rows  # (8 < 32 trials)
     backend, polish = db.results()
     assert (backend["method"], polish["method"]) == ("backend", "polish") and not needs_polish(db, op, target)
     assert polish["candidates"] > 0 and polish["source"] == op.key
@@ -146,12 +153,12 @@ def test_roots_are_polished_and_a_root_left_unpolished_by_a_kill_is_polished_nex
     assert check_record(op, db.best(op, target).tuning_record, target).ok
 
     ms_db = Database(tmp_path / "metaschedule")
-    tune_with_backend([op], target, ms_db, BackendOptions(search=light_search(), **kw))
+    tune_with_backend([op], target, ms_db, BackendOptions(search=light_search(), **kw), measurer=m)
     assert not needs_polish(ms_db, op, target)
-    tune(one, target, ms_db, TuneOptions.of(search=light_search(), bridges="none", polish=True, **kw))
+    tune(one, target, ms_db, TuneOptions.of(search=light_search(), bridges="none", polish=True, **kw), measurer=m)
     assert [r["method"] for r in ms_db.results()] == ["backend"]
     off = Database(tmp_path / "off")  # by default a root of 8 trials is not polished, even one left to polish
-    tune(one, target, off, TuneOptions.of(search=light_search(), bridges="none", **kw))
+    tune(one, target, off, TuneOptions.of(search=light_search(), bridges="none", **kw), measurer=m)
     assert [r["method"] for r in off.results()] == ["backend"]
 
 
