@@ -58,10 +58,12 @@ def accuracy(rows: list[dict], what: str) -> dict:
             "within_0.67_1.5": sum(0.67 <= x <= 1.5 for x in ratios) / len(ratios)}
 
 
-def fit(db_paths: list[str], kind: str) -> dict:
-    """The time model fitted on the pooled results of ``db_paths``, and how many results it saw."""
+def fit(db_paths: list[str], kind: str, defaults: str | None = None) -> dict:
+    """The time model fitted on the pooled results of ``db_paths``, and how many results it saw;
+    ``defaults``: a CPU of ``CPU_DEFAULTS`` whose lines stand where the results cannot tell a
+    coefficient (a backend run's set-up when every root ran the same trials), else the kind's."""
     from eto.store.database import Database
-    from eto.planning.time_model import fit_time_model
+    from eto.planning.time_model import CPU_DEFAULTS, fit_time_model
 
     seen, results = set(), []
     for path in db_paths:
@@ -73,8 +75,9 @@ def fit(db_paths: list[str], kind: str) -> dict:
     targets = {r.get("target") for r in results}
     if len(targets) > 1:
         raise SystemExit(f"--fit: the databases hold results of {len(targets)} targets; give one target's")
-    model = fit_time_model(results, kind)
-    return {"databases": db_paths, "kind": kind, "target": next(iter(targets), None), **model.to_json(),
+    model = fit_time_model(results, kind, defaults=CPU_DEFAULTS[defaults] if defaults else None)
+    return {"databases": db_paths, "kind": kind, "target": next(iter(targets), None), "defaults": defaults,
+            **model.to_json(),
             "results": {m: sum(r.get("method") == m for r in results) for m in ("backend", "reuse")}}
 
 
@@ -109,6 +112,8 @@ def main(argv=None) -> int:
     ap.add_argument("--inputs", nargs="+", help="these results files instead")
     ap.add_argument("--fit", nargs="+", metavar="DB", help="also fit the time model on these databases' results")
     ap.add_argument("--kind", default="cpu", help="target kind of --fit's databases (default cpu)")
+    ap.add_argument("--fit-defaults", metavar="MCPU", help="--fit keeps this CPU's default lines where the "
+                    "databases cannot tell a coefficient (default: the kind's)")
     ap.add_argument("--out", help="result JSON (default experiments/results/estimate_accuracy_<scale>.json)")
     args = ap.parse_args(argv)
     paths = args.inputs or sorted(glob.glob(os.path.join(HERE, "results", "reuse_pairs_*.json"))
@@ -131,7 +136,7 @@ def main(argv=None) -> int:
                           **{k: {w: accuracy(v, w) for w in ("candidates", "seconds")} for k, v in sources.items()}},
               "rows": sources}
     if args.fit:
-        result["fit"] = fit(args.fit, args.kind)
+        result["fit"] = fit(args.fit, args.kind, args.fit_defaults)
     out = args.out or os.path.join(HERE, "results", f"estimate_accuracy_{args.scale}.json")
     with open(out, "w") as f:
         json.dump(result, f, indent=1)

@@ -138,8 +138,14 @@ def _polish_runs(tmp_path, target, op, one, kw, m):
                       extra={op: {"root": True, "estimated_seconds": 5.0}}, measurer=m)
     assert needs_polish(db, op, target)
     shutil.copytree(tmp_path / "killed", tmp_path / "off")  # the same root, for the default below
-    (row,) = tune(one, target, db, TuneOptions.of(search=light_search(), bridges="none", polish=True, **kw), measurer=m).rows  # (8 < 32 trials)
+    report = tune(one, target, db, TuneOptions.of(search=light_search(), bridges="none", polish=True, **kw), measurer=m)
+    (row,) = report.rows  # (8 < 32 trials)
+    # the estimate counts the run's set-up and planning as measured
+    assert 0 < report.setup_seconds <= report.estimated_seconds and report.setup_seconds < report.seconds
     backend, polish = db.results()
+    # the polish's seconds are all it cost: its search, the side-by-side timing and the gate
+    assert polish["phases"]["side_by_side_s"] > 0
+    assert sum(polish["phases"].values()) == pytest.approx(polish["seconds"], abs=0.05)
     assert (backend["method"], polish["method"]) == ("backend", "polish") and not needs_polish(db, op, target)
     assert polish["candidates"] > 0 and polish["source"] == op.key
     assert row.candidates == backend["candidates"] + polish["candidates"]
@@ -180,7 +186,7 @@ def test_prior_database_operators_are_free_reuse_sources(tmp_path):
     # where the reuse's seconds went, as a backend result's: its builds and runs, and the rest
     (meta,) = [r for r in db.results() if r.get("method") == "reuse"]
     phases = meta["phases"]
-    assert set(phases) == {"setup_s", "search_s", "build_s", "run_s"} and phases["build_s"] > 0
+    assert set(phases) == {"setup_s", "search_s", "build_s", "run_s", "gate_s"} and phases["build_s"] > 0
     assert phases["run_s"] > 0 and phases["setup_s"] > 0 and phases["search_s"] > 0
     assert sum(phases.values()) == pytest.approx(meta["seconds"], abs=0.01)
     # screened, then its 3 best timed again in full (the default); with finalists=0 none is re-timed

@@ -119,7 +119,8 @@ def _report_table(report: "TuneReport") -> str:
     w = report.weighted_latency_s
     tuned = sum(r.candidates for r in report.rows if r.status == "tuned")
     estimate = "" if report.estimated_candidates is None else f" (plan estimated {report.estimated_candidates:.0f})"
-    est_s = "" if report.estimated_seconds is None else f" (plan estimated {report.estimated_seconds:.0f} s)"
+    est_s = "" if report.estimated_seconds is None else f" (plan estimated {report.estimated_seconds:.0f} s" + (
+        f", {report.setup_seconds:.0f} s of it set-up and planning as measured" if report.setup_seconds else "") + ")"
     budget = "" if report.time_budget is None else f" of a {report.time_budget:.0f} s budget"
     lines.append(f"weighted latency sum: {'-' if w is None else f'{w * 1e3:.4f} ms'}; candidates measured "
                  f"{tuned}{estimate}; wall time {report.seconds:.1f} s{budget}{est_s}; failed: {len(report.failed)}")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
@@ -204,13 +205,16 @@ class ReuseSearch(Derivation):
         trajectory = [p.to_json() for p in res.trajectory] + ext.trajectory
         extra = ext.extra
         failures = sorted(set(res.failures))  # why candidates failed, each reason once
+        gate_start = time.perf_counter()  # the correctness gate is part of what a reuse costs: recorded with it
         kept, checked, wrong = gated(alpha, records, run.target, checkable_here(measurer, run.target))
+        gate_s = time.perf_counter() - gate_start
         kill_point("reuse.result")
         run.database.commit(alpha, run.target, kept, method=self.method, source=beta, candidates=candidates,
-                            seconds=seconds, error=wrong, features=features_of(kept, records, feats),
+                            seconds=seconds + gate_s, error=wrong, features=features_of(kept, records, feats),
                             extra={**estimate, "rounds": res.rounds, "remeasured": res.remeasured, **extra, **checked,
                                    "failed": res.failed, "failures": failures, "trajectory": trajectory,
-                                   "phases": {k: round(v, 3) for k, v in res.phases.items()}})
+                                   "phases": {**{k: round(v, 3) for k, v in res.phases.items()},
+                                              "gate_s": round(gate_s, 3)}})
         failed = f", {res.failed} failed ({'; '.join(failures)})" if failures else ""
         est, est_s = estimate.get("estimate"), estimate.get("estimated_seconds")  # none for a function (unplanned)
         run.say(f"reuse: {alpha.name} <- {beta.name}: {res.candidates} candidates"

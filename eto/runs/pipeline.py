@@ -135,6 +135,7 @@ def _tune(opset: OperatorSet, target: "Target", database: Database, options: Tun
         planned = plan_operator_set(opset, options, database=database, target=target, hot=hot)
         functions_s = functions(planned.time_model, function_trials(options)) if planned.time_model else 0.0
     kill_point("plan.after")
+    setup_s = time.perf_counter() - start  # the measurer's start and the planning: measured, not estimated
     top_k = resolve_top_k(options.reuse.top_k, target)
     run = RunContext(target, database, options, hot, log, on_batch,
                      ranker=LearnedRanker(target) if top_k is not None and options.method == "eto" else None)
@@ -160,8 +161,8 @@ def _tune(opset: OperatorSet, target: "Target", database: Database, options: Tun
             f": {len(left)} operators not tuned yet; the same command with a budget goes on from there"
             if left else ""))
     kill_point("tune.end")
-    return _report(opset, planned, run, wall_start, (estimated[0] + planned.plan.total_cost + functions_s,
-                   estimated[1] + planned.total_candidates), time.perf_counter() - start, stopped)
+    return _report(opset, planned, run, wall_start, (setup_s + estimated[0] + planned.plan.total_cost + functions_s,
+                   estimated[1] + planned.total_candidates), time.perf_counter() - start, stopped, setup_s)
 
 
 def _measurers(measurer: "Measurer | Sequence[Measurer] | None", target: "Target") -> list["Measurer"]:
@@ -276,8 +277,10 @@ def _tune_roots(run: RunContext, roots: Sequence[Operator], measurer: "Measurer"
 
 
 def _report(opset: OperatorSet, planned: OperatorPlan, run: RunContext, since: float,
-            estimated: tuple[float, float], seconds: float, stopped: str | None = None) -> TuneReport:
-    """One row per operator of the set, then one per bridge the plan used (frequency 0)."""
+            estimated: tuple[float, float], seconds: float, stopped: str | None = None,
+            setup_s: float | None = None) -> TuneReport:
+    """One row per operator of the set, then one per bridge the plan used (frequency 0); the estimate
+    (seconds, candidates) counts the run's measured set-up and planning (``setup_s``) too."""
     def status(op: Operator) -> str:
         return "tuned" if op.key in here else "cached"
     pid, tk = os.getpid(), target_key(run.target)
@@ -292,7 +295,8 @@ def _report(opset: OperatorSet, planned: OperatorPlan, run: RunContext, since: f
             row = report_row(OperatorEntry(op, 1), run.database, run.target, status(op))
             rows.append(OperatorReport(**{**row.__dict__, "frequency": 0, "op": f"bridge:{row.op}"}))
     return TuneReport(str(run.target), tuple(rows), seconds, estimated_seconds=estimated[0],
-                      estimated_candidates=estimated[1], stopped=stopped, time_budget=run.options.time_budget)
+                      estimated_candidates=estimated[1], stopped=stopped, time_budget=run.options.time_budget,
+                      setup_seconds=setup_s)
 
 
 def plan_summary(planned: OperatorPlan, hot: int = 0, functions_s: float = 0.0) -> str:

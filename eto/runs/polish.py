@@ -12,13 +12,15 @@ sampling does not make; on that root it measured 38-55 candidates in 7-11 s and 
 1.23-1.48x faster (3 seeds at N = 100, ``experiments/results/polish_roots_*.json``).
 
 The plan counts it: a root edge costs the backend's budget plus a self-reuse's estimate
-(:func:`eto.planning.planner.plan_operator_set`). A polish never ends worse: the root's program leads round T,
+(:func:`eto.planning.planner.plan_operator_set`), and its result records all it cost (search,
+side-by-side timing, gate), which the time model learns from. A polish never ends worse: the root's program leads round T,
 and the two best programs are re-measured side by side before either is preferred.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from tuner.measure.faults import kill_point
@@ -78,6 +80,7 @@ def polish_program(op: Operator, database: Database, target: "Target", measurer:
     from tuner.measure.apply import scheduled_module
     from tuner.reuse.search import reuse_tune, trace_key
 
+    started = time.perf_counter()  # a polish costs its search, the side-by-side timing and the gate: all recorded
     base = database.best(op, target, predicted=False)
     prior = database.progress(op, target, method)
     known = {trace_key(r.trace): s for r, s in prior.programs()}
@@ -95,7 +98,7 @@ def polish_program(op: Operator, database: Database, target: "Target", measurer:
         res, error = None, str(exc)
     if res is None or error is not None:
         database.commit(op, target, [], method=method, source=op, candidates=res.candidates if res else 0,
-                        seconds=(res.seconds if res else 0.0) + prior.seconds, error=error)
+                        seconds=time.perf_counter() - started + prior.seconds, error=error)
         say(f"polish: {op.name}: {error}; the backend's program stays")
         return
     before, after = measurer.remeasure([scheduled_module(base.tuning_record), scheduled_module(res.record)], target)
@@ -106,16 +109,18 @@ def polish_program(op: Operator, database: Database, target: "Target", measurer:
     kept, checked, wrong = gated(op, records, target, checkable_here(measurer, target))
     wrong = wrong or (None if records else "the polished program failed when re-measured")
     kill_point("reuse.result")
+    seconds = time.perf_counter() - started
     database.commit(op, target, kept, method=method, source=op, candidates=res.candidates,
-                    seconds=res.seconds + prior.seconds, error=wrong, features=features_of(kept, records, feats),
+                    seconds=seconds + prior.seconds, error=wrong, features=features_of(kept, records, feats),
                     extra={"polish": {"backend_latency_s": before, "polished_latency_s": after,
                                       "improved": after < before},
                            "rounds": res.rounds, "failed": res.failed, "failures": sorted(set(res.failures)),
                            "trajectory": [[t, n, best * f] for t, n, best in (p.to_json() for p in res.trajectory)],
                            **checked,
-                           "phases": {k: round(v, 3) for k, v in res.phases.items()},
+                           "phases": {**{k: round(v, 3) for k, v in res.phases.items()},
+                                      "side_by_side_s": round(seconds - res.seconds, 3)},
                            **({"resumed_after": len(known)} if known else {})})
-    say(f"polish: {op.name}: {res.candidates} candidates, {res.seconds:.1f} s; side by side "
+    say(f"polish: {op.name}: {res.candidates} candidates, {seconds:.1f} s; side by side "
         f"{before * 1e6:.1f} us -> {after * 1e6:.1f} us ({before / after:.2f}x)" if records else
         f"polish: {op.name}: {wrong}; the backend's program stays")
 

@@ -65,6 +65,8 @@ class TuneReport:
     #: why the run ended before its plan did ("time budget"), None if it did not
     stopped: str | None = None
     time_budget: float | None = None  # seconds, where the run had one
+    #: the run's set-up (its measurer's workers) and planning, measured: part of ``estimated_seconds``
+    setup_seconds: float | None = None
 
     @property
     def weighted_latency_s(self) -> float | None:
@@ -86,7 +88,7 @@ class TuneReport:
         return {"target": self.target, "seconds": self.seconds, "weighted_latency_s": self.weighted_latency_s,
                 "candidates": sum(r.candidates for r in self.rows if r.status == "tuned"),
                 "estimated_candidates": self.estimated_candidates, "estimated_seconds": self.estimated_seconds,
-                "time_budget": self.time_budget, "stopped": self.stopped,
+                "time_budget": self.time_budget, "stopped": self.stopped, "setup_seconds": self.setup_seconds,
                 "operators": [asdict(r) for r in self.rows]}
 
 
