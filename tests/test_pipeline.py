@@ -144,7 +144,7 @@ def _polish_runs(tmp_path, target, op, one, kw, m):
     assert 0 < report.setup_seconds <= report.estimated_seconds and report.setup_seconds < report.seconds
     backend, polish = db.results()
     # the polish's seconds are all it cost: its search, the side-by-side timing and the gate
-    assert polish["phases"]["side_by_side_s"] > 0
+    assert polish["phases"]["side_by_side_s"] > 0 and polish["phases"]["gate_s"] > 0
     assert sum(polish["phases"].values()) == pytest.approx(polish["seconds"], abs=0.05)
     assert (backend["method"], polish["method"]) == ("backend", "polish") and not needs_polish(db, op, target)
     assert polish["candidates"] > 0 and polish["source"] == op.key

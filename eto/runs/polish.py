@@ -101,15 +101,21 @@ def polish_program(op: Operator, database: Database, target: "Target", measurer:
                         seconds=time.perf_counter() - started + prior.seconds, error=error)
         say(f"polish: {op.name}: {error}; the backend's program stays")
         return
+    timed = time.perf_counter()
     before, after = measurer.remeasure([scheduled_module(base.tuning_record), scheduled_module(res.record)], target)
+    side_by_side_s = time.perf_counter() - timed
     # the polish's times on the backend's recorded scale; a polished program that failed now is not kept
     f = after * (base.latency_s / before if before < math.inf else 1.0) / res.latency_s
     records = rescaled(list(res.records), f * res.latency_s) if f < math.inf else []
     feats = [res.features] + [None] * (len(records) - 1)  # the best's B/T/M, as a reuse stores them
+    timed = time.perf_counter()
     kept, checked, wrong = gated(op, records, target, checkable_here(measurer, target))
+    gate_s = time.perf_counter() - timed
     wrong = wrong or (None if records else "the polished program failed when re-measured")
     kill_point("reuse.result")
     seconds = time.perf_counter() - started
+    phases = {**res.phases, "side_by_side_s": side_by_side_s, "gate_s": gate_s}
+    phases["setup_s"] = phases.get("setup_s", 0.0) + seconds - sum(phases.values())  # and the leads' lookup
     database.commit(op, target, kept, method=method, source=op, candidates=res.candidates,
                     seconds=seconds + prior.seconds, error=wrong, features=features_of(kept, records, feats),
                     extra={"polish": {"backend_latency_s": before, "polished_latency_s": after,
@@ -117,8 +123,7 @@ def polish_program(op: Operator, database: Database, target: "Target", measurer:
                            "rounds": res.rounds, "failed": res.failed, "failures": sorted(set(res.failures)),
                            "trajectory": [[t, n, best * f] for t, n, best in (p.to_json() for p in res.trajectory)],
                            **checked,
-                           "phases": {**{k: round(v, 3) for k, v in res.phases.items()},
-                                      "side_by_side_s": round(seconds - res.seconds, 3)},
+                           "phases": {k: round(v, 3) for k, v in phases.items()},
                            **({"resumed_after": len(known)} if known else {})})
     say(f"polish: {op.name}: {res.candidates} candidates, {seconds:.1f} s; side by side "
         f"{before * 1e6:.1f} us -> {after * 1e6:.1f} us ({before / after:.2f}x)" if records else
