@@ -385,7 +385,7 @@ def test_e3_e4_set_bench_and_the_bridge_ablation_at_scale_ci(tmp_path):
     assert set(seed["variants"]) == {"nobridges"}
     assert len(seed["per_operator"]) == 2  # quickstart's two BMMs at ci
     for row in seed["per_operator"]:
-        assert row["metaschedule_latency_s"] > 0 and row["eto_latency_s"] > 0
+        assert 0 < row["metaschedule_latency_s"] < math.inf and 0 < row["eto_latency_s"] < math.inf, row
     secs = seed["seconds"]
     assert seed["speedup"]["total"] == pytest.approx(secs["metaschedule_total"] / secs["eto_total"])
     assert seed["throughput"] == pytest.approx(seed["weighted_latency_s"]["metaschedule"]
