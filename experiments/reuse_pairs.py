@@ -349,7 +349,7 @@ def run_reuse(ops, pairs, target, kind: str, measurer, work: str, strategies, ra
                       f"{r['seconds']:.1f} s", flush=True)
                 continue
             est = estimate_trials(kind, alpha_nest, beta_nest, ReuseOptions(strategy=strategy, ranges=ranges, top_k=top_k))
-            r = {**r, "estimated_seconds": time_model.reuse_seconds(est.mean, alpha.flops / 1e9)}
+            r = {**r, "estimated_seconds": time_model.reuse_seconds(est.mean, alpha.flops / 1e9, alpha.type)}
             rows.append({**r, "pair": [a, b], "type": alpha.type, "estimate": est.mean,
                          "estimate_range": [est.low, est.high], "top_k": top_k,
                          "enumeration_for_actual_beta": trials_for_config(kind, alpha_nest, beta_nest, beta_cfg,

@@ -45,9 +45,11 @@ def eto_stages(path: str, budgets: list[float], work: str, layout: str) -> list[
         else:
             out = io.StringIO()
             start = time.perf_counter()
-            with contextlib.redirect_stdout(out):
+            # the stage's progress (where its improvement steps went) kept beside its snapshot
+            with contextlib.redirect_stdout(out), open(f"{db}@{budget:g}.log", "w") as log, \
+                    contextlib.redirect_stderr(log):
                 rc = eto_main(["tune", "--model", path, "--db", db, "--time-budget", f"{budget - spent:g}", "--json",
-                               "--layout", layout, "-q"])
+                               "--layout", layout])
             seconds = time.perf_counter() - start
             if rc != 0:
                 raise SystemExit(f"eto tune --model {path} --time-budget {budget - spent:g} exited {rc}")

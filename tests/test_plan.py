@@ -310,6 +310,10 @@ def test_the_plan_roots_the_operator_whose_backend_trials_are_cheap():
     flat = TimeModel(Line(0.0, 0.7), Line(4.0, 0.45))
     tied = plan_operator_set(OperatorSet("s", (OperatorEntry(big, 1), OperatorEntry(small, 1))), TuneOptions.of(trials=100, bridges="none", polish=False, top_k=None), cost_fn=lambda a, b: 20.0, time_model=flat)
     assert tied.plan.total_cost == pytest.approx(70 + 4 + 0.45 * 20)
+    # a database whose batch matmul reuses ran at half the line prices this type's reuse edges so
+    kinds = TimeModel(Line(0.0, 0.7), Line(4.0, 0.45), reuse_kind={"BMM": 0.5, "C2D": 3.0})
+    cheap = plan_operator_set(OperatorSet("s", (OperatorEntry(big, 1), OperatorEntry(small, 1))), TuneOptions.of(trials=100, bridges="none", polish=False, top_k=None), cost_fn=lambda a, b: 20.0, time_model=kinds)
+    assert cheap.plan.total_cost == pytest.approx(70 + 0.5 * (4 + 0.45 * 20))
 
 
 def test_a_polished_root_costs_its_backend_budget_and_a_self_reuse():

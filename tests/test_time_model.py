@@ -128,3 +128,31 @@ def test_a_model_functions_results_teach_their_own_line_not_the_backend_rate():
     assert fitted.function == FUNCTION_DEFAULTS["cpu"]
     assert (with_tasks.function(1), with_tasks.function(64)) == (pytest.approx(0.3), pytest.approx(9.0))
     assert learn_time_model(None, "cpu", "cpu").function == FUNCTION_DEFAULTS["cpu"]
+
+
+def test_each_operator_types_reuses_teach_its_own_scale_of_the_reuse_line():
+    """Depthwise reuses that cost twice what the line says and batch matmuls half: each type's reuses
+    are priced by its own record, shrunk towards the line by KIND_PRIOR results; a type without
+    results keeps the line."""
+    from eto.planning.time_model import KIND_PRIOR, KIND_SCALE_CAP, kind_scales
+
+    def result(op, candidates, seconds, method="reuse"):
+        return {"method": method, "op": op, "candidates": candidates, "seconds": seconds, "records": [{}]}
+
+    dep = {"type": "DEP", "params": {"N": 1, "C": 32, "H": 28, "W": 28, "KH": 3, "KW": 3, "stride": 1, "padding": 1}}
+    bmm = {"type": "BMM", "params": {"B": 1, "M": 64, "N": 64, "K": 64}}
+    rows = [result(dep, 16, 20.0)] * 6 + [result(bmm, 16, 5.0)] * 5 + [result(bmm, 16, 5.0, "polish")]
+    tm = fit_time_model(rows, "cpu")
+    line = tm.reuse(16, 0.0)
+    # six results each: (6 x actual + KIND_PRIOR x line) / (8 x line)
+    assert tm.reuse_kind["DEP"] == pytest.approx((6 * 20.0 / line + KIND_PRIOR) / (6 + KIND_PRIOR), rel=1e-3)
+    assert tm.reuse_kind["BMM"] == pytest.approx((6 * 5.0 / line + KIND_PRIOR) / (6 + KIND_PRIOR), rel=1e-3)
+    assert tm.reuse_seconds(16, 0.0, "DEP") > line > tm.reuse_seconds(16, 0.0, "BMM")
+    assert tm.reuse_seconds(16, 0.0, "C2D") == tm.reuse_seconds(16, 0.0) == pytest.approx(line)
+    assert tm.to_json()["reuse_kind"] == tm.reuse_kind
+    # one odd reuse moves its type's scale less than all the way; a far-off type is capped
+    one = kind_scales([("C1D", (10, 0.0, 30.0))], Line(10.0, 0.0))
+    assert one["C1D"] == pytest.approx((30.0 + KIND_PRIOR * 10.0) / (10.0 + KIND_PRIOR * 10.0))
+    far = kind_scales([("C1D", (10, 0.0, 1000.0))] * 50, Line(10.0, 0.0))
+    assert far["C1D"] == KIND_SCALE_CAP
+    assert learn_time_model(None, "cpu", "cpu").reuse_kind == {}

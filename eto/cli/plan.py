@@ -125,8 +125,10 @@ def _time_model_text(result) -> str:
     tm = result.time_model
     b, r = tm.backend, tm.reuse
     src = "defaults" if not (b.samples or r.samples) else f"{b.samples} backend and {r.samples} reuse results"
+    kinds = ", ".join(f"{t} x{k:.2f}" for t, k in sorted(tm.reuse_kind.items()) if abs(k - 1) >= 0.005)
     return (f"a backend root {b.fixed:.1f} s + ({b.per:.2f} s + {b.per_gflop:.2f} s/GFLOP) a trial, "
-            f"a reuse {r.fixed:.1f} s + ({r.per:.2f} s + {r.per_gflop:.2f} s/GFLOP) a candidate ({src})")
+            f"a reuse {r.fixed:.1f} s + ({r.per:.2f} s + {r.per_gflop:.2f} s/GFLOP) a candidate"
+            + (f" (by type: {kinds})" if kinds else "") + f" ({src})")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -95,7 +95,7 @@ def functions_seconds(functions: Collection[Operator], time_model: TimeModel, tr
     for op in functions:
         gflops = op.flops / 1e9
         if op in reused:
-            total += time_model.reuse_seconds(time_model.reuse_candidates(16), gflops)
+            total += time_model.reuse_seconds(time_model.reuse_candidates(16), gflops, op.type)
         else:
             total += time_model.function_seconds(1 if op in single else trials)
     return total

@@ -327,7 +327,7 @@ def plan_selective(opset: OperatorSet, *, budget: int, k: int, database: "Databa
 
     def topk(alpha: LoopNestOp, beta: LoopNestOp) -> float:
         estimates[(beta.name, alpha.name)] = float(k)
-        return tm.reuse_seconds(k, gflops(alpha))
+        return tm.reuse_seconds(k, gflops(alpha), alpha.type)
 
     from tuner.reuse.estimate import LEVELS
 
@@ -455,13 +455,13 @@ def _seconds(candidates: Callable[[LoopNestOp, LoopNestOp], float], tm: TimeMode
         c = tm.reuse_candidates(float(candidates(alpha, beta)))
         estimates[(beta.name, alpha.name)] = c
         g = gflops(alpha)
-        return min(tm.backend_seconds(budget, g), tm.reuse_seconds(c, g))
+        return min(tm.backend_seconds(budget, g), tm.reuse_seconds(c, g, alpha.type))
 
     def root(op: LoopNestOp) -> float:
         trials, g = hot_budget if op.name in hot_names else budget, gflops(op)
         c = tm.reuse_candidates(float(candidates(op, op))) if polish else 0.0
         estimates[(ROOT, op.name)] = trials + c
-        return tm.backend_seconds(trials, g) + (tm.reuse_seconds(c, g) if polish else 0.0)
+        return tm.backend_seconds(trials, g) + (tm.reuse_seconds(c, g, op.type) if polish else 0.0)
 
     if hasattr(candidates, "prefetch"):  # the estimator works in a batch (see selector.CostFn)
         def prefetch(pairs: list[tuple[LoopNestOp, LoopNestOp]]) -> None:

@@ -13,7 +13,9 @@ seconds, so the per-target model is, per method, a least-squares fit of
 
     seconds = fixed + candidates x (per + per_gflop x GFLOPs of the operator),
 
-on that target's results (a backend run's ``fixed`` only from runs of different lengths). Until a
+on that target's results (a backend run's ``fixed`` only from runs of different lengths), and a
+reuse's line scaled per operator type by how far that type's recorded reuses ran from it
+(:func:`kind_scales`: a depthwise reuse's design space costs more to search than a matmul's). Until a
 target has results, defaults measured on this project's machines stand in (``DEFAULTS``, by target kind).
 
 Fitting is O(r) over the r results of the target.
@@ -22,7 +24,7 @@ Fitting is O(r) over the r results of the target.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Mapping
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -99,8 +101,10 @@ DEFAULTS: Mapping[str, tuple[Line, Line]] = {
 #: polishes); every root ran 64 trials, so the backend's set-up is ``znver5``'s 18.75 s and its rate fitted.
 #: Per candidate the cost barely grows with the operator's size (the runner's minimum repeat time sets a
 #: run's length) but differs by kind: a depthwise reuse's own search took 0.35 s a candidate, a batch
-#: matmul's 0.03 s. One line per target does not tell kinds apart: it over-costs the BERT layer's matmuls
-#: and under-costs MobileNetV2's depthwise convolutions. Those runs' reuses were recorded without their
+#: matmul's 0.03 s. One line does not tell kinds apart: it over-costs the BERT layer's matmuls and
+#: under-costs MobileNetV2's depthwise convolutions, until the database has that kind's results
+#: (:func:`kind_scales`; no per-kind default: those runs disagreed on the 2-D convolutions, 0.6-1.3x
+#: the line, by their sizes and layouts). Those runs' reuses were recorded without their
 #: correctness gate (now part of a reuse's seconds): 0.77 s a reuse on their mean, added to the fitted 5.33 s.
 CPU_DEFAULTS: Mapping[str, tuple[Line, Line]] = {
     "znver4": (Line(18.75, 0.352, 0.796), Line(6.1, 0.107, 0.132)),
@@ -125,6 +129,9 @@ MIN_FIT = 5
 #: Largest / smallest operator GFLOPs among the results before the growth with size is fitted
 #: rather than taken from the default.
 MIN_SPREAD = 2.0
+#: A type's reuse scale (:func:`kind_scales`) counts this many results at the line's own cost beside its
+#: recorded ones, so that one odd reuse moves it little; and it stays within [1 / KIND_SCALE_CAP, KIND_SCALE_CAP].
+KIND_PRIOR, KIND_SCALE_CAP = 2.0, 3.0
 
 
 @dataclass(frozen=True)
@@ -140,6 +147,9 @@ class TimeModel:
     count_scale: float = 1.0
     #: a model's function outside the catalogue tuned by the backend (:data:`FUNCTION_DEFAULTS`)
     function: Line = FUNCTION_DEFAULTS["cpu"]
+    #: per operator type, how far that type's recorded reuses ran from the reuse line
+    #: (:func:`kind_scales`; a type without results: 1)
+    reuse_kind: Mapping[str, float] = field(default_factory=dict)
 
     def backend_seconds(self, trials: float, gflops: float = 0.0) -> float:
         return self.backend(trials, gflops)
@@ -150,12 +160,12 @@ class TimeModel:
     def reuse_candidates(self, estimated: float) -> float:
         return estimated * self.count_scale
 
-    def reuse_seconds(self, candidates: float, gflops: float = 0.0) -> float:
-        return self.reuse(candidates, gflops)
+    def reuse_seconds(self, candidates: float, gflops: float = 0.0, op_type: str | None = None) -> float:
+        return self.reuse(candidates, gflops) * self.reuse_kind.get(op_type, 1.0)
 
     def to_json(self) -> dict:
         return {"backend": vars(self.backend), "reuse": vars(self.reuse), "function": vars(self.function),
-                "count_scale": self.count_scale}
+                "count_scale": self.count_scale, "reuse_kind": dict(self.reuse_kind)}
 
 
 Point = tuple[float, float, float]  # (candidates, GFLOPs of the operator, seconds)
@@ -263,9 +273,43 @@ def fit_time_model(results: Iterable[dict], kind: str, *, defaults: tuple[Line, 
     total = sum(e for _, e in planned)
     scale = sum(a for a, _ in planned) / total if planned and total > 0 else 1.0
     d_function = FUNCTION_DEFAULTS.get(kind, FUNCTION_DEFAULTS["cpu"])
+    reuse_line = fit_line(reuse, d_reuse, with_intercept=True)
+    typed = [(t, p) for r in rows if r.get("method") in ("reuse", "polish") and (p := _point(r))
+             and (t := _op_type(r))]
     return TimeModel(fit_line(backend, d_backend, with_intercept=True, by_count=True),
-                     fit_line(reuse, d_reuse, with_intercept=True), min(2.0, max(0.5, scale)),
-                     fit_line([(c, 0.0, s) for c, _, s in functions], d_function, with_intercept=True, by_count=True))
+                     reuse_line, min(2.0, max(0.5, scale)),
+                     fit_line([(c, 0.0, s) for c, _, s in functions], d_function, with_intercept=True, by_count=True),
+                     kind_scales(typed, reuse_line))
+
+
+def kind_scales(points: Iterable[tuple[str, Point]], line: Line) -> dict[str, float]:
+    """Per operator type, its recorded reuse seconds over what ``line`` says for them, shrunk towards 1 by
+    :data:`KIND_PRIOR` results at the line's cost and capped by :data:`KIND_SCALE_CAP`.
+
+    One line per target cannot tell kinds apart, and a reuse's cost is mostly its kind's: the size of
+    its design space, its ranker's training and its builds' complexity, not its candidates or FLOPs (on
+    a 2-core EPYC a depthwise reuse's search took 0.35 s a candidate, a batch matmul's 0.03 s, and the
+    line over-costed the one and under-costed the other by 1.4-2x). O(points)."""
+    sums: dict[str, list[float]] = {}
+    for op_type, (c, g, s) in points:
+        acc = sums.setdefault(op_type, [0, 0.0, 0.0])
+        acc[0] += 1
+        acc[1] += s
+        acc[2] += line(c, g)
+    out = {}
+    for op_type, (n, actual, predicted) in sums.items():
+        if predicted <= 0:
+            continue
+        prior = KIND_PRIOR * predicted / n
+        ratio = (actual + prior) / (predicted + prior)
+        out[op_type] = min(KIND_SCALE_CAP, max(1 / KIND_SCALE_CAP, ratio))
+    return out
+
+
+def _op_type(result: dict) -> str | None:
+    """The stored result's operator type (``"C2D"``, ``"DEP"``, ...), None where it cannot be read."""
+    op = result.get("op")
+    return op.get("type") if isinstance(op, dict) and isinstance(op.get("type"), str) else None
 
 
 def _point(result: dict, *, functions: bool = False) -> Point | None:

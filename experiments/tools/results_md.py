@@ -308,7 +308,8 @@ def model_profile(d: dict) -> list[str]:
 
 def time_curve(d: dict) -> list[str]:
     sm = d["summary"]
-    lines_ms = ", ".join(f"{k} {v:.2f} ms" for k, v in sm["lines_ms"].items())
+    spread = {k: f" ({min(v):.2f}-{max(v):.2f})" for k, v in (d.get("samples_ms") or {}).items() if v}
+    lines_ms = ", ".join(f"{k} {v:.2f} ms{spread.get(k, '')}" for k, v in sm["lines_ms"].items())
     def reached(p: dict) -> str:  # operators not reached, and how many of them ran instant programs
         return str(p.get("pending", "-")) + (f" ({p['instant']} instant)" if p.get("instant") else "")
 
@@ -317,7 +318,7 @@ def time_curve(d: dict) -> list[str]:
     ms_rows = ", ".join(f"{p['trials_per_task']} trials/task: {s(p['tuning_s'])}, {p['ms']:.2f} ms"
                         for p in sm["metaschedule"])
     reach = sm.get("time_ratio_to_metaschedule_best")
-    return [f"Without tuning: {lines_ms}. MetaSchedule `tune_relax`: {ms_rows}. eto reached MetaSchedule's best "
+    return [f"Without tuning (median, min-max over the timing rounds): {lines_ms}. MetaSchedule `tune_relax`: {ms_rows}. eto reached MetaSchedule's best "
             f"latency " + (f"in **{x(reach)}** less time." if reach else "at none of its budgets."), ""] + table(
         ["eto's tuning time", "eto ms", "operators not reached (instant programs, else default schedules)",
          "MetaSchedule's best within that time, ms", "eto vs ONNX Runtime"], rows)
