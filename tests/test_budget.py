@@ -8,13 +8,14 @@ import math
 import time
 
 import pytest
+from types import SimpleNamespace
 
 from eto.cli.flags import parse_duration
 from eto.operators import Operator
 from eto.options import OptionError, TuneOptions
 from eto.planning.budget import TRIALS_LADDER, fit_trials, functions_seconds
 from eto.planning.time_model import Line, TimeModel
-from eto.runs.improve import DATA_MOVEMENT_HEADROOM, attainable_flops, headroom, priority
+from eto.runs.improve import DATA_MOVEMENT_HEADROOM, attainable_flops, headroom, priority, reached_peak
 from tuner.measure import deadline
 
 
@@ -125,3 +126,19 @@ def test_headroom_is_what_the_roofline_leaves_and_an_operator_without_flops_gets
     assert headroom(matmul, 2.5e10, None, None) == 1.0  # no roofline (a GPU): every operator alike
     mean = SimpleNamespace(flops=0, input_shapes=[(1, 16, 16, 16)], output_shape=(1, 16))  # a reduction TVM counts 0
     assert headroom(mean, 0.0, 1e11, 2e10) == DATA_MOVEMENT_HEADROOM
+
+
+def test_a_peak_measured_below_what_programs_reach_is_raised_to_the_fastest():
+    """A busy VM's short peak measurement (183-213 GFLOP/s) below what the BERT layer's matmuls reached
+    (188-214) made every matmul's headroom 0, so a time budget went to a 4% softmax; against the
+    fastest program's FLOP/s the matmuls behind it keep their headroom."""
+    fast = Operator.create("BMM", B=1, M=128, N=768, K=3072)
+    slow = Operator.create("BMM", B=1, M=128, N=3072, K=768)
+    softmax = SimpleNamespace(flops=0, input_shapes=[(12, 128, 128)], output_shape=(12, 128, 128))
+    peak = reached_peak(1.9e11, [2.14e11, 1.875e11, 0.0])
+    assert peak == 2.14e11 and reached_peak(1.9e11, []) == 1.9e11 and reached_peak(None, [2e11]) is None
+    assert headroom(fast, 2.14e11, peak, 2e10) == pytest.approx(0.0)
+    assert headroom(slow, 1.875e11, peak, 2e10) == pytest.approx(1 - 1.875 / 2.14)
+    assert headroom(slow, 1.875e11, 1.9e11, 2e10) < 0.02  # against the measured peak alone: nothing to gain
+    # the matmul with 31% of the latency now outranks the softmax with 4%
+    assert priority(0.31, headroom(slow, 1.875e11, peak, 2e10), 0) > priority(0.04, headroom(softmax, 0, peak, 2e10), 0)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 from pathlib import Path
 from typing import Callable
@@ -306,6 +307,22 @@ def model_profile(d: dict) -> list[str]:
     return lines
 
 
+def _paired_rounds(d: dict) -> str:
+    """MetaSchedule's best build over eto's last, per timing round (each round times every build side by
+    side, so a round's ratio is free of the machine's drift between rounds): the range, or ''."""
+    sm, samples, rounds = d["summary"], d.get("samples_ms") or {}, d.get("rounds")
+    if not (sm.get("points") and sm.get("metaschedule") and rounds):
+        return ""
+    eto = samples.get(f"eto@{d['eto'][-1]['budget_s']:g}") if d.get("eto") else None
+    ms = samples.get(f"metaschedule@{sm['metaschedule'][-1]['trials_per_task']}")
+    if not eto or not ms or len(eto) % rounds or len(ms) % rounds:
+        return ""
+    a, b = len(eto) // rounds, len(ms) // rounds
+    ratios = [statistics.median(ms[i * b:(i + 1) * b]) / statistics.median(eto[i * a:(i + 1) * a]) for i in range(rounds)]
+    return (f" Per timing round, MetaSchedule's best ({sm['metaschedule'][-1]['trials_per_task']} trials/task) over eto's "
+            f"last budget: {min(ratios):.2f}-{max(ratios):.2f} (above 1: eto faster).")
+
+
 def time_curve(d: dict) -> list[str]:
     sm = d["summary"]
     spread = {k: f" ({min(v):.2f}-{max(v):.2f})" for k, v in (d.get("samples_ms") or {}).items() if v}
@@ -319,7 +336,8 @@ def time_curve(d: dict) -> list[str]:
                         for p in sm["metaschedule"])
     reach = sm.get("time_ratio_to_metaschedule_best")
     return [f"Without tuning (median, min-max over the timing rounds): {lines_ms}. MetaSchedule `tune_relax`: {ms_rows}. eto reached MetaSchedule's best "
-            f"latency " + (f"in **{x(reach)}** less time." if reach else "at none of its budgets."), ""] + table(
+            f"latency " + (f"in **{x(reach)}** less time." if reach else "at none of its budgets.")
+            + _paired_rounds(d), ""] + table(
         ["eto's tuning time", "eto ms", "operators not reached (instant programs, else default schedules)",
          "MetaSchedule's best within that time, ms", "eto vs ONNX Runtime"], rows)
 
