@@ -265,6 +265,8 @@ def run_all(args, opset, target, work: str, search="evolutionary") -> tuple[dict
 
 
 # -- quality -----------------------------------------------------------------------------------------
+#: How the final programs are re-timed (:func:`remeasure`, :func:`_retry_failed`): MeasureConfig's fields.
+REMEASURE = {"number": 3, "repeat": 5, "min_repeat_ms": 40}
 def remeasure(progs: dict[str, list], opset, target, rounds: int,
               per_round: dict[str, list[list[float]]] | None = None) -> dict[str, list[float]]:
     """Median re-measured seconds of each run's final programs; per operator all runs back to back.
@@ -282,7 +284,7 @@ def remeasure(progs: dict[str, list], opset, target, rounds: int,
     rounds_out = {u: [[] for _ in opset] for u in progs}
     units = list(progs)
     for r in range(rounds):
-        with Measurer.local(MeasureConfig(number=3, repeat=5, min_repeat_ms=40)) as measurer:
+        with Measurer.local(MeasureConfig(**REMEASURE)) as measurer:
             warm_measurer(measurer, target)
             order = units[r % len(units):] + units[: r % len(units)]
             for i in range(len(opset)):
@@ -311,7 +313,7 @@ def _retry_failed(mods: dict[str, list], samples: dict[str, list[list[float]]], 
         todo = [(u, i) for u in mods for i, m in enumerate(mods[u]) if m is not None and not samples[u][i]]
         if not todo:
             return
-        with Measurer.local(MeasureConfig(number=3, repeat=5, min_repeat_ms=40)) as measurer:
+        with Measurer.local(MeasureConfig(**REMEASURE)) as measurer:
             for (u, i), res in zip(todo, measurer.measure([mods[u][i] for u, i in todo], target)):
                 if res.ok:
                     samples[u][i] += list(res.run_secs)

@@ -265,7 +265,9 @@ def fit_time_model(results: Iterable[dict], kind: str, *, defaults: tuple[Line, 
     rows = list(results)
     backend = [p for r in rows if r.get("method") == "backend" and (p := _point(r))]
     functions = [p for r in rows if r.get("method") == "backend" and (p := _point(r, functions=True))]
-    reuse = [p for r in rows if r.get("method") in ("reuse", "polish") and (p := _point(r))]  # a polish is a reuse
+    # a polish is a reuse; each with its operator's type (which _point has read) for kind_scales
+    typed = [(r["op"]["type"], p) for r in rows if r.get("method") in ("reuse", "polish") and (p := _point(r))]
+    reuse = [p for _, p in typed]
     # the estimator's own count: a stored estimate was already scaled by the plan's count_scale
     planned = [(p[0], r["estimate"] / r.get("count_scale", 1.0)) for r in rows
                if r.get("method") == "reuse" and _number(r.get("estimate")) and _number(r.get("count_scale", 1.0))
@@ -274,8 +276,6 @@ def fit_time_model(results: Iterable[dict], kind: str, *, defaults: tuple[Line, 
     scale = sum(a for a, _ in planned) / total if planned and total > 0 else 1.0
     d_function = FUNCTION_DEFAULTS.get(kind, FUNCTION_DEFAULTS["cpu"])
     reuse_line = fit_line(reuse, d_reuse, with_intercept=True)
-    typed = [(t, p) for r in rows if r.get("method") in ("reuse", "polish") and (p := _point(r))
-             and (t := _op_type(r))]
     return TimeModel(fit_line(backend, d_backend, with_intercept=True, by_count=True),
                      reuse_line, min(2.0, max(0.5, scale)),
                      fit_line([(c, 0.0, s) for c, _, s in functions], d_function, with_intercept=True, by_count=True),
@@ -304,12 +304,6 @@ def kind_scales(points: Iterable[tuple[str, Point]], line: Line) -> dict[str, fl
         ratio = (actual + prior) / (predicted + prior)
         out[op_type] = min(KIND_SCALE_CAP, max(1 / KIND_SCALE_CAP, ratio))
     return out
-
-
-def _op_type(result: dict) -> str | None:
-    """The stored result's operator type (``"C2D"``, ``"DEP"``, ...), None where it cannot be read."""
-    op = result.get("op")
-    return op.get("type") if isinstance(op, dict) and isinstance(op.get("type"), str) else None
 
 
 def _point(result: dict, *, functions: bool = False) -> Point | None:
