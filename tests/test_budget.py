@@ -142,3 +142,29 @@ def test_a_peak_measured_below_what_programs_reach_is_raised_to_the_fastest():
     assert headroom(slow, 1.875e11, 1.9e11, 2e10) < 0.02  # against the measured peak alone: nothing to gain
     # the matmul with 31% of the latency now outranks the softmax with 4%
     assert priority(0.31, headroom(slow, 1.875e11, peak, 2e10), 0) > priority(0.04, headroom(softmax, 0, peak, 2e10), 0)
+
+
+def test_the_time_instant_programs_left_goes_back_to_the_plan_up_to_a_search_in_flight(monkeypatch):
+    """A budget's held-back seconds that :func:`finish` did not use (no operator had a source) are not
+    dropped: the plan's work goes on, stopping a search in flight before the run's deadline."""
+    from eto.runs import pipeline
+    from eto.runs.finish import SEARCH_IN_FLIGHT_S
+
+    seen: list[float] = []
+    run = SimpleNamespace(say=lambda _msg: None)
+
+    def work(*_args, cut: bool) -> None:
+        seen.append(deadline.left())
+        if cut:
+            raise deadline.DeadlineReached()
+
+    monkeypatch.setattr(pipeline, "_plan_work", lambda *a: work(*a, cut=False))
+    with deadline.until(30.0):
+        assert pipeline._go_on(None, None, run, None, [], 0.0) is None  # the plan finished: improvement may follow
+    assert len(seen) == 1 and 30.0 - SEARCH_IN_FLIGHT_S - 1 < seen[0] <= 30.0 - SEARCH_IN_FLIGHT_S
+    monkeypatch.setattr(pipeline, "_plan_work", lambda *a: work(*a, cut=True))
+    with deadline.until(30.0):
+        assert pipeline._go_on(None, None, run, None, [], 0.0) == "time budget"
+    with deadline.until(pipeline.GO_ON_MIN_S + SEARCH_IN_FLIGHT_S - 1):  # too little to start anything
+        assert pipeline._go_on(None, None, run, None, [], 0.0) == "time budget"
+    assert len(seen) == 2

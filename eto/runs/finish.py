@@ -7,7 +7,8 @@ tuned program (MobileNetV2 on 2 cores: 196 ms against 14 ms). An instant program
 checked against numpy and timed) costs about a second. So the pipeline stops the plan's work
 :func:`reserve` seconds before the deadline, and :func:`finish` spends them: the pending operators with
 the most FLOPs first, each from the nearest program the run tuned (a root cut by the deadline is committed
-from what it measured, so even a cut run has sources). Instant programs are served until tuned, never
+from what it measured, so even a cut run has sources). What it leaves goes back to the plan's work
+(:func:`eto.runs.pipeline._go_on`). Instant programs are served until tuned, never
 counted as tuned: the next run with a budget tunes those operators as if they were not there.
 """
 

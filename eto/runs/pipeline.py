@@ -57,7 +57,7 @@ from eto.options import TuneOptions
 from eto.planning.budget import PLAN_SHARE, function_trials, functions_estimator, plan_within
 from eto.planning.planner import OperatorPlan, hot_operators, plan_operator_set, plan_selective
 from eto.runs.derive import Derivation, ReuseSearch, RunContext
-from eto.runs.finish import finish, reserve
+from eto.runs.finish import SEARCH_IN_FLIGHT_S, finish, reserve
 from eto.runs.improve import improve
 from eto.runs.tuning import OperatorReport, SetProgress, TuneReport, clock, report_row
 from eto.store.database import Database
@@ -73,6 +73,8 @@ if TYPE_CHECKING:  # pragma: no cover
 #: searches are cut (:func:`_tune_roots`): more than the estimates' usual error (0.8-1.25x), less than
 #: an overrun that leaves no time for the operators reusing them.
 ROOT_SLACK = 1.5
+#: The fewest seconds worth going on with after the instant programs (:func:`_go_on`): one reuse batch.
+GO_ON_MIN_S = 5.0
 
 
 def tune(
@@ -146,11 +148,10 @@ def _tune(opset: OperatorSet, target: "Target", database: Database, options: Tun
         try:
             with deadline.until(None if held is None else deadline.left() - held):  # the plan's work
                 planned, estimated = _tune_multi_sketch_kinds_first(planned, run, measurers[0])
-                _tune_plan(planned, run, derivation, measurers, functions_s)
-                _tune_functions(opset, run, derivation, measurers[0], function_trials(options))
+                _plan_work(opset, planned, run, derivation, measurers, functions_s)
         except deadline.DeadlineReached:
-            stopped = "time budget"
             finish(opset, run, measurers[0])  # in the time held back: instant programs for what was not reached
+            stopped = _go_on(opset, planned, run, derivation, measurers, functions_s)
         if options.time_budget is not None and stopped is None:
             improve(opset, run, measurers[0])
     except deadline.DeadlineReached:
@@ -163,6 +164,29 @@ def _tune(opset: OperatorSet, target: "Target", database: Database, options: Tun
     kill_point("tune.end")
     return _report(opset, planned, run, wall_start, (setup_s + estimated[0] + planned.plan.total_cost + functions_s,
                    estimated[1] + planned.total_candidates), time.perf_counter() - start, stopped, setup_s)
+
+
+def _plan_work(opset: OperatorSet, planned: OperatorPlan, run: RunContext, derivation: Derivation,
+               measurers: "list[Measurer]", functions_s: float) -> None:
+    """The plan's operators, then the functions outside the catalogue; each skips what the database has."""
+    _tune_plan(planned, run, derivation, measurers, functions_s)
+    _tune_functions(opset, run, derivation, measurers[0], function_trials(run.options))
+
+
+def _go_on(opset: OperatorSet, planned: OperatorPlan, run: RunContext, derivation: Derivation,
+           measurers: "list[Measurer]", functions_s: float) -> str | None:
+    """What :func:`finish` left of the time held back (all of it where no operator had a source) goes
+    to the plan's work again, from where it was cut, up to a search in flight before the run's deadline:
+    a budget spent to its end, not stopped a quarter early. ``"time budget"`` if cut again, else None."""
+    if deadline.left() < GO_ON_MIN_S + SEARCH_IN_FLIGHT_S:
+        return "time budget"
+    run.say(f"time budget: {deadline.left():.0f} s left after the instant programs; the plan goes on")
+    try:
+        with deadline.until(deadline.left() - SEARCH_IN_FLIGHT_S):
+            _plan_work(opset, planned, run, derivation, measurers, functions_s)
+    except deadline.DeadlineReached:
+        return "time budget"
+    return None
 
 
 def _measurers(measurer: "Measurer | Sequence[Measurer] | None", target: "Target") -> list["Measurer"]:
