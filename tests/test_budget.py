@@ -15,7 +15,8 @@ from eto.operators import Operator
 from eto.options import OptionError, TuneOptions
 from eto.planning.budget import TRIALS_LADDER, fit_trials, functions_seconds
 from eto.planning.time_model import Line, TimeModel
-from eto.runs.improve import DATA_MOVEMENT_HEADROOM, attainable_flops, headroom, priority, reached_peak
+from eto.models.roofline import reached_peak
+from eto.runs.improve import DATA_MOVEMENT_HEADROOM, attainable_flops, headroom, priority
 from tuner.measure import deadline
 
 

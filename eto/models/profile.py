@@ -2,10 +2,10 @@
 
 eto's build (:mod:`eto.models.build`) runs whole, each VM call timed by the VM's instrument hook; each
 fused task gets its calls, time, share of the model's latency, GFLOP/s and their fraction of the fp32
-peak (:func:`fp32_peak`), and whether its arithmetic intensity puts it under the memory roof
-(:func:`memory_bandwidth`), where a low fraction is expected. An ONNX file also runs in ONNX Runtime
-with its profiler on, after eto's runs (not between them), and eto's conv/matmul calls are matched to the
-nodes computing the same layers (:func:`match_calls`); an unmatched task shows no ONNX Runtime time."""
+peak, and whether its arithmetic intensity puts it under the memory roof, where a low fraction is
+expected (:mod:`eto.models.roofline`). An ONNX file also runs in ONNX Runtime with its profiler on,
+after eto's runs (not between them), and eto's conv/matmul calls are matched to the nodes computing the
+same layers (:func:`match_calls`); an unmatched task shows no ONNX Runtime time."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ import os
 import statistics
 import tempfile
 import time
-import timeit
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from eto.models.roofline import Peak, fp32_peak, memory_bandwidth, reached_peak
 from eto.operators.channels_last import nchw_shapes
 from eto.report import format_table
 
@@ -40,64 +40,6 @@ _KINDS = {**dict.fromkeys(("C1D", "C2D", "C3D", "GRP", "DEP", "C2DNHWC", "DEPNHW
           "T2D": "conv_transpose", "BMM": "matmul", "DENSE": "matmul"}
 _ORT_KINDS = {"Conv": "conv", "FusedConv": "conv", "ConvTranspose": "conv_transpose", "MatMul": "matmul",
               "FusedMatMul": "matmul", "Gemm": "matmul", "FusedGemm": "matmul"}
-
-
-@dataclass(frozen=True)
-class Peak:
-    """The roofline of the cores in use: fp32 FLOP/s, memory bytes/s, and how each was found."""
-
-    flops: float
-    threads: int
-    how: str
-    bandwidth: float | None = None
-    bandwidth_how: str = ""
-
-    @property
-    def ridge(self) -> float | None:
-        """FLOPs per byte below which a task's memory traffic, not its arithmetic, bounds it."""
-        return self.flops / self.bandwidth if self.bandwidth else None
-
-
-def fp32_peak(threads: int, *, seconds: float = 0.02) -> float:
-    """The fp32 FLOP/s ``threads`` threads of TVM's pool reach, measured now (never cached: it is this machine's,
-    under its present load). Not derived from /proc/cpuinfo: its clock is not the clock under load, and it says
-    nothing of a core's FMA pipes, their width (Zen 4 runs AVX-512 on 256-bit pipes) or SMT siblings sharing
-    them. So TVM compiles independent FMA chains held in vector registers (no memory traffic) for the pool the
-    model runs on: the best of 8 and 16 chains (enough to hide the FMA latency on 2-3 pipes), 5 runs each."""
-    import tvm
-    from tvm.script import tirx as T
-
-    from eto.target import cpu_target
-    from tuner.analysis.host import vector_bits, vector_registers
-
-    lanes, best = vector_bits() // 32, 0.0
-    for chains in (8, min(16, vector_registers() - 4)):
-        @T.prim_func(s_tir=True)
-        def fma(a: T.Buffer((threads, chains, lanes), "float32"), n: T.int32):
-            for t in T.parallel(threads):
-                acc = T.alloc_buffer((chains, lanes), "float32", scope="local")
-                for c, v in T.grid(chains, lanes):
-                    acc[c, v] = a[t, c, v]
-                for _k in range(n):
-                    for c in T.unroll(chains):
-                        for v in T.vectorized(lanes):
-                            acc[c, v] = acc[c, v] * T.float32(0.999) + T.float32(0.001)
-                for c, v in T.grid(chains, lanes):
-                    a[t, c, v] = acc[c, v]
-
-        lib = tvm.compile(tvm.IRModule({"main": fma}), target=cpu_target(threads))
-        a = tvm.runtime.tensor(np.ones((threads, chains, lanes), "float32"), tvm.cpu())
-        n = max(1 << 14, int((1 << 14) * seconds / max(timeit.timeit(lambda: lib(a, 1 << 14), number=1), 1e-9)))
-        best = max(best, 2 * threads * chains * lanes * n / min(timeit.repeat(lambda: lib(a, n), number=1, repeat=5)))
-    return best
-
-
-def memory_bandwidth(nbytes: int = 1 << 26) -> float:
-    """Bytes per second (read + write) of a one-thread numpy copy much larger than the caches, the
-    best of 3: a lower bound of what the cores stream together (data in the caches come faster)."""
-    src = np.ones(nbytes // 4, np.float32)
-    dst = np.empty_like(src)
-    return 2 * nbytes / min(timeit.repeat(lambda: np.copyto(dst, src), number=1, repeat=3))
 
 
 @dataclass(frozen=True)
@@ -344,8 +286,14 @@ def _report(model: str, target: str, tasks: Sequence["ModelTask"], peak: Peak, c
     matched, more = match_calls([layer_key(_KINDS.get(op.type), *nchw_shapes(op.anchor))
                                  if op is not None and op.type in _KINDS else None for op in ops], map(node_key, nodes))
     model_s, rows = statistics.median(walls), []
+    mine_of = {t.name: [k for k, i in enumerate(sites) if calls[i][0] == t.name] for t in tasks}
+    top = reached_peak(peak.flops, [t.flops * len(m) / sum(calls[sites[k]][1] for k in m)
+                                    for t in tasks if (m := mine_of[t.name]) and t.flops])
+    if top > peak.flops:
+        peak = replace(peak, flops=top, how=f"{peak.how} {peak.flops / 1e9:.1f} GFLOP/s, raised to the "
+                                   "fastest task's (the machine was busier while the peak was measured)")
     for task in tasks:
-        mine = [k for k, i in enumerate(sites) if calls[i][0] == task.name]
+        mine = mine_of[task.name]
         if mine:
             ort_s = sum(nodes[matched[k]].seconds for k in mine) if ort and all(k in matched for k in mine) else None
             rows.append(_row(task, len(mine), sum(calls[sites[k]][1] for k in mine), model_s, peak, ort_s,

@@ -5,8 +5,8 @@ With a time budget (``eto tune --time-budget``), the plan is sized to fit most o
 goes here, one step at a time, to the set's operator with the most to gain: its share of the model's
 latency (frequency x latency) times its headroom under the roofline of the cores in use (1 - achieved
 / attainable FLOP/s, the attainable bounded by memory bandwidth for an operator with few FLOPs per
-byte, the peak no lower than the set's fastest program: :func:`reached_peak`), halved for each step it
-already had (:func:`priority`).
+byte, the peak no lower than the set's fastest program: :func:`eto.models.roofline.reached_peak`),
+halved for each step it already had (:func:`priority`).
 
 An operator's first step is a self-reuse from its best program (the reuse tuner's local B/T/M search
 around it, as a root's polish: :func:`eto.runs.polish.polish_program`), unless it had one; later steps
@@ -23,10 +23,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from tuner.measure import deadline
 
+from eto.models.roofline import reached_peak
 from eto.operators import Operator
 from eto.operators.opsets import OperatorSet
 from eto.runs.derive import RunContext
@@ -69,17 +70,6 @@ def headroom(op: Operator, achieved_flops: float, peak_flops: float | None, band
     if op.flops <= 0:
         return DATA_MOVEMENT_HEADROOM
     return 1 - achieved_flops / attainable_flops(op, peak_flops, bandwidth)
-
-
-def reached_peak(peak_flops: float | None, achieved: "Iterable[float]") -> float | None:
-    """The peak a headroom is measured against: the cores' measured fp32 peak, or what the set's fastest
-    program achieves where that is higher. A short peak measurement on a busy or throttled VM can come
-    out below what tuned matmuls reach (182-213 GFLOP/s measured against a BERT-Base layer's 188-214);
-    against it every large operator would look done, its headroom 0, and the time left would go to the
-    small functions. What one program achieves here, another of the set can. O(operators)."""
-    if peak_flops is None:
-        return None
-    return max([peak_flops, *achieved])
 
 
 def priority(share: float, headroom: float, steps: int) -> float:
@@ -155,7 +145,7 @@ def _roofline(run: RunContext) -> tuple[float | None, float | None]:
     """The cores' fp32 peak and memory bandwidth, measured now (CPU targets; None elsewhere)."""
     if run.target.kind.name != "llvm":
         return None, None
-    from eto.models.profile import fp32_peak, memory_bandwidth
+    from eto.models.roofline import fp32_peak, memory_bandwidth
     from eto.target import use_threads
 
     peak, bandwidth = fp32_peak(use_threads()), memory_bandwidth()
@@ -228,5 +218,4 @@ def latency_weights(opset: OperatorSet, best: Mapping[Operator, object]) -> dict
     return {e.op: e.frequency * best[e.op].latency_s for e in opset if e.op in best and e.frequency}  # type: ignore[attr-defined]
 
 
-__all__ = ["MIN_STEP_TRIALS", "STEP_TRIALS", "attainable_flops", "evolve_step", "headroom", "improve", "priority",
-           "reached_peak"]
+__all__ = ["MIN_STEP_TRIALS", "STEP_TRIALS", "attainable_flops", "evolve_step", "headroom", "improve", "priority"]
