@@ -290,8 +290,8 @@ def _report(model: str, target: str, tasks: Sequence["ModelTask"], peak: Peak, c
     top = reached_peak(peak.flops, [t.flops * len(m) / sum(calls[sites[k]][1] for k in m)
                                     for t in tasks if (m := mine_of[t.name]) and t.flops])
     if top > peak.flops:
-        peak = replace(peak, flops=top, how=f"{peak.how} {peak.flops / 1e9:.1f} GFLOP/s, raised to the "
-                                   "fastest task's (the machine was busier while the peak was measured)")
+        peak = replace(peak, flops=top, how=f"{peak.how}: {peak.flops / 1e9:.1f} GFLOP/s, raised to the "
+                                   "fastest task's (the short measurement came out below it)")
     for task in tasks:
         mine = mine_of[task.name]
         if mine:
