@@ -267,6 +267,8 @@ def run_all(args, opset, target, work: str, search="evolutionary") -> tuple[dict
 # -- quality -----------------------------------------------------------------------------------------
 #: How the final programs are re-timed (:func:`remeasure`, :func:`_retry_failed`): MeasureConfig's fields.
 REMEASURE = {"number": 3, "repeat": 5, "min_repeat_ms": 40}
+
+
 def remeasure(progs: dict[str, list], opset, target, rounds: int,
               per_round: dict[str, list[list[float]]] | None = None) -> dict[str, list[float]]:
     """Median re-measured seconds of each run's final programs; per operator all runs back to back.

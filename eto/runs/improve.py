@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Mapping
 
 from tuner.measure import deadline
 
-from eto.models.roofline import reached_peak
+from eto.models.roofline import fp32_peak, memory_bandwidth, reached_peak
 from eto.operators import Operator
 from eto.operators.opsets import OperatorSet
 from eto.runs.derive import RunContext
@@ -145,7 +145,6 @@ def _roofline(run: RunContext) -> tuple[float | None, float | None]:
     """The cores' fp32 peak and memory bandwidth, measured now (CPU targets; None elsewhere)."""
     if run.target.kind.name != "llvm":
         return None, None
-    from eto.models.roofline import fp32_peak, memory_bandwidth
     from eto.target import use_threads
 
     peak, bandwidth = fp32_peak(use_threads()), memory_bandwidth()
