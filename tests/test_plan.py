@@ -113,7 +113,7 @@ def test_plan_with_the_tuners_trial_estimator(capsys, strategy):
     from eto.planning.lead_sources import LeadCount
     from eto.operators.opsets import builtin_opset
     from eto.target import parse_target
-    from eto.planning.time_model import default_lines
+    from eto.planning.time_model import learn_time_model
     from tuner.reuse.estimate import estimate_trials
     from tuner.analysis.features import loop_nest_of, major_block
     from tuner.reuse.ranked import DEFAULT_TOP_K
@@ -128,7 +128,7 @@ def test_plan_with_the_tuners_trial_estimator(capsys, strategy):
         mod = IRModule({"main": op.prim_func()})
         return loop_nest_of(mod, major_block(mod))
 
-    backend, reuse_line = default_lines(parse_target("cpu"), "cpu")  # an empty database: this CPU's default
+    tm = learn_time_model(None, parse_target("cpu"), "cpu")  # an empty database: this CPU's defaults
     candidates = {(p, c): n for p, c, n in d["edge_candidates"]}
     reuse = [(p, c, cost) for p, c, cost in d["edge_costs"] if p != "root"]
     assert reuse, "BERT-Base has reuse pairs: the plan should use one"
@@ -139,16 +139,17 @@ def test_plan_with_the_tuners_trial_estimator(capsys, strategy):
         want = ranked + leads(ops[c], ops[p])
         assert leads(ops[c], ops[p]) >= 2  # β untuned: its runner-ups expected
         assert candidates[(p, c)] == pytest.approx(want)
-        assert cost == pytest.approx(reuse_line(want, ops[c].flops / 1e9))  # α's size, in seconds
+        assert cost == pytest.approx(tm.reuse_seconds(want, ops[c].flops / 1e9, ops[c].type))  # α's size and type
         assert ranked < estimate_trials("cpu", nest(ops[c]), nest(ops[p]), ReuseOptions(strategy=strategy, top_k=None),
                                         samples=8, limits=limits).mean
     roots = [c for p, c, _ in d["edge_costs"] if p == "root"]
-    # a root: the backend's budget, then its polish (eto.runs.polish), estimated as a reuse from itself
+    # a root: the backend's budget, then its polish (eto.runs.polish), estimated as a (dearer) reuse from itself
     polish = {c: estimate_trials("cpu", nest(ops[c]), nest(ops[c]), ReuseOptions(strategy=strategy, top_k=DEFAULT_TOP_K),
                                  samples=8, limits=limits).mean + leads(ops[c], ops[c]) for c in roots}
     assert all(candidates[("root", c)] == pytest.approx(1000 + polish[c]) for c in roots)
-    assert d["total_cost"] == pytest.approx(sum(backend(1000, ops[c].flops / 1e9)
-                                                + reuse_line(polish[c], ops[c].flops / 1e9) for c in roots)
+    assert d["total_cost"] == pytest.approx(sum(tm.backend_seconds(1000, ops[c].flops / 1e9)
+                                                + tm.polish_seconds(polish[c], ops[c].flops / 1e9, ops[c].type)
+                                                for c in roots)
                                             + sum(cost for _, _, cost in reuse))
 
 

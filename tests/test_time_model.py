@@ -2,8 +2,8 @@
 
 import pytest
 
-from eto.planning.time_model import (CPU_DEFAULTS, DEFAULTS, FUNCTION_DEFAULTS, MIN_FIT, Line, default_lines,
-    fit_line, fit_time_model, learn_time_model)
+from eto.planning.time_model import (CPU_DEFAULTS, CPU_KIND_DEFAULTS, DEFAULTS, FUNCTION_DEFAULTS, KIND_PRIOR, MIN_FIT,
+    POLISH_DEFAULTS, Line, default_lines, fit_line, fit_time_model, learn_time_model)
 
 
 def test_fit_line_recovers_a_line_and_falls_back_on_little_data():
@@ -79,12 +79,19 @@ def test_time_model_learns_from_the_targets_results_only(tmp_path):
     per = (300 - 2 * here.fixed) / (100 * (1 + k * gf[0]) + 300 * (1 + k * gf[1]))
     assert tm.backend_seconds(100, gf[0]) == pytest.approx(here.fixed + 100 * per * (1 + k * gf[0]))
     assert (tm.reuse.fixed, tm.reuse.per) == (pytest.approx(3.0), pytest.approx(0.5))
-    polished = Database(tmp_path / "polished")  # a root's polish (eto.runs.polish) is a reuse search: it teaches that line
+    # a root's polish (eto.runs.polish) costs more than a reuse of its candidates: it teaches its own scale
     for i, op in enumerate(ops[2:]):
         n = 8 + 4 * i
-        polished.commit(op, cpu, make_records(op, [[1e-3]], cpu), method="polish", candidates=n, seconds=2.0 + 0.25 * n)
-    fitted = learn_time_model(polished, cpu, "cpu").reuse
-    assert (fitted.fixed, fitted.per) == (pytest.approx(2.0), pytest.approx(0.25))
+        db.commit(op, cpu, make_records(op, [[1e-3]], cpu), method="polish", candidates=n, seconds=2 * (3.0 + 0.5 * n))
+    polished = learn_time_model(db, cpu, "cpu")
+    assert (polished.reuse.fixed, polished.reuse.per) == (pytest.approx(3.0), pytest.approx(0.5))  # reuses alone
+    # five polishes at twice the line over a reuse's seconds (with BMM's scale), KIND_PRIOR at the default beside
+    actual = sum(2 * (3.0 + 0.5 * (8 + 4 * i)) for i in range(5))
+    reuse = sum(polished.reuse_seconds(8 + 4 * i, gf[2 + i], "BMM") for i in range(5))
+    w = KIND_PRIOR * reuse / 5
+    assert polished.polish_scale == pytest.approx((actual + w * POLISH_DEFAULTS["cpu"]) / (reuse + w))
+    assert polished.polish_seconds(12, gf[3], "BMM") == pytest.approx(
+        polished.reuse_seconds(12, gf[3], "BMM") * polished.polish_scale)
     other = parse_target('{"kind": "llvm", "mcpu": "skylake", "num-cores": 2}')
     assert learn_time_model(db, other, "cpu").reuse == DEFAULTS["cpu"][1]
     assert learn_time_model(db, other, "cpu").count_scale == 1.0
@@ -134,7 +141,8 @@ def test_each_operator_types_reuses_teach_its_own_scale_of_the_reuse_line():
     """Depthwise reuses that cost twice what the line says and batch matmuls half: each type's reuses
     are priced by its own record, shrunk towards the line by KIND_PRIOR results; a type without
     results keeps the line."""
-    from eto.planning.time_model import KIND_PRIOR, KIND_SCALE_CAP, kind_scales
+    from eto.planning.time_model import KIND_SCALE_CAP, kind_scales
+    from eto.target import parse_target
 
     def result(op, candidates, seconds, method="reuse"):
         return {"method": method, "op": op, "candidates": candidates, "seconds": seconds, "records": [{}]}
@@ -144,9 +152,10 @@ def test_each_operator_types_reuses_teach_its_own_scale_of_the_reuse_line():
     rows = [result(dep, 16, 20.0)] * 6 + [result(bmm, 16, 5.0)] * 5 + [result(bmm, 16, 5.0, "polish")]
     tm = fit_time_model(rows, "cpu")
     line = tm.reuse(16, 0.0)
-    # six results each: (6 x actual + KIND_PRIOR x line) / (8 x line)
+    # (n x actual + KIND_PRIOR x line) / ((n + KIND_PRIOR) x line)
     assert tm.reuse_kind["DEP"] == pytest.approx((6 * 20.0 / line + KIND_PRIOR) / (6 + KIND_PRIOR), rel=1e-3)
-    assert tm.reuse_kind["BMM"] == pytest.approx((6 * 5.0 / line + KIND_PRIOR) / (6 + KIND_PRIOR), rel=1e-3)
+    # five reuses (the polish has its own scale)
+    assert tm.reuse_kind["BMM"] == pytest.approx((5 * 5.0 / line + KIND_PRIOR) / (5 + KIND_PRIOR), rel=1e-3)
     assert tm.reuse_seconds(16, 0.0, "DEP") > line > tm.reuse_seconds(16, 0.0, "BMM")
     assert tm.reuse_seconds(16, 0.0, "C2D") == tm.reuse_seconds(16, 0.0) == pytest.approx(line)
     assert tm.to_json()["reuse_kind"] == tm.reuse_kind
@@ -155,4 +164,14 @@ def test_each_operator_types_reuses_teach_its_own_scale_of_the_reuse_line():
     assert one["C1D"] == pytest.approx((30.0 + KIND_PRIOR * 10.0) / (10.0 + KIND_PRIOR * 10.0))
     far = kind_scales([("C1D", (10, 0.0, 1000.0))] * 50, Line(10.0, 0.0))
     assert far["C1D"] == KIND_SCALE_CAP
-    assert learn_time_model(None, "cpu", "cpu").reuse_kind == {}
+    # before results, a measured CPU's per-type scales; a type's results are shrunk towards its default
+    znver4 = parse_target('{"kind": "llvm", "mcpu": "znver4", "num-cores": 2}')
+    empty = learn_time_model(None, znver4, "cpu")
+    assert empty.reuse_kind == CPU_KIND_DEFAULTS["znver4"] and empty.polish_scale == POLISH_DEFAULTS["cpu"]
+    assert empty.reuse_seconds(16, 0.0, "DEPNHWC") > empty.reuse_seconds(16, 0.0) > empty.reuse_seconds(16, 0.0, "BMM")
+    d = CPU_KIND_DEFAULTS["znver4"]["DEPNHWC"]
+    shrunk = kind_scales([("DEPNHWC", (10, 0.0, 30.0))], Line(10.0, 0.0), prior=CPU_KIND_DEFAULTS["znver4"])
+    assert shrunk["DEPNHWC"] == pytest.approx((30.0 + KIND_PRIOR * d * 10.0) / (10.0 + KIND_PRIOR * 10.0))
+    assert shrunk["BMM"] == CPU_KIND_DEFAULTS["znver4"]["BMM"]
+    skylake = parse_target('{"kind": "llvm", "mcpu": "skylake", "num-cores": 2}')
+    assert learn_time_model(None, skylake, "cpu").reuse_kind == {}

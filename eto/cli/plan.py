@@ -128,7 +128,8 @@ def _time_model_text(result) -> str:
     kinds = ", ".join(f"{t} x{k:.2f}" for t, k in sorted(tm.reuse_kind.items()) if abs(k - 1) >= 0.005)
     return (f"a backend root {b.fixed:.1f} s + ({b.per:.2f} s + {b.per_gflop:.2f} s/GFLOP) a trial, "
             f"a reuse {r.fixed:.1f} s + ({r.per:.2f} s + {r.per_gflop:.2f} s/GFLOP) a candidate"
-            + (f" (by type: {kinds})" if kinds else "") + f" ({src})")
+            + (f" (by type: {kinds})" if kinds else "")
+            + (f", a polish x{tm.polish_scale:.2f} a reuse" if abs(tm.polish_scale - 1) >= 0.005 else "") + f" ({src})")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

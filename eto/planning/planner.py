@@ -461,7 +461,7 @@ def _seconds(candidates: Callable[[LoopNestOp, LoopNestOp], float], tm: TimeMode
         trials, g = hot_budget if op.name in hot_names else budget, gflops(op)
         c = tm.reuse_candidates(float(candidates(op, op))) if polish else 0.0
         estimates[(ROOT, op.name)] = trials + c
-        return tm.backend_seconds(trials, g) + (tm.reuse_seconds(c, g, op.type) if polish else 0.0)
+        return tm.backend_seconds(trials, g) + (tm.polish_seconds(c, g, op.type) if polish else 0.0)
 
     if hasattr(candidates, "prefetch"):  # the estimator works in a batch (see selector.CostFn)
         def prefetch(pairs: list[tuple[LoopNestOp, LoopNestOp]]) -> None:

@@ -123,6 +123,19 @@ CPU_DEFAULTS: Mapping[str, tuple[Line, Line]] = {
 #: program (one trial, no search) and 14.6-26.6 s for 32 trials, where the root line said 19 s and 31 s:
 #: least squares 0.56 s + 0.65 s a trial. CUDA keeps its backend line (none measured).
 FUNCTION_DEFAULTS: Mapping[str, Line] = {"cpu": Line(0.56, 0.647), "cuda": DEFAULTS["cuda"][0]}
+#: Before a target has results, on a CPU whose ``mcpu`` was measured: per operator type, its reuses' seconds
+#: over that CPU's reuse line (:func:`kind_scales`). ``znver4``: pooled over seven of its databases
+#: (MobileNetV2 in NHWC twice, ResNet-18 and ResNet-50 from model files, the BERT-Base layer twice, the quick
+#: start twice; 16 depthwise, 71 NHWC and 19 NCHW convolution and 14 batch-matmul reuses): a depthwise
+#: reuse's search costs 1.6x the line, a batch matmul's 0.65x. A type these runs did not tune keeps the line.
+CPU_KIND_DEFAULTS: Mapping[str, Mapping[str, float]] = {
+    "znver4": {"DEPNHWC": 1.61, "C2DNHWC": 0.91, "C2D": 1.13, "BMM": 0.65},
+}
+#: A root's polish (:mod:`eto.runs.polish`) over a reuse of its candidates, kind and size: it also times the
+#: root's and the polished program side by side, and searches from a backend program, whose design space
+#: and leads a reuse's search does not share. On the seven ``znver4`` databases above, 23 polishes cost
+#: 1.30x what their reuse line and kind said (0.67-2.8x each). CUDA: none measured.
+POLISH_DEFAULTS: Mapping[str, float] = {"cpu": 1.30, "cuda": 1.0}
 #: Results needed before a fitted line replaces the default (fewer: the default's shape is kept
 #: and only the ratio of the recorded seconds to it is learned).
 MIN_FIT = 5
@@ -148,8 +161,10 @@ class TimeModel:
     #: a model's function outside the catalogue tuned by the backend (:data:`FUNCTION_DEFAULTS`)
     function: Line = FUNCTION_DEFAULTS["cpu"]
     #: per operator type, how far that type's recorded reuses ran from the reuse line
-    #: (:func:`kind_scales`; a type without results: 1)
+    #: (:func:`kind_scales`; a type without results: its CPU's default, else 1)
     reuse_kind: Mapping[str, float] = field(default_factory=dict)
+    #: a polish over a reuse of the same candidates, operator and kind (:data:`POLISH_DEFAULTS`)
+    polish_scale: float = 1.0
 
     def backend_seconds(self, trials: float, gflops: float = 0.0) -> float:
         return self.backend(trials, gflops)
@@ -163,9 +178,13 @@ class TimeModel:
     def reuse_seconds(self, candidates: float, gflops: float = 0.0, op_type: str | None = None) -> float:
         return self.reuse(candidates, gflops) * self.reuse_kind.get(op_type, 1.0)
 
+    def polish_seconds(self, candidates: float, gflops: float = 0.0, op_type: str | None = None) -> float:
+        return self.reuse_seconds(candidates, gflops, op_type) * self.polish_scale
+
     def to_json(self) -> dict:
         return {"backend": vars(self.backend), "reuse": vars(self.reuse), "function": vars(self.function),
-                "count_scale": self.count_scale, "reuse_kind": dict(self.reuse_kind)}
+                "count_scale": self.count_scale, "reuse_kind": dict(self.reuse_kind),
+                "polish_scale": self.polish_scale}
 
 
 Point = tuple[float, float, float]  # (candidates, GFLOPs of the operator, seconds)
@@ -233,40 +252,50 @@ def _line(pts: list[tuple[float, float]], fixed0: float, per0: float, with_inter
     return fixed, per
 
 
+def _mcpu(target: "str | Target | None") -> str:
+    from eto.target import parse_target
+
+    t = parse_target(target if target is not None else "cpu")  # no target: this machine
+    return str(t.attrs["mcpu"]) if "mcpu" in t.attrs else ""
+
+
 def default_lines(target: "str | Target | None", kind: str) -> tuple[Line, Line]:
     """(backend, reuse) lines before ``target`` has results: its CPU's (``CPU_DEFAULTS``) or its kind's."""
-    if kind == "cpu":  # no target: this machine
-        from eto.target import parse_target
-
-        t = parse_target(target if target is not None else "cpu")
-        mcpu = str(t.attrs["mcpu"]) if "mcpu" in t.attrs else ""
-        if mcpu in CPU_DEFAULTS:
-            return CPU_DEFAULTS[mcpu]
+    if kind == "cpu" and (mcpu := _mcpu(target)) in CPU_DEFAULTS:
+        return CPU_DEFAULTS[mcpu]
     return DEFAULTS.get(kind, DEFAULTS["cpu"])
 
 
+def default_kinds(target: "str | Target | None", kind: str) -> Mapping[str, float]:
+    """Per operator type, the reuse line's scale before ``target`` has results (``CPU_KIND_DEFAULTS``)."""
+    return CPU_KIND_DEFAULTS.get(_mcpu(target), {}) if kind == "cpu" else {}
+
+
 def learn_time_model(database: "Database | None", target: "str | Target", kind: str) -> TimeModel:
-    """The target's model from the database's results (backend and reuse, evolve excluded)."""
+    """The target's model from the database's results (backend, reuse and polish; evolve excluded)."""
     from eto.target import target_key
 
-    defaults = default_lines(target, kind)
+    defaults, kinds = default_lines(target, kind), default_kinds(target, kind)
     if database is None:
-        return TimeModel(*defaults, function=FUNCTION_DEFAULTS.get(kind, FUNCTION_DEFAULTS["cpu"]))
+        return TimeModel(*defaults, function=FUNCTION_DEFAULTS.get(kind, FUNCTION_DEFAULTS["cpu"]),
+                         reuse_kind=dict(kinds), polish_scale=POLISH_DEFAULTS.get(kind, 1.0))
     tk = target_key(target)
     return fit_time_model([r for r in database.results() if r.get("target") == tk and r.get("records")], kind,
-                          defaults=defaults)
+                          defaults=defaults, kinds=kinds)
 
 
-def fit_time_model(results: Iterable[dict], kind: str, *, defaults: tuple[Line, Line] | None = None) -> TimeModel:
+def fit_time_model(results: Iterable[dict], kind: str, *, defaults: tuple[Line, Line] | None = None,
+                   kinds: Mapping[str, float] | None = None) -> TimeModel:
     """The model fitted on tuning results of one target (stored result dicts), ``defaults`` (else
-    ``DEFAULTS[kind]``) as the fallback; ``experiments/estimate_accuracy.py --fit`` pools several
-    databases' results."""
+    ``DEFAULTS[kind]``) and ``kinds`` (per type scales, else none) as the fallback;
+    ``experiments/estimate_accuracy.py --fit`` pools several databases' results."""
     d_backend, d_reuse = defaults or DEFAULTS.get(kind, DEFAULTS["cpu"])
     rows = list(results)
     backend = [p for r in rows if r.get("method") == "backend" and (p := _point(r))]
     functions = [p for r in rows if r.get("method") == "backend" and (p := _point(r, functions=True))]
-    # a polish is a reuse; each with its operator's type (which _point has read) for kind_scales
-    typed = [(r["op"]["type"], p) for r in rows if r.get("method") in ("reuse", "polish") and (p := _point(r))]
+    # each with its operator's type (which _point has read) for kind_scales; a polish has its own scale
+    typed = [(r["op"]["type"], p) for r in rows if r.get("method") == "reuse" and (p := _point(r))]
+    polished = [(r["op"]["type"], p) for r in rows if r.get("method") == "polish" and (p := _point(r))]
     reuse = [p for _, p in typed]
     # the estimator's own count: a stored estimate was already scaled by the plan's count_scale
     planned = [(p[0], r["estimate"] / r.get("count_scale", 1.0)) for r in rows
@@ -276,15 +305,18 @@ def fit_time_model(results: Iterable[dict], kind: str, *, defaults: tuple[Line, 
     scale = sum(a for a, _ in planned) / total if planned and total > 0 else 1.0
     d_function = FUNCTION_DEFAULTS.get(kind, FUNCTION_DEFAULTS["cpu"])
     reuse_line = fit_line(reuse, d_reuse, with_intercept=True)
+    scales = kind_scales(typed, reuse_line, prior=kinds or {})
     return TimeModel(fit_line(backend, d_backend, with_intercept=True, by_count=True),
                      reuse_line, min(2.0, max(0.5, scale)),
                      fit_line([(c, 0.0, s) for c, _, s in functions], d_function, with_intercept=True, by_count=True),
-                     kind_scales(typed, reuse_line))
+                     scales, polish_scale(polished, reuse_line, scales, POLISH_DEFAULTS.get(kind, 1.0)))
 
 
-def kind_scales(points: Iterable[tuple[str, Point]], line: Line) -> dict[str, float]:
-    """Per operator type, its recorded reuse seconds over what ``line`` says for them, shrunk towards 1 by
-    :data:`KIND_PRIOR` results at the line's cost and capped by :data:`KIND_SCALE_CAP`.
+def kind_scales(points: Iterable[tuple[str, Point]], line: Line, *,
+                prior: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Per operator type, its recorded reuse seconds over what ``line`` says for them, shrunk towards the
+    type's ``prior`` scale (else 1) by :data:`KIND_PRIOR` results at that cost and capped by
+    :data:`KIND_SCALE_CAP`; a type of ``prior`` without results keeps its prior.
 
     One line per target cannot tell kinds apart, and a reuse's cost is mostly its kind's: the size of
     its design space, its ranker's training and its builds' complexity, not its candidates or FLOPs (on
@@ -296,14 +328,28 @@ def kind_scales(points: Iterable[tuple[str, Point]], line: Line) -> dict[str, fl
         acc[0] += 1
         acc[1] += s
         acc[2] += line(c, g)
-    out = {}
+    out = dict(prior or {})
     for op_type, (n, actual, predicted) in sums.items():
-        if predicted <= 0:
-            continue
-        prior = KIND_PRIOR * predicted / n
-        ratio = (actual + prior) / (predicted + prior)
-        out[op_type] = min(KIND_SCALE_CAP, max(1 / KIND_SCALE_CAP, ratio))
+        if predicted > 0:
+            out[op_type] = _shrunk(actual, predicted, n, out.get(op_type, 1.0))
     return out
+
+
+def polish_scale(points: Iterable[tuple[str, Point]], line: Line, kinds: Mapping[str, float], prior: float) -> float:
+    """Recorded polish seconds over what a reuse of the same candidates, size and type costs (``line``
+    scaled by ``kinds``), shrunk towards ``prior`` like :func:`kind_scales`. O(points)."""
+    pts = list(points)
+    predicted = sum(line(c, g) * kinds.get(t, 1.0) for t, (c, g, _) in pts)
+    if not pts or predicted <= 0:
+        return prior
+    return _shrunk(sum(s for _, (_, _, s) in pts), predicted, len(pts), prior)
+
+
+def _shrunk(actual: float, predicted: float, n: int, prior: float) -> float:
+    """actual / predicted with KIND_PRIOR results at ``prior`` x the mean prediction beside, capped."""
+    weight = KIND_PRIOR * predicted / n
+    ratio = (actual + weight * prior) / (predicted + weight)
+    return min(KIND_SCALE_CAP, max(1 / KIND_SCALE_CAP, ratio))
 
 
 def _point(result: dict, *, functions: bool = False) -> Point | None:

@@ -119,7 +119,7 @@ def _step(op: Operator, run: RunContext, measurer: "Measurer", share: float, pol
     tm = learn_time_model(run.database, run.target, target_kind(run.target))
     gflops = op.flops / 1e9
     if op not in polished and not _was_polished(op, run):
-        if tm.reuse_seconds(tm.reuse_candidates(POLISH_CANDIDATES), gflops, op.type) <= deadline.left():
+        if tm.polish_seconds(tm.reuse_candidates(POLISH_CANDIDATES), gflops, op.type) <= deadline.left():
             polished.add(op)
             run.say(f"improve: {op.name} ({share:.0%} of the latency): a self-reuse from its best program")
             polish_program(op, run.database, run.target, measurer, run.options.reuse, ranker=run.ranker,
