@@ -124,7 +124,7 @@ CPU_DEFAULTS: Mapping[str, tuple[Line, Line]] = {
 #: least squares 0.56 s + 0.65 s a trial. CUDA keeps its backend line (none measured).
 FUNCTION_DEFAULTS: Mapping[str, Line] = {"cpu": Line(0.56, 0.647), "cuda": DEFAULTS["cuda"][0]}
 #: Before a target has results, on a CPU whose ``mcpu`` was measured: per operator type, its reuses' seconds
-#: over that CPU's reuse line (:func:`kind_scales`). ``znver4``: pooled over seven of its databases
+#: over that CPU's reuse line (:func:`kind_scales`). ``znver4``: pooled over eight of its databases
 #: (MobileNetV2 in NHWC twice, ResNet-18 and ResNet-50 from model files, the BERT-Base layer twice, the quick
 #: start twice; 16 depthwise, 71 NHWC and 19 NCHW convolution and 14 batch-matmul reuses): a depthwise
 #: reuse's search costs 1.6x the line, a batch matmul's 0.65x. A type these runs did not tune keeps the line.
@@ -133,7 +133,7 @@ CPU_KIND_DEFAULTS: Mapping[str, Mapping[str, float]] = {
 }
 #: A root's polish (:mod:`eto.runs.polish`) over a reuse of its candidates, kind and size: it also times the
 #: root's and the polished program side by side, and searches from a backend program, whose design space
-#: and leads a reuse's search does not share. On the seven ``znver4`` databases above, 23 polishes cost
+#: and leads a reuse's search does not share. On the eight ``znver4`` databases above, 23 polishes cost
 #: 1.30x what their reuse line and kind said (0.67-2.8x each). CUDA: none measured.
 POLISH_DEFAULTS: Mapping[str, float] = {"cpu": 1.30, "cuda": 1.0}
 #: Results needed before a fitted line replaces the default (fewer: the default's shape is kept
