@@ -275,13 +275,11 @@ def learn_time_model(database: "Database | None", target: "str | Target", kind: 
     """The target's model from the database's results (backend, reuse and polish; evolve excluded)."""
     from eto.target import target_key
 
-    defaults, kinds = default_lines(target, kind), default_kinds(target, kind)
-    if database is None:
-        return TimeModel(*defaults, function=FUNCTION_DEFAULTS.get(kind, FUNCTION_DEFAULTS["cpu"]),
-                         reuse_kind=dict(kinds), polish_scale=POLISH_DEFAULTS.get(kind, 1.0))
-    tk = target_key(target)
-    return fit_time_model([r for r in database.results() if r.get("target") == tk and r.get("records")], kind,
-                          defaults=defaults, kinds=kinds)
+    results = []
+    if database is not None:
+        tk = target_key(target)
+        results = [r for r in database.results() if r.get("target") == tk and r.get("records")]
+    return fit_time_model(results, kind, defaults=default_lines(target, kind), kinds=default_kinds(target, kind))
 
 
 def fit_time_model(results: Iterable[dict], kind: str, *, defaults: tuple[Line, Line] | None = None,
@@ -305,7 +303,7 @@ def fit_time_model(results: Iterable[dict], kind: str, *, defaults: tuple[Line, 
     scale = sum(a for a, _ in planned) / total if planned and total > 0 else 1.0
     d_function = FUNCTION_DEFAULTS.get(kind, FUNCTION_DEFAULTS["cpu"])
     reuse_line = fit_line(reuse, d_reuse, with_intercept=True)
-    scales = kind_scales(typed, reuse_line, prior=kinds or {})
+    scales = kind_scales(typed, reuse_line, prior=kinds)
     return TimeModel(fit_line(backend, d_backend, with_intercept=True, by_count=True),
                      reuse_line, min(2.0, max(0.5, scale)),
                      fit_line([(c, 0.0, s) for c, _, s in functions], d_function, with_intercept=True, by_count=True),
