@@ -169,3 +169,54 @@ def test_the_time_instant_programs_left_goes_back_to_the_plan_up_to_a_search_in_
     with deadline.until(pipeline.GO_ON_MIN_S + SEARCH_IN_FLIGHT_S - 1):  # too little to start anything
         assert pipeline._go_on(None, None, run, None, [], 0.0) == "time budget"
     assert len(seen) == 2
+
+
+def test_an_operator_whose_search_settles_gets_no_more_steps_and_the_run_ends_when_all_have(monkeypatch):
+    """Spare time goes to the operators whose steps still gain: a search step that shortens an operator's
+    best by less than MIN_STEP_GAIN ends its steps (a self-reuse that gains nothing does not), and when no
+    operator is left the improvement ends before the budget does."""
+    from dataclasses import dataclass
+
+    from eto.runs import improve as imp
+    from tuner.measure import backend
+
+    @dataclass(frozen=True)
+    class Op:
+        name: str
+        flops: int = 10**9
+        input_shapes: tuple = ((256, 256),)
+        output_shape: tuple = (256, 256)
+
+        def prim_func(self):
+            return None
+
+    a, b = Op("a"), Op("b")
+    latency = {a: 4e-3, b: 1e-3}
+    # each operator's steps in order: the fraction of its best each one takes off (a: its self-reuse gains
+    # nothing, its first search 1%: settled; b: 10%, 10%, then 0.5%: settled; neither gets its last)
+    gains = {a: [0.0, 0.01, 0.5], b: [0.1, 0.1, 0.005, 0.5]}
+    taken: list[tuple[str, str]] = []
+
+    def tuned(_target):
+        return {op: SimpleNamespace(latency_s=s, gflops=op.flops / s / 1e9 / 100) for op, s in latency.items()}
+
+    said: list[str] = []
+    run = SimpleNamespace(database=SimpleNamespace(tuned=tuned), target=None, say=said.append)
+
+    def step(op, _run, _measurer, _share, polished):
+        kind = "search" if op in polished else "self-reuse"
+        polished.add(op)
+        latency[op] /= 1 + gains[op].pop(0)
+        taken.append((op.name, kind))
+        return kind
+
+    monkeypatch.setattr(imp, "_roofline", lambda _run: (1e11, None))
+    monkeypatch.setattr(imp, "_step", step)
+    monkeypatch.setattr(backend, "single_program", lambda *_a: False)
+    opset = [SimpleNamespace(op=a, frequency=1), SimpleNamespace(op=b, frequency=1)]
+    with deadline.until(3600.0):
+        assert imp.improve(opset, run, None) == 5
+    assert [t for t in taken if t[0] == "a"] == [("a", "self-reuse"), ("a", "search")]
+    assert [t for t in taken if t[0] == "b"] == [("b", "self-reuse"), ("b", "search"), ("b", "search")]
+    assert gains == {a: [0.5], b: [0.5]}
+    assert sum(m.endswith("no more steps") for m in said) == 2 and "ends before its budget" in said[-1]

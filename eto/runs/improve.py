@@ -14,7 +14,9 @@ continue MetaSchedule's evolutionary search from every program the database hold
 (the reused program and its search's candidates seed the population and train the cost model),
 :data:`STEP_TRIALS` trials or what the time left affords (:func:`evolve_step`). Either step's best is
 re-measured side by side with the operator's best before it is stored (method ``"improve"``), so the
-database's best is the faster of the two. Operators whose design space holds one program get no step.
+database's best is the faster of the two. Operators whose design space holds one program get no step,
+nor does an operator whose search step gained less than :data:`MIN_STEP_GAIN`: its search has settled,
+and the time goes to the others; when every operator has settled, the run ends before its budget.
 A step the deadline cuts keeps what it measured; a rerun with more budget goes on from there.
 """
 
@@ -23,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Literal, Mapping
 
 from tuner.measure import deadline
 
@@ -47,6 +49,10 @@ MIN_STEP_TRIALS = 8
 DATA_MOVEMENT_HEADROOM = 0.25
 #: The candidates a self-reuse step is expected to measure (a root's polish measured 38-55, :mod:`eto.runs.polish`).
 POLISH_CANDIDATES = 40
+#: A search step that shortens its operator's best by less than this has found what the search finds
+#: there (within the side-by-side timing's noise): the operator gets no more steps in this run. On
+#: ResNet-50's 7x7 convolutions, three more search steps after one such gained nothing, 0.6% at most.
+MIN_STEP_GAIN = 0.02
 #: A MetaSchedule step's fixed cost beyond the time model's seconds per trial: its design space, warm
 #: start, cost-model training and first evolutionary search (15-20 s measured on the quick start's
 #: 3x3 convolutions on 2 cores, against 0.6 s per trial).
@@ -84,7 +90,7 @@ def improve(opset: OperatorSet, run: RunContext, measurer: "Measurer") -> int:
 
     peak, bandwidth = _roofline(run)
     steps: Counter = Counter()
-    no_space: set[Operator] = set()
+    no_space: set[Operator] = set()  # and those whose search settled: no more steps
     polished: set[Operator] = set()
     searched: set[Operator] = set()  # design spaces of more than one program
     while True:
@@ -96,23 +102,36 @@ def improve(opset: OperatorSet, run: RunContext, measurer: "Measurer") -> int:
                          for op, w in weights.items() if op not in no_space), key=lambda t: -t[0]) if total > 0 else []
         ranked = [(p, op) for p, op in ranked if p > 0]
         if not ranked:  # nothing left to gain
+            if steps:
+                run.say("improve: every operator's search has settled; the run ends before its budget")
             return sum(steps.values())
         for _, op in ranked:  # the first whose step the time left affords
             if op not in searched and single_program(op.prim_func(), run.target):
                 no_space.add(op)
                 continue
             searched.add(op)
-            if _step(op, run, measurer, weights[op] / total, polished):
+            if kind := _step(op, run, measurer, weights[op] / total, polished):
                 steps[op] += 1
+                if kind == "search" and _gain(run, op, best[op].latency_s) < MIN_STEP_GAIN:
+                    no_space.add(op)
+                    run.say(f"improve: {op.name}: its search has settled (less than {MIN_STEP_GAIN:.0%} "
+                            "faster); no more steps")
                 break
         else:
             run.say(f"improve: {max(deadline.left(), 0):.0f} s left, too little for another step")
             return sum(steps.values())
 
 
-def _step(op: Operator, run: RunContext, measurer: "Measurer", share: float, polished: set[Operator]) -> bool:
+def _gain(run: RunContext, op: Operator, was: float) -> float:
+    """How much shorter ``op``'s best is than ``was`` seconds: 0.1 for 10%."""
+    now = run.database.tuned(run.target).get(op)
+    return was / now.latency_s - 1 if now is not None and now.latency_s > 0 else 0.0
+
+
+def _step(op: Operator, run: RunContext, measurer: "Measurer", share: float,
+          polished: set[Operator]) -> Literal["self-reuse", "search", None]:
     """One step on ``op``: a self-reuse from its best program (:func:`eto.runs.polish.polish_program`) if it
-    never had one, else :func:`evolve_step`; False if the time left affords neither."""
+    never had one, else :func:`evolve_step`; which it took, None if the time left affords neither."""
     from eto.planning.time_model import learn_time_model
     from eto.target import target_kind
 
@@ -124,12 +143,12 @@ def _step(op: Operator, run: RunContext, measurer: "Measurer", share: float, pol
             run.say(f"improve: {op.name} ({share:.0%} of the latency): a self-reuse from its best program")
             polish_program(op, run.database, run.target, measurer, run.options.reuse, ranker=run.ranker,
                            history=lambda: run.history(op.type) if run.ranker else (), say=run.say, method=IMPROVE)
-            return True
+            return "self-reuse"
     trials = _affordable(tm.backend.per_candidate(gflops), max(STEP_OVERHEAD_S, tm.backend.fixed))
     if trials < MIN_STEP_TRIALS:
-        return False
+        return None
     evolve_step(op, run, measurer, trials, share=share)
-    return True
+    return "search"
 
 
 def _was_polished(op: Operator, run: RunContext) -> bool:
@@ -217,4 +236,4 @@ def latency_weights(opset: OperatorSet, best: Mapping[Operator, object]) -> dict
     return {e.op: e.frequency * best[e.op].latency_s for e in opset if e.op in best and e.frequency}  # type: ignore[attr-defined]
 
 
-__all__ = ["MIN_STEP_TRIALS", "STEP_TRIALS", "attainable_flops", "evolve_step", "headroom", "improve", "priority"]
+__all__ = ["MIN_STEP_GAIN", "MIN_STEP_TRIALS", "STEP_TRIALS", "attainable_flops", "evolve_step", "headroom", "improve", "priority"]
