@@ -161,13 +161,13 @@ def test_the_time_instant_programs_left_goes_back_to_the_plan_up_to_a_search_in_
 
     monkeypatch.setattr(pipeline, "_plan_work", lambda *a: work(*a, cut=False))
     with deadline.until(30.0):
-        assert pipeline._go_on(None, None, run, None, [], 0.0) is None  # the plan finished: improvement may follow
+        assert pipeline._go_on(None, None, run, None, []) is None  # the plan finished: improvement may follow
     assert len(seen) == 1 and 30.0 - SEARCH_IN_FLIGHT_S - 1 < seen[0] <= 30.0 - SEARCH_IN_FLIGHT_S
     monkeypatch.setattr(pipeline, "_plan_work", lambda *a: work(*a, cut=True))
     with deadline.until(30.0):
-        assert pipeline._go_on(None, None, run, None, [], 0.0) == "time budget"
+        assert pipeline._go_on(None, None, run, None, []) == "time budget"
     with deadline.until(pipeline.GO_ON_MIN_S + SEARCH_IN_FLIGHT_S - 1):  # too little to start anything
-        assert pipeline._go_on(None, None, run, None, [], 0.0) == "time budget"
+        assert pipeline._go_on(None, None, run, None, []) == "time budget"
     assert len(seen) == 2
 
 

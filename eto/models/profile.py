@@ -287,8 +287,9 @@ def _report(model: str, target: str, tasks: Sequence["ModelTask"], peak: Peak, c
                                  if op is not None and op.type in _KINDS else None for op in ops], map(node_key, nodes))
     model_s, rows = statistics.median(walls), []
     mine_of = {t.name: [k for k, i in enumerate(sites) if calls[i][0] == t.name] for t in tasks}
-    top = reached_peak(peak.flops, [t.flops * len(m) / sum(calls[sites[k]][1] for k in m)
-                                    for t in tasks if (m := mine_of[t.name]) and t.flops])
+    seconds = {name: sum(calls[sites[k]][1] for k in mine) for name, mine in mine_of.items() if mine}
+    top = reached_peak(peak.flops, [t.flops * len(mine_of[t.name]) / seconds[t.name]
+                                    for t in tasks if t.name in seconds and t.flops])
     if top > peak.flops:
         peak = replace(peak, flops=top, how=f"{peak.how}: {peak.flops / 1e9:.1f} GFLOP/s, raised to the "
                                    "fastest task's (the short measurement came out below it)")
@@ -296,7 +297,7 @@ def _report(model: str, target: str, tasks: Sequence["ModelTask"], peak: Peak, c
         mine = mine_of[task.name]
         if mine:
             ort_s = sum(nodes[matched[k]].seconds for k in mine) if ort and all(k in matched for k in mine) else None
-            rows.append(_row(task, len(mine), sum(calls[sites[k]][1] for k in mine), model_s, peak, ort_s,
+            rows.append(_row(task, len(mine), seconds[task.name], model_s, peak, ort_s,
                              tuple(nodes[matched[k]].name for k in mine if k in matched)))
     unmatched = [n for j, n in enumerate(nodes) if j not in set(matched.values())]
     other = {op: sum(n.seconds for n in unmatched if n.op == op) for op in dict.fromkeys(n.op for n in unmatched)}

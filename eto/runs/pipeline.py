@@ -148,10 +148,11 @@ def _tune(opset: OperatorSet, target: "Target", database: Database, options: Tun
         try:
             with deadline.until(None if held is None else deadline.left() - held):  # the plan's work
                 planned, estimated = _tune_multi_sketch_kinds_first(planned, run, measurers[0])
-                _plan_work(opset, planned, run, derivation, measurers, functions_s)
+                run.say(plan_summary(planned, len(run.hot), functions_s))  # once, not again by _go_on
+                _plan_work(opset, planned, run, derivation, measurers)
         except deadline.DeadlineReached:
             finish(opset, run, measurers[0])  # in the time held back: instant programs for what was not reached
-            stopped = _go_on(opset, planned, run, derivation, measurers, functions_s)
+            stopped = _go_on(opset, planned, run, derivation, measurers)
         if options.time_budget is not None and stopped is None:
             improve(opset, run, measurers[0])
     except deadline.DeadlineReached:
@@ -167,14 +168,14 @@ def _tune(opset: OperatorSet, target: "Target", database: Database, options: Tun
 
 
 def _plan_work(opset: OperatorSet, planned: OperatorPlan, run: RunContext, derivation: Derivation,
-               measurers: "list[Measurer]", functions_s: float) -> None:
+               measurers: "list[Measurer]") -> None:
     """The plan's operators, then the functions outside the catalogue; each skips what the database has."""
-    _tune_plan(planned, run, derivation, measurers, functions_s)
+    _tune_plan(planned, run, derivation, measurers)
     _tune_functions(opset, run, derivation, measurers[0], function_trials(run.options))
 
 
 def _go_on(opset: OperatorSet, planned: OperatorPlan, run: RunContext, derivation: Derivation,
-           measurers: "list[Measurer]", functions_s: float) -> str | None:
+           measurers: "list[Measurer]") -> str | None:
     """What :func:`finish` left of the time held back (all of it where no operator had a source) goes
     to the plan's work again, from where it was cut, up to a search in flight before the run's deadline:
     a budget spent to its end, not stopped a quarter early. ``"time budget"`` if cut again, else None."""
@@ -183,7 +184,7 @@ def _go_on(opset: OperatorSet, planned: OperatorPlan, run: RunContext, derivatio
     run.say(f"time budget: {deadline.left():.0f} s left after the instant programs; the plan goes on")
     try:
         with deadline.until(deadline.left() - SEARCH_IN_FLIGHT_S):
-            _plan_work(opset, planned, run, derivation, measurers, functions_s)
+            _plan_work(opset, planned, run, derivation, measurers)
     except deadline.DeadlineReached:
         return "time budget"
     return None
@@ -250,11 +251,9 @@ def _tune_multi_sketch_kinds_first(planned: OperatorPlan, run: RunContext,
 
 
 def _tune_plan(planned: OperatorPlan, run: RunContext, derivation: Derivation,
-               measurers: Sequence["Measurer"], functions_s: float = 0.0) -> None:
+               measurers: Sequence["Measurer"]) -> None:
     """Roots by the backend, then the rest by reuse, parents first; subtrees spread over measurers."""
     plan, ops = planned.plan, planned.operators
-    run.say(plan_summary(planned, len(run.hot), functions_s))
-
     progress = SetProgress({n: plan.edge_costs[(plan.parent[n], n)] for n in plan.order}, run.say,
                            done=[n for n in plan.order if run.database.attempted(ops[n], run.target)])
     run.polish_roots([ops[n] for n in plan.prior], measurers[0])  # a run killed before a root's polish
