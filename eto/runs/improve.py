@@ -90,16 +90,24 @@ def improve(opset: OperatorSet, run: RunContext, measurer: "Measurer") -> int:
 
     peak, bandwidth = _roofline(run)
     steps: Counter = Counter()
-    no_space: set[Operator] = set()  # and those whose search settled: no more steps
+    done: set[Operator] = set()  # no more steps: a design space of one program, or a search that settled
     polished: set[Operator] = set()
     searched: set[Operator] = set()  # design spaces of more than one program
+    last_search: tuple[Operator, float] | None = None  # the operator of the last search step, its best before
     while True:
         best = run.database.tuned(run.target)
+        if last_search is not None:
+            op, was = last_search
+            if was / best[op].latency_s - 1 < MIN_STEP_GAIN:
+                done.add(op)
+                run.say(f"improve: {op.name}: its search has settled (less than {MIN_STEP_GAIN:.0%} faster); "
+                        "no more steps")
+            last_search = None
         weights = latency_weights(opset, best)
         total = sum(weights.values())
         top = reached_peak(peak, (best[op].gflops * 1e9 for op in weights))
         ranked = sorted(((priority(w / total, headroom(op, best[op].gflops * 1e9, top, bandwidth), steps[op]), op)
-                         for op, w in weights.items() if op not in no_space), key=lambda t: -t[0]) if total > 0 else []
+                         for op, w in weights.items() if op not in done), key=lambda t: -t[0]) if total > 0 else []
         ranked = [(p, op) for p, op in ranked if p > 0]
         if not ranked:  # nothing left to gain
             if steps:
@@ -107,25 +115,17 @@ def improve(opset: OperatorSet, run: RunContext, measurer: "Measurer") -> int:
             return sum(steps.values())
         for _, op in ranked:  # the first whose step the time left affords
             if op not in searched and single_program(op.prim_func(), run.target):
-                no_space.add(op)
+                done.add(op)
                 continue
             searched.add(op)
             if kind := _step(op, run, measurer, weights[op] / total, polished):
                 steps[op] += 1
-                if kind == "search" and _gain(run, op, best[op].latency_s) < MIN_STEP_GAIN:
-                    no_space.add(op)
-                    run.say(f"improve: {op.name}: its search has settled (less than {MIN_STEP_GAIN:.0%} "
-                            "faster); no more steps")
+                if kind == "search":  # settled or not: told by the database's best at the next round
+                    last_search = (op, best[op].latency_s)
                 break
         else:
             run.say(f"improve: {max(deadline.left(), 0):.0f} s left, too little for another step")
             return sum(steps.values())
-
-
-def _gain(run: RunContext, op: Operator, was: float) -> float:
-    """How much shorter ``op``'s best is than ``was`` seconds: 0.1 for 10%."""
-    now = run.database.tuned(run.target).get(op)
-    return was / now.latency_s - 1 if now is not None and now.latency_s > 0 else 0.0
 
 
 def _step(op: Operator, run: RunContext, measurer: "Measurer", share: float,
@@ -236,4 +236,5 @@ def latency_weights(opset: OperatorSet, best: Mapping[Operator, object]) -> dict
     return {e.op: e.frequency * best[e.op].latency_s for e in opset if e.op in best and e.frequency}  # type: ignore[attr-defined]
 
 
-__all__ = ["MIN_STEP_GAIN", "MIN_STEP_TRIALS", "STEP_TRIALS", "attainable_flops", "evolve_step", "headroom", "improve", "priority"]
+__all__ = ["MIN_STEP_GAIN", "MIN_STEP_TRIALS", "STEP_TRIALS", "attainable_flops", "evolve_step", "headroom", "improve",
+           "priority"]
