@@ -205,7 +205,7 @@ def test_an_operator_whose_search_settles_gets_no_more_steps_and_the_run_ends_wh
 
     def step(op, _run, _measurer, _share, polished):
         kind = "search" if op in polished else "self-reuse"
-        polished.add(op)
+        polished[op] = 0
         latency[op] /= 1 + gains[op].pop(0)
         taken.append((op.name, kind))
         return kind
@@ -220,3 +220,32 @@ def test_an_operator_whose_search_settles_gets_no_more_steps_and_the_run_ends_wh
     assert [t for t in taken if t[0] == "b"] == [("b", "self-reuse"), ("b", "search"), ("b", "search")]
     assert gains == {a: [0.5], b: [0.5]}
     assert sum(m.endswith("no more steps") for m in said) == 2 and "ends before its budget" in said[-1]
+
+
+def test_a_self_reuse_is_due_on_a_best_program_no_self_reuse_has_searched_around():
+    """A time budget's step is a self-reuse where the operator's best program is one no self-reuse started
+    from: a backend's program before its polish, a search step's new best; not a polished program, nor one
+    whose self-reuse this run started (whether or not it stored anything)."""
+    from eto.runs.improve import self_reuse_due
+    from eto.operators import Operator
+
+    op, other = Operator.parse("BMM(B=1,M=64,N=64,K=64)"), Operator.parse("BMM(B=1,M=32,N=64,K=64)")
+
+    def result(o, method, t, **extra):
+        return {"op_key": o.key, "target": "llvm", "method": method, "time": t, **extra}
+
+    def best(created, line=7):
+        return SimpleNamespace(op=op, target="llvm", line=line, created=created)
+
+    backend = [result(op, "backend", 1.0)]
+    polish = backend + [result(op, "polish", 2.0, polish={"improved": False})]
+    assert self_reuse_due(best(1.0), backend, {})  # a root's program not yet polished
+    assert not self_reuse_due(best(1.0), polish, {})  # its polish searched around it (and found nothing faster)
+    assert not self_reuse_due(best(2.0), polish, {})  # the polish's own best
+    searched = polish + [result(op, "improve", 3.0, evolve={"before_s": 1.0, "after_s": 0.8})]
+    assert self_reuse_due(best(3.0), searched, {})  # a search step found a faster program: due again
+    assert not self_reuse_due(best(3.0), searched, {op: 7})  # this run's self-reuse started from it
+    assert self_reuse_due(best(3.0), searched, {op: 5})  # ... from an earlier best
+    elsewhere = searched + [result(other, "improve", 4.0, polish={}), result(op, "polish", 4.0)]
+    assert self_reuse_due(best(3.0), elsewhere, {})  # another operator's self-reuse; a failed one holds no "polish"
+    assert not self_reuse_due(best(3.0), searched + [result(op, "improve", 4.0, polish={"improved": False})], {})
