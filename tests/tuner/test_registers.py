@@ -228,3 +228,31 @@ def test_the_unroll_round_and_every_candidate_keep_gathers_within_the_cap():
     sch = tuner.schedule(cand)
     assert sch is not None and unrolled_gathers(tuner.alpha, cfg, options[cand.unroll]) <= MAX_UNROLLED_GATHERS
     assert '"pragma_auto_unroll_max_step": 512' not in sch.mod.script()
+
+
+def test_a_prepacked_weight_is_read_contiguously_so_a_latency_bound_nhwc_block_gets_a_register_lead():
+    """A channels-last convolution vectorises over the output channels, along which the OHWI weight is
+    strided as stored; in a model the weight is layout-free (``layout_free_buffers``) and repacked for
+    the tiles at build time (eto.models.prepack), so the vector reads it contiguously: no gather, and a
+    block of 2 accumulators (ResNet-50's 64-to-256 expansion on AVX2) gets rows added."""
+    from tuner.analysis.tiling import accumulators
+    from tuner.reuse.registers import FMA_LATENCY, PORTS
+
+    alpha = Operator.create("C2DNHWC", N=1, CI=64, H=56, W=56, CO=256, KH=1, KW=1)
+    beta = Operator.create("C2DNHWC", N=1, CI=128, H=56, W=56, CO=256, KH=1, KW=1)
+    packed = alpha.prim_func().with_attr("layout_free_buffers", [1])
+    as_stored, repacked = nest(alpha), nest_of_func(packed)
+    assert [a.packed for a in repacked.inputs] == [False, True] and not any(a.packed for a in as_stored.inputs)
+    assert as_stored.gathered(3) and not repacked.gathered(3)  # along the output channels
+    assert as_stored.inputs[1].strides()[3] == 64 and repacked.inputs[1].strides()[3] == 1
+    assert repacked.inputs[0].strides() == as_stored.inputs[0].strides()  # the activations stay as they are
+    small = TileConfig("cpu", ((1, 1, 1, 1), (7, 1, 8, 1), (1, 4, 7, 2), (1, 4, 4, 16)), ((1, 1), (1, 1), (16, 4)))
+    _, stored = lead_space(alpha, beta, small)
+    assert register_tiles(stored) is None  # a vector that gathers the weight: no lead (the BMM case)
+    tuner, space = lead_space(packed, beta, small)
+    lead = register_tiles(space)
+    assert lead is not None and all(math.prod(f) == e for f, e in zip(lead.space, tuner.alpha.space))
+    block = tuple(f[-1] for f in lead.space)
+    assert lead.space[3][-1] == 16  # the vector kept
+    assert PORTS * FMA_LATENCY <= accumulators(tuner.alpha.space, block, 16) <= 32 - 4
+    assert register_cost(tuner.alpha, block, 16) < register_cost(tuner.alpha, (1, 1, 2, 16), 16)

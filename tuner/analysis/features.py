@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -42,12 +42,8 @@ Kind = Literal["cpu", "cuda"]
 
 
 class cached_property:  # noqa: N801 (named as the functools one it replaces)
-    """``functools.cached_property`` without Python 3.11's per-class lock.
-
-    The trial estimator creates ~10^5 tile configurations per plan, and taking that lock on every
-    first access was a measurable share of ResNet-50's planning time. Writes the instance's ``__dict__``
-    directly, so it works on frozen dataclasses.
-    """
+    """``functools.cached_property`` without Python 3.11's per-class lock (a measurable share of ResNet-50's
+    planning time: ~10^5 tile configurations per plan); writes ``__dict__``, so it works on frozen dataclasses."""
 
     def __init__(self, func):
         self.func = func
@@ -91,6 +87,7 @@ class Access:
     shape: tuple[int, ...]
     coeffs: tuple[tuple[int, ...], ...]  # [buffer dim][loop] (space loops then reduction loops)
     dtype_bytes: int = 4
+    packed: bool = False  # layout-free (a model's weight): RewriteLayout stores it as the tiles read it
 
     def footprint(self, tile: Sequence[int]) -> tuple[int, ...]:
         """Extent per buffer dim of the box touched when each loop ranges over ``tile`` values."""
@@ -100,8 +97,10 @@ class Access:
         return math.prod(_footprint(self.shape, self.coeffs, tuple(tile)))
 
     def strides(self) -> tuple[int, ...]:
-        """Elements between neighbours along each loop of the nest (row-major buffer)."""
-        return _strides(self.shape, self.coeffs)
+        """Elements between neighbours along each loop of the nest (row-major buffer); 1 along each loop
+        that indexes a :attr:`packed` input (an NHWC convolution's OHWI weight along the output channels)."""
+        strides = _strides(self.shape, self.coeffs)
+        return tuple(1 if s else 0 for s in strides) if self.packed else strides
 
     def cache_lines(self, tile: Sequence[int], line_bytes: int) -> int:
         """Cache lines of the box, row-major: trailing dims covered whole form one contiguous run."""
@@ -158,6 +157,7 @@ def loop_nest_of(mod: "IRModule", block: str) -> LoopNest:
 
     sch = Schedule(mod)
     blk = sch.get(sch.get_sblock(block))
+    packed = _layout_free(mod)
     ivs = list(blk.iter_vars)
     space = [iv for iv in ivs if int(iv.iter_type) == 0]
     red = [iv for iv in ivs if int(iv.iter_type) != 0]
@@ -177,9 +177,15 @@ def loop_nest_of(mod: "IRModule", block: str) -> LoopNest:
                 row.append(one - base if one is not None and base is not None else 1)
             rows.append(tuple(row))
         shape = tuple(int(s) for s in buf.shape)
-        inputs.append(Access(buf.name, shape, tuple(rows), _bytes(buf.dtype)))
+        inputs.append(Access(buf.name, shape, tuple(rows), _bytes(buf.dtype), packed=buf.name in packed))
     return LoopNest(tuple(int(iv.dom.extent) for iv in space), tuple(int(iv.dom.extent) for iv in red),
                     tuple(inputs))
+
+
+def _layout_free(mod: "IRModule") -> frozenset[str]:
+    """Names of the layout-free arguments of ``mod``'s function (``layout_free_buffers``: positions)."""
+    func = next(iter(mod.functions.values()))
+    return frozenset(func.params[int(i)].name for i in (func.attrs or {}).get("layout_free_buffers", ()))
 
 
 def major_block(mod: "IRModule") -> str:
@@ -346,12 +352,11 @@ def align_loops(nest: LoopNest, cfg: TileConfig, to: LoopNest) -> tuple[LoopNest
     if extra > 0:
         space = (1,) * extra + nest.space
         tiles = ((1,) * levels,) * extra + cfg.space
-        inputs = tuple(Access(a.name, a.shape, tuple((0,) * extra + row for row in a.coeffs), a.dtype_bytes)
+        inputs = tuple(replace(a, coeffs=tuple((0,) * extra + row for row in a.coeffs))
                        for a in nest.inputs)
     else:
         space, tiles = nest.space[-extra:], cfg.space[-extra:]
-        inputs = tuple(Access(a.name, a.shape, tuple(row[-extra:] for row in a.coeffs), a.dtype_bytes)
-                       for a in nest.inputs)
+        inputs = tuple(replace(a, coeffs=tuple(row[-extra:] for row in a.coeffs)) for a in nest.inputs)
     return LoopNest(space, nest.reduction, inputs), TileConfig(cfg.kind, tiles, cfg.reduction)
 
 
@@ -376,12 +381,9 @@ class LoweredBTM:
 
 
 def lowered_btm(mod: "IRModule", target: "Target") -> LoweredBTM:
-    """B, threads per block and shared bytes per block of the (single-kernel) lowered program.
-
-    Read after the default TIR pipeline: shared allocations are only final there (the scheduled
-    TIR over-states them); vthread does not count as threads. TVM 0.27 has no Python statement
-    visitor, so the device kernel's TVMScript is read: ``T.launch_thread`` and ``T.alloc_shared``.
-    """
+    """B, threads per block and shared bytes per block of the (single-kernel) lowered program, read after
+    the default TIR pipeline (shared allocations are final only there; vthread is not threads) from the
+    kernel's TVMScript (``T.launch_thread``, ``T.alloc_shared``): TVM 0.27 has no Python statement visitor."""
     import re
 
     import tvm
@@ -392,13 +394,10 @@ def lowered_btm(mod: "IRModule", target: "Target") -> LoweredBTM:
         lowered = tirx.transform.BindTarget(target)(mod)
         lowered = get_default_tir_pipeline(target)[0](lowered)
     extents: dict[str, int] = {}
-    shared = 0
-    kernels = 0
+    shared = kernels = 0
     for _gv, func in lowered.functions_items():
-        if not isinstance(func, tirx.PrimFunc) or func.attrs is None or "calling_conv" not in func.attrs:
-            continue
-        if int(func.attrs["calling_conv"]) != 2:  # device kernels only
-            continue
+        if not isinstance(func, tirx.PrimFunc) or func.attrs is None or int(func.attrs.get("calling_conv", 0)) != 2:
+            continue  # device kernels only
         kernels += 1
         text = func.script()
         for tag, value in re.findall(r'T\.launch_thread\("((?:blockIdx|threadIdx)\.[xyz])", (\d+)\)', text):

@@ -146,7 +146,8 @@ def register_tiles(space: "ReuseSpace") -> TileConfig | None:
     within noise of those without it
     (experiments/results/reuse_ab_register_bert_layer_latency_xeon.json). Not where β's vector
     gathers an input (:meth:`LoopNest.gathered`; the catalogue's ``BMM`` reads ``Y[b, j, k]``
-    along its vector): the lead's 16 rows of one gathered vector over a 32-step chunk ran 2.6-5.4x
+    along its vector; a model's pre-packed weight is read contiguously, :attr:`Access.packed`):
+    the lead's 16 rows of one gathered vector over a 32-step chunk ran 2.6-5.4x
     slower than the reuse's best in all five BERT-Base reuses where it fired."""
     if space.kind != "cpu" or space.native_lanes <= 1 or not space.alpha.space or not space.alpha.inputs:
         return None
