@@ -402,3 +402,57 @@ def test_a_task_tuned_alone_is_ranked_by_a_trained_model_from_its_second_batch(t
     first, second = model.predict(ctx, cands), model.predict(ctx, cands)
     assert list(first) == list(second)  # a trained model's scores, not uniform noise
     assert warmup_samples(64) == 64 and warmup_samples(512) == 100  # never later than MetaSchedule's own
+
+
+def test_a_signal_in_the_search_stops_the_backend_at_its_next_check_point(target, measurer, monkeypatch):
+    """SIGTERM landing in Python that MetaSchedule's search calls (its cost model) is not raised there:
+    raised in Python the threaded C++ search called, it ended a ResNet-50 run with ``std::terminate``.
+    The search's call returns, the stop comes out of the backend at its next check point (the builder,
+    before the batch is built), and it is raised once."""
+    import os
+    import signal
+
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.cost_model import PyCostModel
+
+    from eto.cli import interrupt
+    from tuner.measure import stop
+    from tuner.measure.backend import BackendTask, light_search, tune_backend
+
+    @derived_object
+    class Signalling(PyCostModel):
+        def __init__(self):
+            super().__init__()
+            self.calls, self.returned = 0, 0
+
+        def load(self, path):
+            pass
+
+        def save(self, path):
+            pass
+
+        def update(self, context, candidates, results):
+            pass
+
+        def predict(self, context, candidates):
+            self.calls += 1
+            if self.calls == 1:
+                os.kill(os.getpid(), signal.SIGTERM)  # the handler runs at this frame's next bytecode
+            self.returned += 1
+            return [0.0] * len(candidates)
+
+    monkeypatch.setenv("ETO_STOP_GRACE_S", "120")  # the stop comes out cleanly, not by the grace's exit
+    model = Signalling()
+    op = Operator.create("DENSE", M=32, N=32, K=64)
+    try:
+        with interrupt.handled():
+            with pytest.raises((stop.Stopped, RuntimeError)):
+                tune_backend([BackendTask("signalled", op.prim_func())], target,
+                             BackendOptions(trials=8, num_trials_per_iter=4, search=light_search(), seed=0),
+                             measurer=measurer, cost_model=model)
+            assert stop.requested() == signal.SIGTERM
+            assert model.calls >= 1 and model.returned == model.calls  # the search's call into Python was not cut
+            with stop.deferred():  # raised once: a later database write (the run's report) is not stopped again
+                pass
+    finally:
+        stop.reset()

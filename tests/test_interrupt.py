@@ -65,6 +65,25 @@ def test_a_stop_request_raises_at_once_or_at_the_end_of_a_deferred_section():
     assert stop.requested() is None
 
 
+def test_in_a_deferred_loop_a_stop_is_raised_at_its_next_check_point_and_only_once():
+    stop.reset()
+    reached = []
+    try:
+        with pytest.raises(stop.Stopped):
+            with stop.deferred():  # MetaSchedule's search loop (tuner.measure.backend)
+                assert stop.request(signal.SIGTERM) is False  # landed in the search: not raised there
+                with stop.deferred():  # a database write in the loop's callback ends without raising
+                    reached.append("written")
+                stop.check()  # the loop's next check point (its builder) raises it
+                reached.append("built")
+        assert reached == ["written"]
+        with stop.deferred():  # a later write (the stopped run's report) is not stopped again
+            reached.append("reported")
+        assert reached == ["written", "reported"]
+    finally:
+        stop.reset()
+
+
 def test_a_hang_point_hangs_once_across_processes_with_a_file(monkeypatch, tmp_path):
     faults._count.clear()
     once = tmp_path / "once"

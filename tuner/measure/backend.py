@@ -4,9 +4,8 @@ The paper's backend is Ansor; TVM removed ``auto_scheduler`` in v0.20 and MetaSc
 multi-level-tiling rules are Ansor's sketch rules, so MetaSchedule plays that role here.
 :func:`tune_backend` tunes one or several operators with TVM's task scheduler and, per operator,
 records what the benchmarks need: candidates measured, wall seconds, the best programs and the
-best-so-far trajectory ``(seconds, trial, best latency)`` from which "time to best" and "time to
-reach latency X" are computed. Each operator's result is handed to ``on_result`` as soon as its
-task finishes, so a caller can commit it before the rest of the set is done.
+best-so-far trajectory ``(seconds, trial, best latency)``. Each operator's result is handed to
+``on_result`` as soon as its task finishes, so a caller can commit it before the rest is done.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from tvm_ffi import get_global_func, register_global_func
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
-from tuner.measure import deadline
+from tuner.measure import deadline, stop
 from tuner.measure.faults import kill_point
 from tuner.measure.finalists import settle_records
 from tuner.analysis.intrinsics import register_tensor_intrinsics
@@ -62,8 +61,7 @@ class BackendResult:
     seconds: float
     trajectory: tuple[TrajectoryPoint, ...]
     errors: tuple[str, ...] = ()
-    #: where ``seconds`` went: the search (candidate generation, cost-model updates), the builds and
-    #: the timed runs, summed over the batches; a run's time varies by process, and this says which part
+    #: where ``seconds`` went, summed over the batches: the search (candidates, cost model), builds, runs
     phases: "tuple[float, float, float]" = (0.0, 0.0, 0.0)
 
     @property
@@ -116,6 +114,7 @@ class _ProgressCallback(PyMeasureCallback):
         self.on_measured = on_measured
         self.each = each  # reports each candidate as it is measured; a batch it could not match, here
 
+    @stop.interruptible()
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
         p = self.progress[task_id]
         timing = self.clock.take(measure_candidates[0].sch.mod) if measure_candidates else None
@@ -307,7 +306,7 @@ def tune_backend(
     callback = _ProgressCallback(progress, clock.last_end, clock, finish, on_batch, measured, each)
     runner = TimedRunner(measurer.runner, clock, each)
     with contextlib.nullcontext(work_dir) if work_dir else tempfile.TemporaryDirectory(prefix="eto-ms-") as scratch, \
-            deadline.passed_on():
+            deadline.passed_on(), stop.deferred():
         ms.tune.tune_tasks(
             tasks=contexts, task_weights=[t.weight for t in tasks], work_dir=scratch,
             max_trials_global=options.trials * len(tasks), max_trials_per_task=options.trials,

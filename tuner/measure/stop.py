@@ -1,8 +1,11 @@
 """Stop requests: how a run is told to stop cleanly (SIGINT, SIGTERM) and where it does.
 
 A signal handler (``eto``'s command line: :mod:`eto.cli.interrupt`) calls :func:`request` and raises
-:class:`Stopped` unless the main thread is in a :func:`deferred` section (a database write), whose end
-raises it instead: a stop never leaves half of a write behind. A :class:`Stopped` raised inside
+:class:`Stopped` unless the main thread is in a :func:`deferred` section, whose end or next :func:`check`
+raises it instead: a database write (a stop never leaves half of a write behind), and MetaSchedule's
+search loop (:func:`tuner.measure.backend.tune_backend`), where Python the threaded C++ search calls (its
+cost model) must not raise: there the stop ended the process with ``std::terminate``. eto's own callbacks
+in that loop are :func:`interruptible` again. A :class:`Stopped` raised inside
 MetaSchedule's C++ loop comes back out of it as a ``RuntimeError`` (TVM's FFI keeps the message, not
 the type), and code that catches errors broadly may swallow it; so the measuring code calls
 :func:`check` between candidates, which raises again once a stop was requested, and the command line
@@ -45,12 +48,29 @@ def requested() -> int | None:
 def check() -> None:
     """Raise :class:`Stopped` if a stop was requested (a point between candidates)."""
     if _state["signal"] is not None:
+        _state["pending"] = False  # raised here: a deferred section's end does not raise it again
         raise Stopped(_state["signal"])  # type: ignore[arg-type]
 
 
 def reset() -> None:
     """Forget a request (a new command in the same process, tests)."""
     _state.update(signal=None, deferred=0, pending=False)
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """eto's own Python inside a deferred loop (MetaSchedule's builder, runner and measure callback,
+    called from its loop's main thread): a stop is raised there as outside the loop. Also a decorator."""
+    main = threading.current_thread() is threading.main_thread()
+    saved = _state["deferred"]
+    if main:
+        _state["deferred"] = 0
+    try:
+        check()
+        yield
+    finally:
+        if main:
+            _state["deferred"] = saved
 
 
 @contextmanager

@@ -151,6 +151,7 @@ class TimedBuilder(PyBuilder):
         self.runner, self.chunk = runner, chunk
         self.cuts: dict[str, BuildCut] = {}  # per task
 
+    @stop.interruptible()
     def build(self, build_inputs):
         stop.check()
         deadline.check()
@@ -214,6 +215,7 @@ class TimedRunner(PyRunner):
         for inp, result in zip(inputs, self._each(inputs)):
             self.done[str(inp.artifact_path)] = result
 
+    @stop.interruptible()
     def run(self, runner_inputs):
         results = [self.done.pop(str(inp.artifact_path), None) for inp in runner_inputs]
         todo = [inp for inp, r in zip(runner_inputs, results) if r is None]
