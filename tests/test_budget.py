@@ -251,23 +251,10 @@ def test_a_self_reuse_is_due_on_a_best_program_no_self_reuse_has_searched_around
     assert not self_reuse_due(best(3.0), searched + [result(op, "improve", 4.0, polish={"improved": False})], {})
 
 
-def test_under_a_time_budget_an_earlier_runs_unpolished_roots_wait_for_the_improvement():
-    """A rerun without a budget polishes the roots an earlier run left unpolished before anything else;
-    under a budget their polish is the improvement's first step on them, ranked by latency: polished
-    first, a 240 s stage of MobileNetV2 after a cut one spent its whole budget on 12 polishes and left
-    the plan's 10 operators untuned. A self-reuse step counts as the root's polish."""
-    from eto.runs.pipeline import _tune_plan
+def test_a_roots_self_reuse_step_counts_as_its_polish():
+    """A root a time budget's improvement has self-reused (method improve, with the polish's record) is
+    not polished again by a later run; a search step (evolve) is no polish."""
     from eto.runs.polish import needs_polish
-
-    plan = SimpleNamespace(order=[], parent={}, edge_costs={}, prior=["root"])
-    planned = SimpleNamespace(plan=plan, operators={"root": "the root's operator"})
-    for budget, polished in ((None, [["the root's operator"]]), (600.0, [])):
-        calls: list = []
-        run = SimpleNamespace(options=SimpleNamespace(time_budget=budget), say=lambda _m: None, backend=lambda *_a: None,
-                              polish_roots=lambda ops, _m: calls.append(list(ops)))
-        _tune_plan(planned, run, None, [object()])
-        assert calls == polished, budget
-
     from eto.target import target_key
 
     op, tk = Operator.parse("BMM(B=1,M=64,N=64,K=64)"), target_key("llvm")

@@ -256,8 +256,7 @@ def _tune_plan(planned: OperatorPlan, run: RunContext, derivation: Derivation,
     plan, ops = planned.plan, planned.operators
     progress = SetProgress({n: plan.edge_costs[(plan.parent[n], n)] for n in plan.order}, run.say,
                            done=[n for n in plan.order if run.database.attempted(ops[n], run.target)])
-    if run.options.time_budget is None:  # a run killed before a root's polish; under a budget the plan's
-        run.polish_roots([ops[n] for n in plan.prior], measurers[0])  # operators first (eto.runs.improve)
+    run.polish_roots([ops[n] for n in plan.prior], measurers[0])  # a run killed before a root's polish
 
     def tune_names(names: Sequence[str], m: "Measurer") -> None:
         roots = [n for n in names if plan.parent[n] == ROOT and not run.database.attempted(ops[n], run.target)]
