@@ -151,9 +151,8 @@ class TimedBuilder(PyBuilder):
         self.runner, self.chunk = runner, chunk
         self.cuts: dict[str, BuildCut] = {}  # per task
 
-    @stop.interruptible()
+    @stop.interruptible()  # raises a stop requested before the build
     def build(self, build_inputs):
-        stop.check()
         deadline.check()
         if not build_inputs:
             return self.inner.build(build_inputs)
