@@ -189,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale", choices=sorted(SCALES), default="small")
     ap.add_argument("--model", help="a built-in model (default: the scale's)")
     ap.add_argument("--eto", type=float, nargs="+", help="eto's cumulative budgets in seconds (default: the scale's)")
-    ap.add_argument("--ms", type=int, nargs="+", help="MetaSchedule's trials per task (default: the scale's)")
+    ap.add_argument("--ms", type=int, nargs="*",
+                    help="MetaSchedule's trials per task (default: the scale's; none given: no MetaSchedule run)")
     ap.add_argument("--layout", choices=["NCHW", "NHWC"], default="NCHW", help="eto's layout (MetaSchedule: NCHW)")
     ap.add_argument("--rounds", type=int, default=5, help="timing rounds (builds interleaved)")
     ap.add_argument("--work", help="where the runs go (default experiments/work/time_curve_<model>)")
@@ -204,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     name = args.model or cfg["model"]
     budgets = sorted(args.eto or cfg["eto"])
     work = args.work or os.path.join(HERE, "work", f"time_curve_{name}_{args.layout}")
-    run(name, budgets, sorted(args.ms or cfg["ms"]), work, args.out_dir, rounds=args.rounds, layout=args.layout)
+    run(name, budgets, sorted(cfg["ms"] if args.ms is None else args.ms), work, args.out_dir, rounds=args.rounds, layout=args.layout)
     return 0
 
 

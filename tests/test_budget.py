@@ -263,3 +263,40 @@ def test_a_roots_self_reuse_step_counts_as_its_polish():
     for results, due in (([root], True), ([root, {**step, "evolve": {}}], True), ([root, {**step, "polish": {}}], False),
                          ([root, {**step, "method": "polish", "polish": {}}], False)):
         assert needs_polish(SimpleNamespace(results=lambda r=results: r), op, "llvm") == due, results
+
+
+def test_a_budget_prices_the_polish_of_roots_an_earlier_run_left_unpolished():
+    """A root an earlier run cut before its polish is polished before the plan's own work: a time budget
+    counts it (the same budget affords fewer trials), a polished root costs nothing, and the estimate is
+    one self-reuse of POLISH_CANDIDATES per such root on the plan's time model."""
+    from eto.operators.opsets import OperatorSet
+    from eto.planning.budget import POLISH_CANDIDATES, plan_within, prior_polish_seconds, unpolished_roots
+    from eto.target import target_key
+
+    tk = target_key("llvm")
+    cut = Operator.parse("BMM(B=1,M=256,N=256,K=256)")
+    todo = [Operator.parse("BMM(B=1,M=128,N=64,K=256)"), Operator.parse("BMM(B=1,M=64,N=256,K=256)")]
+    root = {"op_key": cut.key, "target": tk, "method": "backend", "root": True, "records": []}
+
+    def database(*results: dict) -> SimpleNamespace:  # a database holding ``cut`` as a prior program
+        return SimpleNamespace(results=lambda: list(results), tuned=lambda _t: {cut: None})
+
+    cut_db, polished_db = (database({**root, "records": [{}]}),
+                           database({**root, "records": [{}]}, {"op_key": cut.key, "target": tk, "method": "polish"}))
+    assert unpolished_roots(cut_db, "llvm") == {cut.key} and not unpolished_roots(polished_db, "llvm")
+    opset = OperatorSet.from_layers("two", todo)
+    options = TuneOptions().replace(cost="analytic", polish=True)
+    roomy, top = (plan_within(opset, options, 1e6, database=db, target="llvm", unpolished=unpolished_roots(db, "llvm"))
+                  for db in (cut_db, polished_db))
+    assert [roomy.planned.operators[n] for n in roomy.planned.plan.prior] == [cut] and top.polish_seconds == 0.0
+    tm = roomy.planned.time_model
+    expected = tm.polish_seconds(tm.reuse_candidates(POLISH_CANDIDATES), cut.flops / 1e9, cut.type)
+    assert expected > 0 and roomy.polish_seconds == pytest.approx(expected)
+    assert prior_polish_seconds(roomy.planned, {cut.key}) == pytest.approx(expected)
+    assert roomy.seconds == pytest.approx(roomy.plan_seconds + roomy.functions_seconds + expected)
+    # between the two plans' estimates: the budget that fits the polished database's largest rung does
+    # not fit the cut one's, whose polish it must also pay for
+    assert top.options.backend.trials == TRIALS_LADDER[-1]
+    squeezed = plan_within(opset, options, top.seconds + expected / 2, database=cut_db, target="llvm",
+                           unpolished={cut.key})
+    assert squeezed.options.backend.trials < top.options.backend.trials and squeezed.seconds <= top.seconds + expected / 2

@@ -235,6 +235,7 @@ def test_plans_cost_the_strategy_that_tuning_runs(tmp_path):
     and the pipeline hands its strategy to the planner (so a plan never costs other rounds than run)."""
     import inspect
 
+    import eto.planning.budget
     import eto.runs.pipeline
     from eto.cli import build_parser
     from tuner.reuse.estimate import estimate_trials
@@ -263,14 +264,14 @@ def test_plans_cost_the_strategy_that_tuning_runs(tmp_path):
 
     for strategy in ("per-b", "global"):
         with pytest.MonkeyPatch.context() as mp, pytest.raises(Planned) as planned:
-            mp.setattr(eto.runs.pipeline, "plan_operator_set", plan_and_stop)
+            mp.setattr(eto.planning.budget, "plan_operator_set", plan_and_stop)
             eto.runs.pipeline.tune(load_opset("bert_base"), "cpu", Database(tmp_path / strategy), TuneOptions.of(strategy=strategy, top_k=3))
         assert planned.value.args == (strategy, 3)
     # "auto": the planner gets the number the reuse tuner will run on that target
     for target, workers, k in (("cpu", 16, DEFAULT_TOP_K), ("nvidia/nvidia-h100", 16, 16),
                                ("nvidia/nvidia-h100", 2, DEFAULT_TOP_K)):
         with pytest.MonkeyPatch.context() as mp, pytest.raises(Planned) as planned:
-            mp.setattr(eto.runs.pipeline, "plan_operator_set", plan_and_stop)
+            mp.setattr(eto.planning.budget, "plan_operator_set", plan_and_stop)
             mp.setattr("tuner.reuse.ranked.physical_cores", lambda: workers)
             eto.runs.pipeline.tune(load_opset("bert_base"), target, Database(tmp_path / f"{workers}"))
         assert planned.value.args == (DEFAULT_STRATEGY, k), (target, workers)

@@ -75,8 +75,8 @@ def _plan_in(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
         if args.opset or args.op or args.model:
             raise CLIError("give either --graph or an operator set (--opset, --op, --model), not both")
         return _solve_graph(args)
-    from eto.planning.budget import PLAN_SHARE, function_trials, functions_estimator, plan_within
-    from eto.planning.planner import hot_operators, plan_operator_set, plan_selective
+    from eto.planning.budget import PLAN_SHARE, plan_run
+    from eto.planning.planner import hot_operators
     from eto.runs.pipeline import plan_summary
     from eto.target import parse_target
 
@@ -92,29 +92,20 @@ def _plan_in(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     if db is not None:
         check_target(db, target, fatal=False)
     hot = hot_operators(opset, options.plan.hot_share) if options.plan.hot_share is not None else frozenset()
-    if args.method == "st":
-        from tuner.reuse.topk import DEFAULT_K
-
-        result = plan_selective(opset, budget=options.plan_budget, k=DEFAULT_K, database=db, target=target)
-    functions = functions_estimator(opset, db, target)
-    if args.method == "st":
-        functions_s = functions(result.time_model, function_trials(options)) if result.time_model else 0.0
-    elif options.time_budget is not None:  # as eto tune fits its plan to the budget
-        fitted = plan_within(opset, options, options.time_budget * PLAN_SHARE, functions=functions, database=db,
-                             target=target, hot=hot)
-        result, options, functions_s = fitted.planned, fitted.options, fitted.functions_seconds
+    budget_s = None if options.time_budget is None or args.method == "st" else options.time_budget * PLAN_SHARE
+    fitted = plan_run(opset, options, database=db, target=target, hot=hot, seconds=budget_s,  # as eto tune plans
+                      time_limit=args.time_limit)
+    result, options = fitted.planned, fitted.options
+    if budget_s is not None:
         print(file=sys.stderr if args.json else sys.stdout, *[f"eto: a time budget of {options.time_budget:.0f} s affords {options.backend.trials} trials per backend "
               f"root: the plan is estimated at {fitted.seconds:.0f} s, the rest goes to the operators with the "
               f"most latency to gain"])
-    else:
-        result = plan_operator_set(opset, options, database=db, target=target, hot=hot, time_limit=args.time_limit)
-        functions_s = functions(result.time_model, function_trials(options))
     if args.json:
-        print(json.dumps({**result.to_json(), "functions_seconds": functions_s,
-                          "trials": options.backend.trials}, indent=1))
+        print(json.dumps({**result.to_json(), "functions_seconds": fitted.functions_seconds,
+                          "prior_polish_seconds": fitted.polish_seconds, "trials": options.backend.trials}, indent=1))
     else:
         plan = result.plan
-        print(f"eto: {opset.name}: {len(opset)} operators; {plan_summary(result, len(hot), functions_s)}")
+        print(f"eto: {opset.name}: {len(opset)} operators; {plan_summary(fitted, len(hot))}")
         print(plan.format_tree(unit="s"))
         print(f"bridges {options.plan.bridges}: {len(plan.bridges)} bridge operators, {plan.candidate_pairs} "
               f"candidate reuse pairs; costs in seconds by {_time_model_text(result)}")

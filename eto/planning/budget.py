@@ -20,7 +20,7 @@ from eto.operators import Operator
 from eto.operators.opsets import OperatorSet
 from eto.operators.task import FUNCTION_TRIALS
 from eto.options import TuneOptions
-from eto.planning.planner import OperatorPlan, plan_operator_set
+from eto.planning.planner import OperatorPlan, plan_operator_set, plan_selective
 from eto.planning.time_model import TimeModel
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -37,6 +37,9 @@ PLAN_SHARE = 0.7
 #: where the model's latency is (:mod:`eto.runs.improve`), which a root often is not (a plan's roots
 #: are frequently small bridge operators the model does not hold).
 TRIALS_LADDER: tuple[int, ...] = (8, 16, 24, 32, 48, 64, 96, 128)
+#: The candidates a self-reuse is expected to measure: a root's polish, a time budget's self-reuse step
+#: (a root's polish measured 38-55, :mod:`eto.runs.polish`).
+POLISH_CANDIDATES = 40
 #: Roots given fewer trials than this search with MetaSchedule's light search
 #: (:func:`tuner.measure.backend.light_search`) unless another search was asked for: the default search
 #: evolves a population of 512 for every batch, seconds of work a budget of one or two chunks of
@@ -46,17 +49,19 @@ LIGHT_SEARCH_BELOW = DEFAULT_TRIALS_PER_ITER // 2
 
 
 @dataclass(frozen=True)
-class BudgetPlan:
-    """The plan a time budget affords, the options it is for, and its estimated seconds in parts."""
+class RunPlan:
+    """A run's plan, the options it is for (a time budget picks the trials), and its estimated seconds in
+    parts: the plan's own, the functions outside the catalogue after it, the prior roots' polish before it."""
 
     planned: OperatorPlan
     options: TuneOptions
     plan_seconds: float
     functions_seconds: float
+    polish_seconds: float = 0.0
 
     @property
     def seconds(self) -> float:
-        return self.plan_seconds + self.functions_seconds
+        return self.plan_seconds + self.functions_seconds + self.polish_seconds
 
 
 def fit_trials(estimate: Callable[[int], float], seconds: float, ladder: Sequence[int] = TRIALS_LADDER) -> int:
@@ -118,21 +123,85 @@ def functions_estimator(opset: OperatorSet, database: "Database | None",
     return lambda tm, n: functions_seconds(todo, tm, n, single=single, reused=reused)
 
 
+def unpolished_roots(database: "Database | None", target: "Target | str | None") -> frozenset[str]:
+    """Keys of the operators ``database`` holds as a plan's root (a backend result the pipeline marked
+    ``root``, with programs) not yet polished (a polish, or a time budget's self-reuse step, counts): a root
+    tuned in this run, or in a run killed or cut by its time budget between its backend result and its
+    polish. A program imported or tuned outside a plan, or by the backend after a failed reuse, is none.
+    O(results)."""
+    from eto.store.database import IMPROVE, POLISH
+    from eto.target import target_key
+
+    if database is None or target is None:
+        return frozenset()
+    tk = target_key(target)
+    roots, polished = set(), set()
+    for r in database.results():
+        if r.get("target") != tk:
+            continue
+        if r.get("method") == "backend" and r.get("root") and r.get("records"):
+            roots.add(r.get("op_key"))
+        elif r.get("method") == POLISH or (r.get("method") == IMPROVE and "polish" in r):
+            polished.add(r.get("op_key"))
+    return frozenset(roots - polished)
+
+
+def prior_polish_seconds(planned: OperatorPlan, unpolished: Collection[str]) -> float:
+    """Estimated seconds of polishing the plan's prior operators whose keys are in ``unpolished``
+    (:func:`unpolished_roots`), which the pipeline does before the plan's own work: a self-reuse of
+    :data:`POLISH_CANDIDATES` each. 0 without a time model (costs not in seconds). O(prior)."""
+    tm = planned.time_model
+    if tm is None or not unpolished:
+        return 0.0
+    ops = [planned.operators[n] for n in planned.plan.prior if n in planned.operators]
+    c = tm.reuse_candidates(POLISH_CANDIDATES)
+    return sum(tm.polish_seconds(c, op.flops / 1e9, op.type) for op in ops if op.key in unpolished)
+
+
+def _costed(planned: OperatorPlan, options: TuneOptions, functions: Callable[[TimeModel, int], float],
+            unpolished: Collection[str]) -> RunPlan:
+    tm = planned.time_model
+    return RunPlan(planned, options, planned.plan.total_cost,
+                   functions(tm, function_trials(options)) if tm is not None else 0.0,
+                   prior_polish_seconds(planned, unpolished) if options.polishes else 0.0)
+
+
+def plan_run(opset: OperatorSet, options: TuneOptions, *, database: "Database | None", target: "Target",
+             hot: Collection[Operator] = (), seconds: float | None = None,
+             time_limit: float | None = None) -> RunPlan:
+    """The plan a run tunes, as ``eto tune`` makes it and ``eto plan`` previews it: Selective Tuning's
+    clusters for method ``"st"``, else the largest plan whose whole estimate fits ``seconds`` where given
+    (:func:`plan_within`), else the plan at the options' trials (``time_limit``: the selector's solver's)."""
+    functions = functions_estimator(opset, database, target)
+    unpolished = unpolished_roots(database, target) if options.method == "eto" else frozenset()
+    if options.method == "st":
+        from tuner.reuse.topk import DEFAULT_K
+
+        planned = plan_selective(opset, budget=options.plan_budget, k=DEFAULT_K, database=database, target=target)
+    elif seconds is not None:
+        return plan_within(opset, options, seconds, functions=functions, unpolished=unpolished,
+                           database=database, target=target, hot=hot)
+    else:
+        planned = plan_operator_set(opset, options, database=database, target=target, hot=hot, time_limit=time_limit)
+    return _costed(planned, options, functions, unpolished)
+
+
 def plan_within(opset: OperatorSet, options: TuneOptions, seconds: float, *,
                 functions: Callable[[TimeModel, int], float] = lambda _tm, _n: 0.0,
-                database: "Database | None" = None, target: "Target | str | None" = None,
-                hot: Collection[Operator] = (), ladder: Sequence[int] = TRIALS_LADDER) -> BudgetPlan:
+                unpolished: Collection[str] = (), database: "Database | None" = None,
+                target: "Target | str | None" = None, hot: Collection[Operator] = (),
+                ladder: Sequence[int] = TRIALS_LADDER) -> RunPlan:
     """The plan of ``opset`` at the largest backend budget of ``ladder`` whose estimate fits ``seconds``
     (:func:`fit_trials`), with ``functions(time_model, trials)`` the estimated seconds of the functions
-    outside the catalogue. O(log L) plans."""
-    made: dict[int, BudgetPlan] = {}
+    outside the catalogue and the polish of the prior roots in ``unpolished`` (where the trials polish
+    roots, :attr:`eto.options.TuneOptions.polishes`). O(log L) plans."""
+    made: dict[int, RunPlan] = {}
 
     def estimate(trials: int) -> float:
         opts = options.replace(trials=trials, plan_budget=None)
         planned = plan_operator_set(opset, opts, database=database, target=target, hot=hot)
         assert planned.time_model is not None  # the plan's costs are its seconds
-        made[trials] = BudgetPlan(planned, opts, planned.plan.total_cost,
-                                  functions(planned.time_model, function_trials(opts)))
+        made[trials] = _costed(planned, opts, functions, unpolished)
         return made[trials].seconds
 
     fitted = made[fit_trials(estimate, seconds, ladder)]
@@ -143,5 +212,6 @@ def plan_within(opset: OperatorSet, options: TuneOptions, seconds: float, *,
     return fitted
 
 
-__all__ = ["BudgetPlan", "LIGHT_SEARCH_BELOW", "PLAN_SHARE", "TRIALS_LADDER", "fit_trials", "function_trials", "functions_estimator",
-           "functions_seconds", "plan_within"]
+__all__ = ["LIGHT_SEARCH_BELOW", "PLAN_SHARE", "POLISH_CANDIDATES", "RunPlan", "TRIALS_LADDER", "fit_trials",
+           "function_trials", "functions_estimator", "functions_seconds", "plan_run", "plan_within",
+           "prior_polish_seconds", "unpolished_roots"]

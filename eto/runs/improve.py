@@ -36,6 +36,7 @@ from tuner.measure import deadline
 from eto.models.roofline import fp32_peak, memory_bandwidth, reached_peak
 from eto.operators import Operator
 from eto.operators.opsets import OperatorSet
+from eto.planning.budget import POLISH_CANDIDATES
 from eto.runs.derive import RunContext
 from eto.runs.polish import polish_program, rescaled
 from eto.runs.tuning import checkable_here, gated
@@ -52,8 +53,6 @@ STEP_TRIALS = 32
 MIN_STEP_TRIALS = 8
 #: The headroom of an operator without FLOPs: a search can shorten its memory traffic only so much.
 DATA_MOVEMENT_HEADROOM = 0.25
-#: The candidates a self-reuse step is expected to measure (a root's polish measured 38-55, :mod:`eto.runs.polish`).
-POLISH_CANDIDATES = 40
 #: A search step that shortens its operator's best by less than this has found what the search finds
 #: there (within the side-by-side timing's noise): the operator gets no more steps in this run. On
 #: ResNet-50's 7x7 convolutions, three more search steps after one such gained nothing, 0.6% at most.

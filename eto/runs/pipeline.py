@@ -40,6 +40,7 @@ members from its representative by TopK.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -54,8 +55,8 @@ from eto.operators import Operator
 from eto.operators.opsets import OperatorEntry, OperatorSet
 from eto.operators.task import same_function_sources
 from eto.options import TuneOptions
-from eto.planning.budget import PLAN_SHARE, function_trials, functions_estimator, plan_within
-from eto.planning.planner import OperatorPlan, hot_operators, plan_operator_set, plan_selective
+from eto.planning.budget import PLAN_SHARE, RunPlan, function_trials, plan_run
+from eto.planning.planner import OperatorPlan, hot_operators
 from eto.runs.derive import Derivation, ReuseSearch, RunContext
 from eto.runs.finish import SEARCH_IN_FLIGHT_S, finish, reserve
 from eto.runs.improve import improve
@@ -118,24 +119,17 @@ def _tune(opset: OperatorSet, target: "Target", database: Database, options: Tun
           log: Callable[[str], None], start: float) -> TuneReport:
     """:func:`tune` within the run's deadline (none without a time budget)."""
     from tuner.reuse.cost_model import LearnedRanker
-    from tuner.reuse.topk import DEFAULT_K
 
     hot = hot_operators(opset, options.plan.hot_share) if options.plan.hot_share is not None else frozenset()
     wall_start = time.time()
     kill_point("plan.before")
-    functions = functions_estimator(opset, database, target)
-    if options.method == "st":
-        planned = plan_selective(opset, budget=options.plan_budget, k=DEFAULT_K, database=database, target=target)
-        functions_s = functions(planned.time_model, function_trials(options)) if planned.time_model else 0.0
-    elif options.time_budget is not None:
-        seconds = min(options.time_budget, deadline.left()) * PLAN_SHARE  # less what reading a model took
-        fitted = plan_within(opset, options, seconds, functions=functions, database=database, target=target, hot=hot)
-        planned, options, functions_s = fitted.planned, fitted.options, fitted.functions_seconds
+    budget_s = None if options.time_budget is None or options.method == "st" else (
+        min(options.time_budget, deadline.left()) * PLAN_SHARE)  # less what reading a model took
+    fitted = plan_run(opset, options, database=database, target=target, hot=hot, seconds=budget_s)
+    planned, options, outside_s = fitted.planned, fitted.options, fitted.functions_seconds + fitted.polish_seconds
+    if budget_s is not None:
         log(f"time budget {clock(options.time_budget)}: {options.backend.trials} trials per backend root, "
             f"the plan estimated {clock(fitted.seconds)} of it; the rest where the latency is")
-    else:
-        planned = plan_operator_set(opset, options, database=database, target=target, hot=hot)
-        functions_s = functions(planned.time_model, function_trials(options)) if planned.time_model else 0.0
     kill_point("plan.after")
     setup_s = time.perf_counter() - start  # the measurer's start and the planning: measured, not estimated
     top_k = resolve_top_k(options.reuse.top_k, target)
@@ -148,7 +142,7 @@ def _tune(opset: OperatorSet, target: "Target", database: Database, options: Tun
         try:
             with deadline.until(None if held is None else deadline.left() - held):  # the plan's work
                 planned, estimated = _tune_multi_sketch_kinds_first(planned, run, measurers[0])
-                run.say(plan_summary(planned, len(run.hot), functions_s))  # once, not again by _go_on
+                run.say(plan_summary(dataclasses.replace(fitted, planned=planned), len(run.hot)))  # not again by _go_on
                 _plan_work(opset, planned, run, derivation, measurers)
         except deadline.DeadlineReached:
             finish(opset, run, measurers[0])  # in the time held back: instant programs for what was not reached
@@ -163,7 +157,7 @@ def _tune(opset: OperatorSet, target: "Target", database: Database, options: Tun
             f": {len(left)} operators not tuned yet; the same command with a budget goes on from there"
             if left else ""))
     kill_point("tune.end")
-    return _report(opset, planned, run, wall_start, (setup_s + estimated[0] + planned.plan.total_cost + functions_s,
+    return _report(opset, planned, run, wall_start, (setup_s + estimated[0] + planned.plan.total_cost + outside_s,
                    estimated[1] + planned.total_candidates), time.perf_counter() - start, stopped, setup_s)
 
 
@@ -322,15 +316,19 @@ def _report(opset: OperatorSet, planned: OperatorPlan, run: RunContext, since: f
                       setup_seconds=setup_s)
 
 
-def plan_summary(planned: OperatorPlan, hot: int = 0, functions_s: float = 0.0) -> str:
-    """The plan in one line, as ``eto tune`` logs it before tuning and ``eto plan`` previews it;
-    ``functions_s``: the estimated seconds of the functions outside the catalogue, tuned after the plan."""
-    plan = planned.plan
+def plan_summary(fitted: RunPlan, hot: int = 0) -> str:
+    """The run's plan in one line, as ``eto tune`` logs it before tuning and ``eto plan`` previews it, with
+    the estimated seconds of the work around it: the functions outside the catalogue, tuned after the
+    plan, and the polish of roots an earlier run left unpolished, before it."""
+    plan, planned = fitted.planned.plan, fitted.planned
+    around = [f"{s:.0f} s of it {what}" for s, what in ((fitted.functions_seconds, "for functions outside the catalogue"),
+              (fitted.polish_seconds, "to polish roots an earlier run left unpolished")) if s]
+    extra = fitted.functions_seconds + fitted.polish_seconds
     return (f"plan: {len(plan.backend)} by the backend, {len(plan.reuse_pairs)} by reuse "
             f"({len(plan.used_bridges)} bridges), {len(plan.prior)} already tuned" + (f", {hot} hot" if hot else "")
-            + f"; estimated {plan.total_cost + functions_s:.0f} s ({planned.total_candidates:.0f} candidates"
-            + (f"; {functions_s:.0f} s of it for functions outside the catalogue" if functions_s else "")
-            + f") vs {plan.baseline_cost + functions_s:.0f} s with the backend alone")
+            + f"; estimated {plan.total_cost + extra:.0f} s ({planned.total_candidates:.0f} candidates"
+            + "".join(f"; {a}" for a in around)
+            + f") vs {plan.baseline_cost + fitted.functions_seconds:.0f} s with the backend alone")
 
 
 def balance_subtrees(plan: Plan, workers: int) -> list[list[str]]:

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from tuner.measure.faults import kill_point
 
-from eto.store.database import IMPROVE, POLISH, Database, Method
+from eto.store.database import POLISH, Database, Method
+from eto.planning.budget import unpolished_roots
 from eto.planning.lead_sources import leads
 from eto.operators import Operator
 from eto.runs.tuning import checkable_here, features_of, gated
@@ -39,17 +40,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def needs_polish(database: Database, op: Operator, target: "Target") -> bool:
-    """Whether ``op`` is a plan root (its backend result is marked ``root`` by the pipeline) not yet
-    polished (a time budget's self-reuse step counts, :mod:`eto.runs.improve`): a root tuned in this run,
-    or in a run killed or cut by its time budget between its backend result and its polish.
-    A program imported or tuned outside a plan, or by the backend after a failed reuse, stays as it is.
+    """Whether ``op`` is a plan root not yet polished (:func:`eto.planning.budget.unpolished_roots`).
     O(results)."""
-    from eto.target import target_key
-
-    tk = target_key(target)
-    mine = [r for r in database.results() if r.get("op_key") == op.key and r.get("target") == tk]
-    return (any(r.get("method") == "backend" and r.get("root") and r.get("records") for r in mine)
-            and not any(r.get("method") == POLISH or (r.get("method") == IMPROVE and "polish" in r) for r in mine))
+    return op.key in unpolished_roots(database, target)
 
 
 def polish_root(op: Operator, database: Database, target: "Target", measurer: "Measurer",
