@@ -335,8 +335,10 @@ def time_curve(d: dict) -> list[str]:
     ms_rows = ", ".join(f"{p['trials_per_task']} trials/task: {s(p['tuning_s'])}, {p['ms']:.2f} ms"
                         for p in sm["metaschedule"])
     reach = sm.get("time_ratio_to_metaschedule_best")
-    return [f"Without tuning (median, min-max over the timing rounds): {lines_ms}. MetaSchedule `tune_relax`: {ms_rows}. eto reached MetaSchedule's best "
-            f"latency " + (f"in **{x(reach)}** less time." if reach else "at none of its budgets.")
+    ms_text = (f" MetaSchedule `tune_relax`: {ms_rows}. eto reached MetaSchedule's best latency "
+               + (f"in **{x(reach)}** less time." if reach else "at none of its budgets.")) if ms_rows else (
+        " MetaSchedule: not run beside it.")
+    return [f"Without tuning (median, min-max over the timing rounds): {lines_ms}.{ms_text}"
             + _paired_rounds(d), ""] + table(
         ["eto's tuning time", "eto ms", "operators not reached (instant programs, else default schedules)",
          "MetaSchedule's best within that time, ms", "eto vs ONNX Runtime"], rows)
