@@ -75,7 +75,7 @@ def _plan_in(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
         if args.opset or args.op or args.model:
             raise CLIError("give either --graph or an operator set (--opset, --op, --model), not both")
         return _solve_graph(args)
-    from eto.planning.budget import PLAN_SHARE, plan_run
+    from eto.planning.budget import plan_run
     from eto.planning.planner import hot_operators
     from eto.runs.pipeline import plan_summary
     from eto.target import parse_target
@@ -92,11 +92,10 @@ def _plan_in(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     if db is not None:
         check_target(db, target, fatal=False)
     hot = hot_operators(opset, options.plan.hot_share) if options.plan.hot_share is not None else frozenset()
-    budget_s = None if options.time_budget is None or args.method == "st" else options.time_budget * PLAN_SHARE
-    fitted = plan_run(opset, options, database=db, target=target, hot=hot, seconds=budget_s,  # as eto tune plans
-                      time_limit=args.time_limit)
+    fitted = plan_run(opset, options, database=db, target=target, hot=hot, seconds=options.time_budget,  # as eto
+                      time_limit=args.time_limit)  # tune plans
     result, options = fitted.planned, fitted.options
-    if budget_s is not None:
+    if options.time_budget is not None and args.method != "st":
         print(file=sys.stderr if args.json else sys.stdout, *[f"eto: a time budget of {options.time_budget:.0f} s affords {options.backend.trials} trials per backend "
               f"root: the plan is estimated at {fitted.seconds:.0f} s, the rest goes to the operators with the "
               f"most latency to gain"])

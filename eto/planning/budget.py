@@ -170,8 +170,9 @@ def plan_run(opset: OperatorSet, options: TuneOptions, *, database: "Database | 
              hot: Collection[Operator] = (), seconds: float | None = None,
              time_limit: float | None = None) -> RunPlan:
     """The plan a run tunes, as ``eto tune`` makes it and ``eto plan`` previews it: Selective Tuning's
-    clusters for method ``"st"``, else the largest plan whose whole estimate fits ``seconds`` where given
-    (:func:`plan_within`), else the plan at the options' trials (``time_limit``: the selector's solver's)."""
+    clusters for method ``"st"``, else, with ``seconds`` (the run's time budget, or what is left of it), the
+    largest plan whose whole estimate fits :data:`PLAN_SHARE` of them (:func:`plan_within`), else the plan
+    at the options' trials (``time_limit``: the selector's solver's)."""
     functions = functions_estimator(opset, database, target)
     unpolished = unpolished_roots(database, target) if options.method == "eto" else frozenset()
     if options.method == "st":
@@ -179,7 +180,7 @@ def plan_run(opset: OperatorSet, options: TuneOptions, *, database: "Database | 
 
         planned = plan_selective(opset, budget=options.plan_budget, k=DEFAULT_K, database=database, target=target)
     elif seconds is not None:
-        return plan_within(opset, options, seconds, functions=functions, unpolished=unpolished,
+        return plan_within(opset, options, seconds * PLAN_SHARE, functions=functions, unpolished=unpolished,
                            database=database, target=target, hot=hot)
     else:
         planned = plan_operator_set(opset, options, database=database, target=target, hot=hot, time_limit=time_limit)

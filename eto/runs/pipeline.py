@@ -55,7 +55,7 @@ from eto.operators import Operator
 from eto.operators.opsets import OperatorEntry, OperatorSet
 from eto.operators.task import same_function_sources
 from eto.options import TuneOptions
-from eto.planning.budget import PLAN_SHARE, RunPlan, function_trials, plan_run
+from eto.planning.budget import RunPlan, function_trials, plan_run
 from eto.planning.planner import OperatorPlan, hot_operators
 from eto.runs.derive import Derivation, ReuseSearch, RunContext
 from eto.runs.finish import SEARCH_IN_FLIGHT_S, finish, reserve
@@ -123,11 +123,10 @@ def _tune(opset: OperatorSet, target: "Target", database: Database, options: Tun
     hot = hot_operators(opset, options.plan.hot_share) if options.plan.hot_share is not None else frozenset()
     wall_start = time.time()
     kill_point("plan.before")
-    budget_s = None if options.time_budget is None or options.method == "st" else (
-        min(options.time_budget, deadline.left()) * PLAN_SHARE)  # less what reading a model took
-    fitted = plan_run(opset, options, database=database, target=target, hot=hot, seconds=budget_s)
+    budget_s = None if options.time_budget is None else min(options.time_budget, deadline.left())  # less reading
+    fitted = plan_run(opset, options, database=database, target=target, hot=hot, seconds=budget_s)  # a model took
     planned, options, outside_s = fitted.planned, fitted.options, fitted.functions_seconds + fitted.polish_seconds
-    if budget_s is not None:
+    if budget_s is not None and options.method != "st":
         log(f"time budget {clock(options.time_budget)}: {options.backend.trials} trials per backend root, "
             f"the plan estimated {clock(fitted.seconds)} of it; the rest where the latency is")
     kill_point("plan.after")
