@@ -5,8 +5,10 @@ layers), MetaSchedule tunes it twice at the same budget, as eto tunes a root (``
 batch): in NCHW/OIHW (eto's catalogue layout today) and in NHWC/HWIO (the channel dimension
 innermost, which a CPU vectorises). Both programs, ONNX Runtime's Conv (one node, its CPU provider:
 MLAS, channel-blocked NCHWc with packed weights) and PyTorch's conv2d (oneDNN) are then timed side
-by side, interleaved, on ``TVM_NUM_THREADS`` threads. The question for issue 68: is the gap to ONNX
-Runtime a matter of layout, of search budget, or of neither.
+by side, interleaved, on ``TVM_NUM_THREADS`` threads. The weights are marked layout-free, as eto marks
+a model's (:mod:`eto.models.prepack`): each program reads them packed in the order its tiles walk them.
+The question for issue 68: is the gap to ONNX Runtime a matter of layout, of search budget, or of
+neither. ``--layouts NHWC`` tunes one layout only.
 
     python -m experiments.tools.layout_probe --trials 64 --out experiments/results/layout_probe.json
 """
@@ -22,6 +24,7 @@ import time
 import numpy as np
 
 from experiments._env import environment
+from eto.models.prepack import LAYOUT_FREE
 from experiments._experiment import write_result
 
 DEFAULT_CONVS = ["1,64,56,56,64,3,1,1", "1,256,56,56,64,1,1,0", "1,256,14,14,256,3,1,1", "1,3,224,224,64,7,2,3"]
@@ -39,7 +42,9 @@ def conv_funcs(n, ci, h, w, co, k, stride, pad):
     data_t = te.placeholder((n, h, w, ci), name="data")
     weight_t = te.placeholder((k, k, ci, co), name="weight")
     nhwc = topi.nn.conv2d_nhwc(data_t, weight_t, stride, pad, 1)
-    return {"NCHW": te.create_prim_func([data, weight, nchw]), "NHWC": te.create_prim_func([data_t, weight_t, nhwc])}, flops
+    # weights layout-free, as eto marks a model's constant weights (eto.models.prepack): each program packs them
+    funcs = {"NCHW": te.create_prim_func([data, weight, nchw]), "NHWC": te.create_prim_func([data_t, weight_t, nhwc])}
+    return {k: f.with_attr(LAYOUT_FREE, [1]) for k, f in funcs.items()}, flops
 
 
 def ort_conv(n, ci, h, w, co, k, stride, pad, x, wt, threads):
@@ -60,7 +65,7 @@ def ort_conv(n, ci, h, w, co, k, stride, pad, x, wt, threads):
     return lambda: sess.run(None, {"x": x})
 
 
-def probe(spec: str, trials: int, rounds: int, measurer, target) -> dict:
+def probe(spec: str, trials: int, rounds: int, measurer, target, layouts=("NCHW", "NHWC")) -> dict:
     from tvm.ir import IRModule
 
     from tuner.measure.apply import scheduled_module
@@ -71,12 +76,13 @@ def probe(spec: str, trials: int, rounds: int, measurer, target) -> dict:
     funcs, flops = conv_funcs(n, ci, h, w, co, k, stride, pad)
     row = {"conv": spec, "gflop": flops / 1e9, "tuning_s": {}}
     mods = {}
-    for layout, func in funcs.items():
+    for layout, func in ((k, funcs[k]) for k in layouts):
         t0 = time.perf_counter()
         (res,) = tune_backend([BackendTask(layout, func)], target, BackendOptions(trials=trials, seed=0),
                               measurer=measurer, top_k=1)
         row["tuning_s"][layout] = round(time.perf_counter() - t0, 1)
         mods[layout] = scheduled_module(res.records[0])
+        row.setdefault("trace", {})[layout] = str(res.records[0].trace)
     import torch
 
     threads = int(os.environ.get("TVM_NUM_THREADS", "2"))
@@ -109,6 +115,7 @@ def main() -> None:
     ap.add_argument("--conv", action="append", help="N,CI,H,W,CO,K,stride,padding (repeatable)")
     ap.add_argument("--trials", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--layouts", default="NCHW,NHWC", help="the layouts MetaSchedule tunes each convolution in")
     ap.add_argument("--out", default="experiments/results/layout_probe.json")
     args = ap.parse_args()
     from eto.target import parse_target
@@ -118,10 +125,11 @@ def main() -> None:
     rows = []
     with Measurer.local() as measurer:
         for spec in args.conv or DEFAULT_CONVS:
-            rows.append(probe(spec, args.trials, args.rounds, measurer, target))
-            print(json.dumps(rows[-1]), flush=True)
-    result = {"experiment": "layout_probe", "trials": args.trials, "command": "python -m experiments.tools.layout_probe "
-              f"--trials {args.trials} --rounds {args.rounds}", "environment": environment(), "rows": rows}
+            rows.append(probe(spec, args.trials, args.rounds, measurer, target, args.layouts.split(",")))
+            print(json.dumps({k: v for k, v in rows[-1].items() if k != "trace"}), flush=True)
+    result = {"experiment": "layout_probe", "trials": args.trials, "packed_weights": True, "command": "python -m experiments.tools.layout_probe "
+              f"--trials {args.trials} --rounds {args.rounds} --layouts {args.layouts}"
+              + "".join(f" --conv {c}" for c in args.conv or ()), "environment": environment(), "rows": rows}
     write_result(result, args.out)
     print(f"written {args.out}")
 

@@ -282,11 +282,16 @@ def model_bench(d: dict) -> list[str]:
 
 
 def layout_probe(d: dict) -> list[str]:
-    rows = [[f"`{r['conv']}`", f"{r['gflop']:.3f}", *(f"{r['gflops'][k]:.0f}" for k in ("NCHW", "NHWC", "ort", "pytorch")),
-             x(r["gflops"]["NHWC"] / r["gflops"]["NCHW"])] for r in d["rows"]]
-    return ["One convolution tuned by MetaSchedule in each layout at the same budget, timed side by side with "
-            "ONNX Runtime's and PyTorch's kernels (GFLOP/s):", ""] + table(
-        ["N,CI,H,W,CO,K,stride,pad", "GFLOP", "NCHW", "NHWC", "ONNX Runtime", "PyTorch", "NHWC/NCHW"], rows)
+    layouts = [k for k in ("NCHW", "NHWC") if all(k in r["gflops"] for r in d["rows"])]
+    both = len(layouts) == 2
+    rows = [[f"`{r['conv']}`", f"{r['gflop']:.3f}", *(f"{r['gflops'][k]:.0f}" for k in (*layouts, "ort", "pytorch")),
+             *([x(r["gflops"]["NHWC"] / r["gflops"]["NCHW"])] if both else []),
+             x(r["gflops"][layouts[-1]] / r["gflops"]["ort"])] for r in d["rows"]]
+    weights = "packed as eto packs a model's" if d.get("packed_weights") else "read as stored"
+    return [f"One convolution tuned by MetaSchedule ({d['trials']} trials) in {' and in '.join(layouts)}, weights "
+            f"{weights}, timed side by side with ONNX Runtime's and PyTorch's kernels (GFLOP/s):", ""] + table(
+        ["N,CI,H,W,CO,K,stride,pad", "GFLOP", *layouts, "ONNX Runtime", "PyTorch", *(["NHWC/NCHW"] if both else []),
+         f"{layouts[-1]}/ONNX Runtime"], rows)
 
 
 def model_profile(d: dict) -> list[str]:
