@@ -32,16 +32,11 @@ if TYPE_CHECKING:  # pragma: no cover
 #: model's latency is. The plan's estimates land within 0.8-1.25 of the real time on this project's sets:
 #: 0.7 leaves a plan that ran 1.25x long a little time still.
 PLAN_SHARE = 0.7
-#: Backend budgets (trials per root) a time budget may pick from, smallest first. It stops at
-#: MetaSchedule's half batch. The selector prices a root at its trials, so on a ladder that went on
-#: (to 128) a larger budget bought a worse model: it traded the model's own large tasks as roots for
-#: small bridge operators, cheap to tune and poor sources for the large tasks derived from them, and
-#: left less time for the tasks where the latency is (:mod:`eto.runs.improve`), whose self-reuse and
-#: search steps gain more per second. ResNet-50 in NHWC, one 900 s run each on a 2-core ``znver3``:
-#: at 128 trials the roots were the classifier and two 7x7 bridges, 157 s were left to improve, and
-#: the model ran 0.72x as fast as ONNX Runtime; at 32 the roots were the classifier, a 56x56 1x1
-#: convolution of the model and one 7x7 bridge, 370 s were left, and it ran 0.81x as fast.
-TRIALS_LADDER: tuple[int, ...] = (8, 16, 24, 32)
+#: Backend budgets (trials per root) a time budget may pick from, smallest first. It stops at twice
+#: MetaSchedule's batch: past that a root's trials buy less than the same seconds spent on the tasks
+#: where the model's latency is (:mod:`eto.runs.improve`), which a root often is not (a plan's roots
+#: are frequently small bridge operators the model does not hold).
+TRIALS_LADDER: tuple[int, ...] = (8, 16, 24, 32, 48, 64, 96, 128)
 #: The candidates a self-reuse is expected to measure: a root's polish, a time budget's self-reuse step
 #: (a root's polish measured 38-55, :mod:`eto.runs.polish`).
 POLISH_CANDIDATES = 40
