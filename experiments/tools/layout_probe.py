@@ -23,8 +23,8 @@ import time
 
 import numpy as np
 
-from experiments._env import environment
 from eto.models.prepack import LAYOUT_FREE
+from experiments._env import environment
 from experiments._experiment import write_result
 
 DEFAULT_CONVS = ["1,64,56,56,64,3,1,1", "1,256,56,56,64,1,1,0", "1,256,14,14,256,3,1,1", "1,3,224,224,64,7,2,3"]
@@ -118,6 +118,9 @@ def main() -> None:
     ap.add_argument("--layouts", default="NCHW,NHWC", help="the layouts MetaSchedule tunes each convolution in")
     ap.add_argument("--out", default="experiments/results/layout_probe.json")
     args = ap.parse_args()
+    layouts = args.layouts.split(",")
+    if unknown := [v for v in layouts if v not in ("NCHW", "NHWC")]:
+        ap.error(f"unknown layout(s) {', '.join(unknown)} in --layouts: NCHW, NHWC or both")
     from eto.target import parse_target
     from tuner.measure.measurer import Measurer
 
@@ -125,11 +128,12 @@ def main() -> None:
     rows = []
     with Measurer.local() as measurer:
         for spec in args.conv or DEFAULT_CONVS:
-            rows.append(probe(spec, args.trials, args.rounds, measurer, target, args.layouts.split(",")))
+            rows.append(probe(spec, args.trials, args.rounds, measurer, target, layouts))
             print(json.dumps({k: v for k, v in rows[-1].items() if k != "trace"}), flush=True)
-    result = {"experiment": "layout_probe", "trials": args.trials, "packed_weights": True, "command": "python -m experiments.tools.layout_probe "
-              f"--trials {args.trials} --rounds {args.rounds} --layouts {args.layouts}"
-              + "".join(f" --conv {c}" for c in args.conv or ()), "environment": environment(), "rows": rows}
+    command = (f"python -m experiments.tools.layout_probe --trials {args.trials} --rounds {args.rounds} "
+               f"--layouts {args.layouts}" + "".join(f" --conv {c}" for c in args.conv or ()))
+    result = {"experiment": "layout_probe", "trials": args.trials, "packed_weights": True, "command": command,
+              "environment": environment(), "rows": rows}
     write_result(result, args.out)
     print(f"written {args.out}")
 
