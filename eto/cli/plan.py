@@ -92,8 +92,9 @@ def _plan_in(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     if db is not None:
         check_target(db, target, fatal=False)
     hot = hot_operators(opset, options.plan.hot_share) if options.plan.hot_share is not None else frozenset()
-    fitted = plan_run(opset, options, database=db, target=target, hot=hot, seconds=options.time_budget,  # as eto
-                      time_limit=args.time_limit)  # tune plans
+    # as eto tune plans
+    fitted = plan_run(opset, options, database=db, target=target, hot=hot, seconds=options.time_budget,
+                      time_limit=args.time_limit)
     result, options = fitted.planned, fitted.options
     if options.time_budget is not None and args.method != "st":
         print(file=sys.stderr if args.json else sys.stdout, *[f"eto: a time budget of {options.time_budget:.0f} s affords {options.backend.trials} trials per backend "

@@ -123,8 +123,9 @@ def _tune(opset: OperatorSet, target: "Target", database: Database, options: Tun
     hot = hot_operators(opset, options.plan.hot_share) if options.plan.hot_share is not None else frozenset()
     wall_start = time.time()
     kill_point("plan.before")
-    budget_s = None if options.time_budget is None else min(options.time_budget, deadline.left())  # less reading
-    fitted = plan_run(opset, options, database=database, target=target, hot=hot, seconds=budget_s)  # a model took
+    # the budget less what reading a model took
+    budget_s = None if options.time_budget is None else min(options.time_budget, deadline.left())
+    fitted = plan_run(opset, options, database=database, target=target, hot=hot, seconds=budget_s)
     planned, options, outside_s = fitted.planned, fitted.options, fitted.functions_seconds + fitted.polish_seconds
     if budget_s is not None and options.method != "st":
         log(f"time budget {clock(options.time_budget)}: {options.backend.trials} trials per backend root, "
