@@ -76,6 +76,16 @@ if TYPE_CHECKING:  # pragma: no cover
 ROOT_SLACK = 1.5
 #: The fewest seconds worth going on with after the instant programs (:func:`_go_on`): one reuse batch.
 GO_ON_MIN_S = 5.0
+#: Seconds a run's own measurer takes to start before anything is measured: its build workers and its
+#: runner's worker are processes that each import TVM (3-9 s on 2 cores, the most on a busy VM).
+MEASURER_START_S = 5.0
+
+
+def worth_measuring() -> bool:
+    """Whether the run's deadline (:mod:`tuner.measure.deadline`; none: always) leaves the time to start a
+    measurer of its own and measure one reuse batch. A run that starts one with less time overruns its
+    budget by the start: ``eto retune --time-budget 10s`` after its instant programs ran 13.6-18.2 s."""
+    return deadline.left() >= MEASURER_START_S + GO_ON_MIN_S
 
 
 def tune(
@@ -357,4 +367,4 @@ def _derive_one(alpha: Operator, beta: Operator, run: RunContext, derivation: De
             derivation.derive(alpha, beta, run, measurer, estimate=estimate, fallback_trials=fallback_trials)
 
 
-__all__ = ["balance_subtrees", "plan_summary", "tune"]
+__all__ = ["GO_ON_MIN_S", "MEASURER_START_S", "balance_subtrees", "plan_summary", "tune", "worth_measuring"]

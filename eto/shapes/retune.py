@@ -66,7 +66,9 @@ def retune(shapes: Sequence[tuple[int, OperatorSet]], target: "Target", database
     ``shapes``: (value, operator set) per new size, as :func:`eto.operators.opsets.vary` gives them. Operators
     the database already tuned are served as they are. An operator no stored program can serve
     (another type or sketch) gets no instant program, a message saying so, and the backend.
-    ``options``: the tuning run's (:class:`eto.options.TuneOptions`, default its defaults).
+    ``options``: the tuning run's (:class:`eto.options.TuneOptions`, default its defaults). Within a
+    deadline (``eto retune --time-budget``) that the instant programs leave too close to start a
+    measurer and measure (:func:`eto.runs.pipeline.worth_measuring`), nothing is tuned.
     """
     say = log or (lambda _m: None)
     warn_target_mismatch(database, target)
@@ -92,9 +94,7 @@ def retune(shapes: Sequence[tuple[int, OperatorSet]], target: "Target", database
             f"in {r.seconds:.2f} s")
     instant_s = time.perf_counter() - start
     if not instant_only:
-        from eto.runs.pipeline import tune
-
-        tune(everything, target, database, options, measurer=measurer, log=log)
+        _tune_new_sizes(everything, target, database, options, measurer, log)
     rows = []
     for value, opset in shapes:
         for e in opset:
@@ -112,4 +112,20 @@ def retune(shapes: Sequence[tuple[int, OperatorSet]], target: "Target", database
                 tuned.seconds if tuned else 0.0, tuned.latency_s if tuned else None, errors.get(e.op),
                 e.op.spec.backend_only))
     return RetuneReport(dim, tuple(rows), time.perf_counter() - start, instant_s)
+
+
+def _tune_new_sizes(everything: OperatorSet, target: "Target", database: Database, options: "TuneOptions | None",
+                    measurer: "Measurer | None", log: Callable[[str], None] | None) -> None:
+    """The pipeline over the new sizes, unless the run's deadline leaves too little time to start a
+    measurer of its own and measure (:func:`eto.runs.pipeline.worth_measuring`)."""
+    from tuner.measure import deadline
+
+    from eto.runs.pipeline import tune, worth_measuring
+
+    if measurer is not None or worth_measuring():
+        tune(everything, target, database, options, measurer=measurer, log=log)
+    elif log is not None:
+        log(f"time budget: {max(deadline.left(), 0):.0f} s left after the instant programs, too little to start "
+            "measuring and tune; every new size is served by its instant program, and the same command with a "
+            "larger budget tunes them")
 
