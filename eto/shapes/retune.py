@@ -128,4 +128,3 @@ def _tune_new_sizes(everything: OperatorSet, target: "Target", database: Databas
         log(f"time budget: {max(deadline.left(), 0):.0f} s left after the instant programs, too little to start "
             "measuring and tune; every new size is served by its instant program, and the same command with a "
             "larger budget tunes them")
-
