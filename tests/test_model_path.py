@@ -564,3 +564,25 @@ def test_a_stored_program_applies_to_the_same_function_with_other_block_names():
                                                                      name="T_divide")])})
     assert _block_names(flat) == _block_names(tuned)
     assert portable_trace(trace, tuned, flat) is None
+
+
+@pytest.mark.slow
+def test_a_profile_sets_each_tuned_task_beside_its_recorded_time_alone(files, tuned):
+    """``eto bench --profile`` with a database: each task running a tuned program gets its calls at the latency
+    the database recorded for that program; ``in_model`` is its time in the model over that."""
+    pytest.importorskip("onnxruntime")
+    import eto
+    from eto.models.profile import profile_model
+    from eto.store.database import Database
+    from eto.target import parse_target
+
+    db_dir, _ = tuned("tiny_cnn_onnx")
+    db = Database(db_dir)
+    report = profile_model(files["tiny_cnn_onnx"], db, rounds=1)
+    convs = [r for r in report.rows if r.anchor == "conv2d"]
+    assert len(convs) == 3
+    ops = {e.op.name: e.op for e in eto.operator_set(files["tiny_cnn_onnx"])}
+    for r in convs:
+        best = db.best(ops[r.operator], parse_target("cpu"), predicted=False)
+        assert r.alone_seconds == pytest.approx(r.calls * best.latency_s) and r.in_model == r.seconds / r.alone_seconds
+    assert report.in_model > 0 and "alone ms" in report.table()

@@ -199,3 +199,31 @@ def test_a_peak_measured_below_the_fastest_task_is_raised_to_it_and_says_so():
     high = Peak(4e11, 2, "measured")
     report = _report("m", "llvm", [fast, slow], high, calls, [3e-9], None, [])
     assert report.peak == high and {r.task: r.peak_fraction for r in report.rows} == {"fast": 0.5, "slow": 0.25}
+
+
+def test_each_tuned_task_is_set_beside_its_time_alone():
+    """A task slower in the model than its program alone loses to the model around it, not to its program:
+    the rows and the total say by how much; a task without a tuned program shows none (never a guess)."""
+    from types import SimpleNamespace
+
+    from eto.models.profile import _report
+
+    op = SimpleNamespace(type="OTHER", fusion="f", name="OTHER[4]")
+    mod = {"main": SimpleNamespace(params=[])}
+    conv = SimpleNamespace(name="conv", op=op, flops=100, mod=mod)
+    pool = SimpleNamespace(name="pool", op=op, flops=0, mod=mod)
+    calls = [("conv", 3e-6), ("pool", 1e-6), ("conv", 3e-6)]  # two calls of 3 us against 2 us alone each
+    report = _report("m", "llvm", [conv, pool], Peak(1e12, 2, "measured"), calls, [8e-6], None, [],
+                     alone={"conv": 2e-6})
+    rows = {r.task: r for r in report.rows}
+    assert rows["conv"].alone_seconds == pytest.approx(4e-6) and rows["conv"].in_model == pytest.approx(1.5)
+    assert rows["pool"].alone_seconds is None and rows["pool"].in_model is None
+    assert report.in_model == pytest.approx(1.5)
+    lines = report.table().splitlines()
+    assert lines[1].split()[10:] == ["alone", "ms", "in", "model"]  # after "bound" ("% peak" is two words)
+    assert lines[3].split()[-2:] == ["0.004", "1.50x"] and lines[4].split()[-2:] == ["-", "-"]
+    assert "ran 1.50x their time alone" in report.table()
+    data = json.loads(json.dumps(report.to_json()))
+    assert data["in_model"] == pytest.approx(1.5) and data["rows"][0]["in_model"] == pytest.approx(1.5)
+    assert "alone ms" not in _report("m", "llvm", [conv, pool], Peak(1e12, 2, "measured"), calls, [8e-6], None,
+                                     []).table()  # no tuned program: no column

@@ -5,7 +5,14 @@ fused task gets its calls, time, share of the model's latency, GFLOP/s and their
 peak, and whether its arithmetic intensity puts it under the memory roof, where a low fraction is
 expected (:mod:`eto.models.roofline`). An ONNX file also runs in ONNX Runtime with its profiler on,
 after eto's runs (not between them), and eto's conv/matmul calls are matched to the nodes computing the
-same layers (:func:`match_calls`); an unmatched task shows no ONNX Runtime time."""
+same layers (:func:`match_calls`); an unmatched task shows no ONNX Runtime time.
+
+Each task that runs a tuned program also gets its time alone: its calls at the latency the database
+recorded for that program, timed on its own while it was tuned. A task slower in the model than alone
+loses to the model around it (its weights and inputs out of the caches the other tasks used), not to its
+program: on ResNet-50 in NHWC the 1x1 convolutions ran 1.01-1.38x their time alone and the 3x3 ones
+0.98-1.09x (docs/models.md). The database's latencies are from the hour it was tuned; a machine whose
+speed changes by the hour shifts the whole column, not one row."""
 
 from __future__ import annotations
 
@@ -131,11 +138,17 @@ class TaskRow:
     bound: str  # compute | memory | - (no FLOPs known)
     ort_seconds: float | None = None  # the matched ONNX Runtime nodes (None: not every call matched)
     ort_nodes: tuple[str, ...] = ()
+    alone_seconds: float | None = None  # its calls at its tuned program's recorded latency (None: no such program)
 
     @property
     def ratio(self) -> float | None:
         """eto's time over ONNX Runtime's for the same layers."""
         return self.seconds / self.ort_seconds if self.ort_seconds else None
+
+    @property
+    def in_model(self) -> float | None:
+        """Its time in the model over its time alone (above 1: the model around it slows it)."""
+        return self.seconds / self.alone_seconds if self.alone_seconds else None
 
 
 @dataclass(frozen=True)
@@ -163,27 +176,39 @@ class ProfileReport:
         """The share of ONNX Runtime's latency its nodes matched to eto's tasks explain."""
         return sum(r.ort_seconds or 0.0 for r in self.rows) / self.ort_model_seconds if self.ort_model_seconds else None
 
+    @property
+    def in_model(self) -> float | None:
+        """The tasks with a tuned program: their time in the model over their time alone."""
+        alone = [r for r in self.rows if r.alone_seconds]
+        return sum(r.seconds for r in alone) / sum(r.alone_seconds for r in alone) if alone else None
+
     def to_json(self) -> dict:
         return {**{k: v for k, v in asdict(self).items() if k not in ("peak", "rows", "ort_other")},
                 "peak": {**asdict(self.peak), "ridge": self.peak.ridge}, "explained": self.explained,
                 "ort_explained": self.ort_explained, "ort_other": dict(self.ort_other or {}),
-                "rows": [{**asdict(r), "ratio": r.ratio} for r in self.rows]}
+                "in_model": self.in_model, "rows": [{**asdict(r), "ratio": r.ratio, "in_model": r.in_model}
+                                                    for r in self.rows]}
 
     def table(self) -> str:
         """The rows as a text table, the roofline above it, the totals and notes below."""
         ort, p, ms = self.ort_model_seconds, self.peak, lambda s: _num(s and s * 1e3, ".3f")
+        alone = self.in_model
         rows = [[r.task, r.anchor, r.calls, ms(r.seconds), f"{r.share:.1%}", _num(r.gflops, ".1f"),
                  _num(r.peak_fraction, ".1%"), _num(r.intensity, ".1f"), r.bound]
+                + ([ms(r.alone_seconds), _num(r.in_model, ".2f", "x")] if alone else [])
                 + ([ms(r.ort_seconds), _num(r.ratio, ".2f", "x")] if ort else []) for r in self.rows]
-        head = ["task", "anchor", "calls", "ms", "share", "GFLOP/s", "% peak", "FLOP/B", "bound"]
+        head = ["task", "anchor", "calls", "ms", "share", "GFLOP/s", "% peak", "FLOP/B", "bound"] + (
+            ["alone ms", "in model"] if alone else [])
         other = sorted((self.ort_other or {}).items(), key=lambda kv: -kv[1])
         return "\n".join([
             f"{self.model} on {self.target}: fp32 peak {p.flops / 1e9:.1f} GFLOP/s ({p.how})" + (
                 f"; memory {p.bandwidth / 1e9:.1f} GB/s ({p.bandwidth_how}): tasks under {p.ridge:.1f} FLOP/B are "
                 "memory-bound" if p.bandwidth else ""),
-            format_table(head + (["ORT ms", "eto/ORT"] if ort else []), rows, align="llrrrrrrlrr"),
+            format_table(head + (["ORT ms", "eto/ORT"] if ort else []), rows, align="llrrrrrrl" + "rr" * 2),
             f"total: eto {ms(self.model_seconds)} ms per inference (median of {self.rounds} instrumented runs), its "
             f"tasks {self.explained:.1%} of it, other calls (VM builtins) {ms(self.other_seconds)} ms",
+            *([f"total: the tasks with a tuned program ran {alone:.2f}x their time alone (the latencies the "
+               "database recorded while tuning them)"] if alone else []),
             *([f"total: ONNX Runtime {ms(ort)} ms per inference (median of {self.rounds} profiled runs), eto/ORT "
                f"{self.model_seconds / ort:.2f}x; its nodes matched to eto's tasks {self.ort_explained:.1%} of it, "
                f"unmatched nodes {ms(sum(v for _, v in other))} ms ("
@@ -226,7 +251,17 @@ def profile_model(model: "RelaxModel | str | os.PathLike[str]",
         session, notes = _ort_session(onnx, threads, tmp)
         calls, walls, ort = _timed_rounds(built, model_inputs(tasks), session, rounds, log)
     name = f"{target.kind.name} -mcpu={target.attrs.get('mcpu', '?')}, {threads} thread(s)"
-    return _report(model.name, name, tasks.tasks, peak, calls, walls, ort, notes)
+    return _report(model.name, name, tasks.tasks, peak, calls, walls, ort, notes, alone=_alone(built, database))
+
+
+def _alone(built: "BuiltModel", database: "Database | None") -> dict[str, float]:
+    """Seconds per call of each task that runs a tuned program (not an instant one): its recorded latency."""
+    if database is None:
+        return {}
+    instant = {t.name for t in built.instant}
+    records = {t.name: database.best(t.op, built.target, predicted=False)
+               for t in built.applied if t.op is not None and t.name not in instant}
+    return {name: r.latency_s for name, r in records.items() if r is not None}
 
 
 def _ort_session(path: "str | os.PathLike[str] | None", threads: int, folder: str) -> tuple[Any, list[str]]:
@@ -277,8 +312,10 @@ def _timed_rounds(built: "BuiltModel", inputs: Sequence[np.ndarray], session: An
 
 
 def _report(model: str, target: str, tasks: Sequence["ModelTask"], peak: Peak, calls: list[tuple[str, float]],
-            walls: list[float], ort: tuple[list[OrtNode], list[float]] | None, notes: list[str]) -> ProfileReport:
-    """The rows from eto's calls (the VM's function, its seconds) and ONNX Runtime's nodes."""
+            walls: list[float], ort: tuple[list[OrtNode], list[float]] | None, notes: list[str], *,
+            alone: Mapping[str, float] | None = None) -> ProfileReport:
+    """The rows from eto's calls (the VM's function, its seconds), ONNX Runtime's nodes, and the tasks'
+    seconds per call alone (``alone``, by task name)."""
     by_name = {t.name: t for t in tasks}
     sites = [i for i, (s, _) in enumerate(calls) if s in by_name]  # eto's task calls, in order
     nodes, ort_walls = ort or ([], [])
@@ -297,8 +334,9 @@ def _report(model: str, target: str, tasks: Sequence["ModelTask"], peak: Peak, c
         mine = mine_of[task.name]
         if mine:
             ort_s = sum(nodes[matched[k]].seconds for k in mine) if ort and all(k in matched for k in mine) else None
-            rows.append(_row(task, len(mine), seconds[task.name], model_s, peak, ort_s,
-                             tuple(nodes[matched[k]].name for k in mine if k in matched)))
+            row = _row(task, len(mine), seconds[task.name], model_s, peak, ort_s,
+                       tuple(nodes[matched[k]].name for k in mine if k in matched))
+            rows.append(replace(row, alone_seconds=alone[task.name] * len(mine)) if task.name in (alone or {}) else row)
     unmatched = [n for j, n in enumerate(nodes) if j not in set(matched.values())]
     other = {op: sum(n.seconds for n in unmatched if n.op == op) for op in dict.fromkeys(n.op for n in unmatched)}
     lowered = [t.name for t in tasks if t.name not in {s for s, _ in calls}]

@@ -308,7 +308,14 @@ def model_profile(d: dict) -> list[str]:
                  "-" if t["peak_fraction"] is None else pct(t["peak_fraction"]),
                  "-" if t.get("ort_seconds") is None else f"{1e3 * t['ort_seconds']:.2f}",
                  "-" if t.get("ratio") is None else x(t["ratio"])] for t in p["rows"][:5]]
-        lines += table(["task", "calls", "ms", "share", "GFLOP/s", "of peak", "ORT ms", "eto/ORT"], rows) + [""]
+        head = ["task", "calls", "ms", "share", "GFLOP/s", "of peak", "ORT ms", "eto/ORT"]
+        if p.get("in_model"):  # each task's time alone: the latency the database recorded while tuning it
+            rows = [r + ["-" if t.get("in_model") is None else f"{1e3 * t['alone_seconds']:.2f}",
+                         "-" if t.get("in_model") is None else x(t["in_model"])] for r, t in zip(rows, p["rows"])]
+            head += ["alone ms", "in model / alone"]
+        lines += table(head, rows) + [""]
+        if p.get("in_model"):
+            lines += [f"The tasks running a tuned program took {x(p['in_model'])} their time alone in the model.", ""]
     return lines
 
 
