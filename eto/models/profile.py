@@ -192,23 +192,23 @@ class ProfileReport:
     def table(self) -> str:
         """The rows as a text table, the roofline above it, the totals and notes below."""
         ort, p, ms = self.ort_model_seconds, self.peak, lambda s: _num(s and s * 1e3, ".3f")
-        alone = self.in_model
+        in_model = self.in_model  # None: no task runs a tuned program, no "alone" columns
         rows = [[r.task, r.anchor, r.calls, ms(r.seconds), f"{r.share:.1%}", _num(r.gflops, ".1f"),
                  _num(r.peak_fraction, ".1%"), _num(r.intensity, ".1f"), r.bound]
-                + ([ms(r.alone_seconds), _num(r.in_model, ".2f", "x")] if alone else [])
+                + ([ms(r.alone_seconds), _num(r.in_model, ".2f", "x")] if in_model else [])
                 + ([ms(r.ort_seconds), _num(r.ratio, ".2f", "x")] if ort else []) for r in self.rows]
         head = ["task", "anchor", "calls", "ms", "share", "GFLOP/s", "% peak", "FLOP/B", "bound"] + (
-            ["alone ms", "in model"] if alone else [])
+            ["alone ms", "in model"] if in_model else [])
         other = sorted((self.ort_other or {}).items(), key=lambda kv: -kv[1])
         return "\n".join([
             f"{self.model} on {self.target}: fp32 peak {p.flops / 1e9:.1f} GFLOP/s ({p.how})" + (
                 f"; memory {p.bandwidth / 1e9:.1f} GB/s ({p.bandwidth_how}): tasks under {p.ridge:.1f} FLOP/B are "
                 "memory-bound" if p.bandwidth else ""),
-            format_table(head + (["ORT ms", "eto/ORT"] if ort else []), rows, align="llrrrrrrl" + "rr" * 2),
+            format_table(head + (["ORT ms", "eto/ORT"] if ort else []), rows, align="llrrrrrrlrrrr"),
             f"total: eto {ms(self.model_seconds)} ms per inference (median of {self.rounds} instrumented runs), its "
             f"tasks {self.explained:.1%} of it, other calls (VM builtins) {ms(self.other_seconds)} ms",
-            *([f"total: the tasks with a tuned program ran {alone:.2f}x their time alone (the latencies the "
-               "database recorded while tuning them)"] if alone else []),
+            *([f"total: the tasks with a tuned program ran {in_model:.2f}x their time alone (the latencies the "
+               "database recorded while tuning them)"] if in_model else []),
             *([f"total: ONNX Runtime {ms(ort)} ms per inference (median of {self.rounds} profiled runs), eto/ORT "
                f"{self.model_seconds / ort:.2f}x; its nodes matched to eto's tasks {self.ort_explained:.1%} of it, "
                f"unmatched nodes {ms(sum(v for _, v in other))} ms ("
