@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from tuner.measure.timing import DEFAULT_TIMING, Timing
 from tuner.measure.options import DEFAULT_TRIALS, BackendOptions, OptionError, check_choice, check_positive
 from tuner.reuse.options import ReuseOptions
 
@@ -93,9 +94,13 @@ class TuneOptions:
     #: chosen so the plan fits, the rest goes where the model's latency is, and the run stops on time
     #: (:mod:`eto.planning.budget`, :mod:`eto.runs.improve`; method eto only)
     time_budget: float | None = None
+    #: how candidates are timed on CPU targets (:mod:`tuner.measure.timing`): ``"cold"``, as a model's
+    #: layers meet their weights, or ``"hot"``, MetaSchedule's way; a measurer given to the run keeps its own
+    timing: Timing = DEFAULT_TIMING
 
     def __post_init__(self) -> None:
         check_choice("method", self.method, Method)
+        check_choice("timing", self.timing, Timing)
         check_positive("function_trials", self.function_trials, allow_none=True)
         if self.time_budget is not None and not (0 < self.time_budget < math.inf):  # NaN too
             raise OptionError("time_budget", f"must be a positive number of seconds, got {self.time_budget}")
@@ -153,4 +158,4 @@ def default_polish(trials: int) -> bool:
 
 
 __all__ = ["BackendOptions", "BridgeOption", "CostModel", "DEFAULT_TRIALS", "DISTANCE_WEIGHT", "MAX_REDUCTION_RATIO",
-           "Method", "OptionError", "PlanOptions", "ReuseOptions", "TuneOptions", "default_polish"]
+           "Method", "OptionError", "PlanOptions", "ReuseOptions", "Timing", "TuneOptions", "default_polish"]

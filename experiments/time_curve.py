@@ -32,15 +32,16 @@ SCALES = {"ci": {"model": "tiny_cnn", "eto": [30, 60], "ms": [4, 8]},
           "small": {"model": "bert_layer", "eto": [120, 240, 480], "ms": [8, 16, 32, 64]}}
 
 
-def eto_stages(path: str, budgets: list[float], work: str, layout: str) -> list[dict]:
-    """eto tuned in stages up to each budget (cumulative seconds); each stage's snapshot and wall time."""
+def eto_stages(path: str, budgets: list[float], work: str, layout: str, timing: str) -> list[dict]:
+    """eto tuned in stages up to each budget (cumulative seconds), candidates timed as ``timing`` says
+    (``eto tune --timing``); each stage's snapshot and wall time."""
     from eto.cli import main as eto_main
 
     db, stages, spent = os.path.join(work, "eto-db"), [], 0.0
     for budget in budgets:
-        snap, timing = f"{db}@{budget:g}", f"{db}@{budget:g}.json"
-        if os.path.exists(timing):
-            with open(timing) as f:
+        snap, done = f"{db}@{budget:g}", f"{db}@{budget:g}.json"
+        if os.path.exists(done):
+            with open(done) as f:
                 stage = json.load(f)
         else:
             out = io.StringIO()
@@ -49,7 +50,7 @@ def eto_stages(path: str, budgets: list[float], work: str, layout: str) -> list[
             with contextlib.redirect_stdout(out), open(f"{db}@{budget:g}.log", "w") as log, \
                     contextlib.redirect_stderr(log):
                 rc = eto_main(["tune", "--model", path, "--db", db, "--time-budget", f"{budget - spent:g}", "--json",
-                               "--layout", layout])
+                               "--layout", layout, "--timing", timing])
             seconds = time.perf_counter() - start
             if rc != 0:
                 raise SystemExit(f"eto tune --model {path} --time-budget {budget - spent:g} exited {rc}")
@@ -62,7 +63,7 @@ def eto_stages(path: str, budgets: list[float], work: str, layout: str) -> list[
                      "instant": sum(r["status"] == "pending" and r["latency_s"] is not None
                                     for r in report["operators"]),
                      "candidates": report["candidates"], "snapshot": snap}
-            with open(timing, "w") as f:
+            with open(done, "w") as f:
                 json.dump(stage, f)
         print(f"eto up to {budget:g} s: {stage['tuning_s']:.0f} s tuning", file=sys.stderr, flush=True)
         spent = stage["tuning_s"]
@@ -71,7 +72,7 @@ def eto_stages(path: str, budgets: list[float], work: str, layout: str) -> list[
 
 
 def run(name: str, budgets: list[float], ms_trials: list[int], work: str, out_dir: str, *, rounds: int,
-        layout: str) -> dict:
+        layout: str, timing: str = "cold") -> dict:
     import torch
 
     from experiments._bench import warm_up
@@ -91,7 +92,7 @@ def run(name: str, budgets: list[float], ms_trials: list[int], work: str, out_di
             export(name, p, onnx=onnx)
     target = parse_target("cpu")
     warm_up(target)  # one-time imports and worker start-up, before either tuning clock
-    stages = eto_stages(path, budgets, work, layout)
+    stages = eto_stages(path, budgets, work, layout, timing)
     model = load_relax(path)
     eto_model = with_layout(model, layout)
     tasks, eto_tasks = model_tasks(model, target), model_tasks(eto_model, target)
@@ -114,7 +115,8 @@ def run(name: str, budgets: list[float], ms_trials: list[int], work: str, out_di
                  for t, (_, sec) in ms_runs.items()]
     from experiments._env import environment
 
-    result = {"experiment": "time_curve", "model": name, "layout": layout, "environment": environment(),
+    result = {"experiment": "time_curve", "model": name, "layout": layout, "timing": timing,
+              "environment": environment(),
               "threads": threads, "rounds": rounds, "eto": eto_points,
               "metaschedule": ms_points, "lines_ms": {m: ms_[m] for m in ("onnxruntime", "pytorch", "untuned")},
               "max_abs_error_vs_pytorch": errors, "samples_ms": {m: [x * 1e3 for x in t] for m, t in times.items()}}
@@ -193,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="MetaSchedule's trials per task (default: the scale's; none given: no MetaSchedule run)")
     ap.add_argument("--layout", choices=["NCHW", "NHWC"], default="NCHW", help="eto's layout (MetaSchedule: NCHW)")
     ap.add_argument("--rounds", type=int, default=5, help="timing rounds (builds interleaved)")
+    ap.add_argument("--timing", choices=["cold", "hot"], default="cold", help="how eto's stages time candidates "
+                    "(eto tune --timing; MetaSchedule times hot)")
     ap.add_argument("--work", help="where the runs go (default experiments/work/time_curve_<model>)")
     ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
     args = ap.parse_args(argv)
@@ -205,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     name = args.model or cfg["model"]
     budgets = sorted(args.eto or cfg["eto"])
     work = args.work or os.path.join(HERE, "work", f"time_curve_{name}_{args.layout}")
-    run(name, budgets, sorted(cfg["ms"] if args.ms is None else args.ms), work, args.out_dir, rounds=args.rounds, layout=args.layout)
+    run(name, budgets, sorted(cfg["ms"] if args.ms is None else args.ms), work, args.out_dir, rounds=args.rounds,
+        layout=args.layout, timing=args.timing)
     return 0
 
 

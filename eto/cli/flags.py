@@ -167,7 +167,7 @@ _OPTION_FLAGS = {"trials": "trials", "trials_per_iter": "num_trials_per_iter", "
                  "plan_budget": "plan_budget", "bridges": "bridges", "solver": "solver", "cost": "cost",
                  "strategy": "strategy", "hot_share": "hot_share", "hot_factor": "hot_factor",
                  "evolve": "evolve_trials", "distance_weight": "distance_weight", "finalists": "finalists",
-                 "function_trials": "function_trials", "time_budget": "time_budget"}
+                 "function_trials": "function_trials", "time_budget": "time_budget", "timing": "timing"}
 
 
 def add_tuning_options(p: argparse.ArgumentParser) -> None:
@@ -184,6 +184,7 @@ def add_tuning_options(p: argparse.ArgumentParser) -> None:
                    help="MetaSchedule's measured candidates per operator the backend tunes")
     add_function_trials_option(p, "; --method metaschedule gives them --trials")
     add_time_budget_option(p)
+    add_timing_option(p)
     p.add_argument("--seed", type=int, default=None, help="random seed of the searches (default: none)")
     a = advanced(p)
     a.add_argument("--plan-budget", type=int, default=None,
@@ -215,6 +216,16 @@ def add_time_budget_option(p: argparse.ArgumentParser) -> None:
                         "trials are chosen so the plan fits most of it (--trials is ignored), the rest goes to "
                         "the operators with the most latency to gain, and the run stops on time; the same command "
                         "goes on from there (default: none, --trials decides)")
+
+
+def add_timing_option(p: argparse.ArgumentParser) -> None:
+    """``--timing``: one copy for ``eto tune``, ``eto plan`` and ``eto retune``."""
+    from tuner.measure.timing import DEFAULT_TIMING
+
+    p.add_argument("--timing", default=DEFAULT_TIMING, choices=["cold", "hot"],
+                   help="how candidates are timed on a CPU: cold, each run with its weights and outputs flushed "
+                        "from the caches, as a model's layers meet them; hot, MetaSchedule's way, runs in a row "
+                        "with the data in the caches (GPUs: always hot)")
 
 
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")

@@ -16,7 +16,8 @@ from eto.report import format_table
 from eto.cli.errors import EXIT_FAILED, EXIT_OK, CLIError, check_target
 from eto.cli.ops import parse_dims
 from eto.cli.flags import (DEFAULT_DB, add_finalists_option, add_function_trials_option, add_operator_options,
-    add_strategy_option, add_time_budget_option, advanced, operators_from_args, tasks_opset, tune_options_of)
+    add_strategy_option, add_time_budget_option, add_timing_option, advanced, operators_from_args, tasks_opset,
+    tune_options_of)
 from eto.cli.progress import Progress, log
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -196,6 +197,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--instant-only", action="store_true", help="store the instant programs and stop (seconds)")
     add_function_trials_option(p)
     add_time_budget_option(p)
+    add_timing_option(p)
     p.add_argument("--seed", type=int, default=None, help="random seed of the searches (default: none)")
     p.add_argument("--json", action="store_true", help="print the report as JSON (no progress messages)")
     a = advanced(p)

@@ -70,8 +70,10 @@ def _tune_in(args: argparse.Namespace) -> int:
     options = options.replace(search=search_strategy(args.search))
     log.debug(f"options: {options}")
     from tuner.measure.measurer import Measurer
+    from tuner.measure.timing import measure_config
 
-    measurers = None if devices is None else [Measurer.rpc(*devices[:3]) for _ in range(devices[3])]
+    config = measure_config(options.timing, target)
+    measurers = None if devices is None else [Measurer.rpc(*devices[:3], config) for _ in range(devices[3])]
     try:
         with Progress() as progress:
             report = eto.api.tune(opset, target=target, database=db, options=options, measurer=measurers,

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from tuner.measure.faults import kill_point
+from tuner.measure.timing import timing_of
 
 from eto.operators import Operator
 from eto.options import TuneOptions
@@ -211,7 +212,7 @@ class ReuseSearch(Derivation):
         kill_point("reuse.result")
         run.database.commit(alpha, run.target, kept, method=self.method, source=beta, candidates=candidates,
                             seconds=seconds + gate_s, error=wrong, features=features_of(kept, records, feats),
-                            extra={**estimate, "rounds": res.rounds, "remeasured": res.remeasured, **extra, **checked,
+                            extra={**estimate, "timing": timing_of(measurer.config), "rounds": res.rounds, "remeasured": res.remeasured, **extra, **checked,
                                    "failed": res.failed, "failures": failures, "trajectory": trajectory,
                                    "phases": {**{k: round(v, 3) for k, v in res.phases.items()},
                                               "gate_s": round(gate_s, 3)}})
@@ -276,6 +277,7 @@ class TopKDerivation(Derivation):
         run.database.commit(alpha, run.target, kept, method="topk", source=beta, candidates=res.candidates,
                             seconds=res.seconds, error=wrong,
                             extra={**estimate, **checked, "invalid": res.invalid,
+                                   "timing": timing_of(measurer.config),
                                    "trajectory": [p.to_json() for p in res.trajectory]})
         run.say(f"topk: {alpha.name} <- {beta.name}: {res.candidates} measured ({res.invalid} did not apply), "
                 f"{res.seconds:.1f} s, {res.latency_s * 1e6:.1f} us")

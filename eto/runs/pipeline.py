@@ -68,6 +68,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
 
     from tuner.measure.measurer import Measurer
+    from tuner.measure.timing import Timing
 
 
 #: With a time budget, the plan's roots may take this many times their estimated seconds before their
@@ -115,7 +116,7 @@ def tune(
     target = parse_target(target)
     export_threads()
     start = time.perf_counter()
-    measurers = _measurers(measurer, target)
+    measurers = _measurers(measurer, target, options.timing)
     try:
         with deadline.until(options.time_budget):
             return _tune(opset, target, database, options, measurers, on_batch, log or (lambda _msg: None), start)
@@ -194,13 +195,16 @@ def _go_on(opset: OperatorSet, planned: OperatorPlan, run: RunContext, derivatio
     return None
 
 
-def _measurers(measurer: "Measurer | Sequence[Measurer] | None", target: "Target") -> list["Measurer"]:
-    """The run's measurers: those given (one per RPC device), else a local one of our own, its workers
-    started at once (the run's first seconds, which a short time budget cannot spare)."""
-    from tuner.measure.measurer import MeasureConfig, Measurer
+def _measurers(measurer: "Measurer | Sequence[Measurer] | None", target: "Target",
+               timing: "Timing") -> list["Measurer"]:
+    """The run's measurers: those given (one per RPC device), else a local one of our own that times as
+    ``timing`` says, its workers started at once (the run's first seconds, which a short time budget
+    cannot spare)."""
+    from tuner.measure.measurer import Measurer
+    from tuner.measure.timing import measure_config
 
     measurers = list(measurer) if isinstance(measurer, (list, tuple)) else [
-        measurer or Measurer.local(MeasureConfig(), warm=target)]
+        measurer or Measurer.local(measure_config(timing, target), warm=target)]
     if not measurers:
         raise ValueError("no measurers given")
     return measurers

@@ -298,10 +298,13 @@ def _resumable_backend(todo: list[OperatorEntry], target: "Target", database: Da
     search and train its cost model. Tasks with the same remaining budget share one task scheduler.
     """
     from tuner.measure.backend import BackendTask, tune_backend
+    from tuner.measure.timing import timing_of
 
     trials = options.trials
     by_name = {e.op.name: e for e in todo}
     local = checkable_here(kw["measurer"], target)
+    timing = timing_of(kw["measurer"].config)  # what the stored latencies mean (tuner.measure.timing)
+    extra = {e.op: {**extra.get(e.op, {}), "timing": timing} for e in todo}
     before = {e.op.name: database.progress(e.op, target) for e in todo}
     best: dict[str, float] = {}
     done = {n: (p.trials, p.seconds) for n, p in before.items()}
