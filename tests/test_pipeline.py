@@ -80,6 +80,8 @@ def test_eto_tune_reuses_and_every_program_matches_numpy(capsys, tmp_path):
         check = check_record(e.op, best.tuning_record, target)
         assert check.ok, f"{e.op.name}: max abs error {check.max_abs_error}"
     results = len(db.results())
+    # the command line's default: candidates timed cold, and each measured result says so
+    assert {r.get("timing") for r in db.results() if r["method"] in ("backend", "reuse")} == {"cold"}
 
     # eto db export: TVMScript and shared libraries that run outside eto
     import numpy as np

@@ -75,6 +75,8 @@ def test_instant_program_is_checked_served_and_not_a_tuning_result(tuned_db, tmp
     # β's tiles, M's growth in the outermost or (the faster of the two, both timed) the parallel loop's level 1
     assert r.by in ("kept", "kept-parallel") and r.ranked == 1
     assert [r["timed"] for r in db.results() if r["op_key"] == new.key] == [2]
+    # timed as the tuning that follows times its candidates (the default: cold)
+    assert [r["timing"] for r in db.results() if r["op_key"] == new.key] == ["cold"]
     from tuner.reuse.search import ReuseTuner, config_of
 
     tuner = ReuseTuner(new.prim_func(), db.best(KNOWN, target).tuning_record, target)

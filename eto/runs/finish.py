@@ -66,7 +66,7 @@ def finish(opset: OperatorSet, run: RunContext, measurer: "Measurer") -> int:
         if src is None:
             continue
         try:
-            instant(op, run.database, run.target, source=src)
+            instant(op, run.database, run.target, source=src, timing=run.options.timing)
             done += 1
         except ValueError as exc:  # a derived program that differs from numpy is not stored
             run.say(f"finish: no instant program for {op.name}: {exc}")

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tuner.measure.timing import DEFAULT_TIMING, Timing
+
 from eto.errors import InputError
 from eto.store.database import PREDICTED, Database, ProgramRecord
 from eto.operators import Operator
@@ -71,10 +73,11 @@ def nearest_source(op: Operator, database: Database, target: "str | Target") -> 
 
 
 def instant(op: Operator, database: Database, target: "Target", *, ranker: "LearnedRanker | None" = None,
-            source: ProgramRecord | None = None) -> Instant:
+            source: ProgramRecord | None = None, timing: "Timing" = DEFAULT_TIMING) -> Instant:
     """Derive, check, time and store ``op``'s instant program (see the module docstring).
 
-    ``source`` defaults to :func:`nearest_source`. Raises ValueError naming the problem when the
+    ``source`` defaults to :func:`nearest_source`. ``timing``: as the tuning that follows times its
+    candidates (:mod:`tuner.measure.timing`), so the instant program and a tuned one compare alike. Raises ValueError naming the problem when the
     database holds no program of ``op``'s type and sketch for ``target``, when the target is not
     this machine's CPU (the program could not be checked here), or when the derived program's
     output differs from numpy (nothing is stored then).
@@ -104,27 +107,24 @@ def instant(op: Operator, database: Database, target: "Target", *, ranker: "Lear
             raise ValueError(f"the instant program for {op.name} (from {src.op.name}, {pred.by}) differs from "
                              f"numpy (max abs error {err:.3g}); not stored")
         built.append((lib, pred))
-    timed = list(zip(_time_all([lib for lib, _ in built], inputs, op), (pred for _, pred in built)))
+    timed = list(zip(_time_all([lib for lib, _ in built], inputs, op, timing), (pred for _, pred in built)))
     latency, pred = min(timed, key=lambda t: t[0])
     program = database.commit(op, target, [pred.record(latency)], method=PREDICTED, source=src.op, candidates=0,
                               seconds=time.perf_counter() - start,
                               extra={"predicted_by": pred.by, "ranked": pred.ranked, "timed": len(timed),
-                                     "checked": "numpy"})[0]
+                                     "checked": "numpy", "timing": timing})[0]
     return Instant(op, src.op, program, pred.by, pred.ranked, time.perf_counter() - start)
 
 
-def _time(lib, inputs, op: Operator) -> float:
-    """One program's median call time (:func:`_time_all`)."""
-    return _time_all([lib], inputs, op)[0]
-
-
-def _time_all(libs: list, inputs, op: Operator) -> list[float]:
+def _time_all(libs: list, inputs, op: Operator, timing: "Timing" = DEFAULT_TIMING) -> list[float]:
     """Each program's median call time, the programs interleaved round by round: the choice between
     alternatives compares them under the same drift of the machine's speed, not one after the other
     (timed 5 calls each in turn, the choice for BERT's seq-32 feed-forward matmul flipped between
-    two runs, to a placement that re-measured 1.15x slower than the other run's panel)."""
+    two runs, to a placement that re-measured 1.15x slower than the other run's panel). Cold: every
+    argument but the first flushed from the caches before each timed call, as a cold measurer does."""
     import tvm
 
+    flush = tvm.get_global_func("cache_flush_cpu_non_first_arg") if timing == "cold" else None
     dev = tvm.cpu()
     args = [tvm.runtime.tensor(np.ascontiguousarray(a), dev) for a in inputs]
     out = tvm.runtime.tensor(np.zeros(tuple(op.output_shape), "float32"), dev)
@@ -134,6 +134,8 @@ def _time_all(libs: list, inputs, op: Operator) -> list[float]:
             lib(*args, out)
             n, until = 0, time.perf_counter() + TIMED_MIN_S
             while n < TIMED_RUNS or time.perf_counter() < until:
+                if flush is not None:
+                    flush(*args, out)
                 t0 = time.perf_counter()
                 lib(*args, out)
                 dev.sync()

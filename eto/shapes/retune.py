@@ -14,6 +14,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from tuner.measure.timing import DEFAULT_TIMING
+
 from eto.store.database import PREDICTED, Database
 from eto.runs.instant import instant
 from eto.operators.opsets import OperatorSet
@@ -84,7 +86,7 @@ def retune(shapes: Sequence[tuple[int, OperatorSet]], target: "Target", database
                 f"{'' if instant_only else ' (reused from itself at another size, else the backend)'}")
             continue
         try:
-            r = instant(e.op, database, target)
+            r = instant(e.op, database, target, timing=DEFAULT_TIMING if options is None else options.timing)
         except ValueError as exc:
             errors[e.op] = str(exc)
             say(f"no instant program for {e.op.name}: {exc}")

@@ -81,6 +81,17 @@ def test_a_cold_measurement_meets_its_weights_and_output_in_memory():
         with Measurer.local(measure_config(timing, target)) as m:
             times[timing] = min(m.remeasure([mod], target, rounds=2)[0] for _ in range(2))
     assert times["cold"] > 1.15 * times["hot"], times
+    # an instant program is timed in this process the same way (eto.runs.instant)
+    import numpy as np
+
+    from eto.runs.instant import _time_all
+    from tuner.measure.apply import build
+
+    lib = build(mod, target)
+    inputs = [np.ones(1, "float32"), np.ones(1 << 19, "float32")]
+    here = {t: min(_time_all([lib], inputs, SimpleNamespace(output_shape=(1 << 19,)), t)[0] for _ in range(3))
+            for t in ("hot", "cold")}
+    assert here["cold"] > 1.15 * here["hot"], here
     own = _measurers(None, target, "cold")[0]  # a run's own measurer times as its options say
     try:
         assert timing_of(own.config) == "cold" and own.runner.evaluator_config.enable_cpu_cache_flush
