@@ -7,13 +7,14 @@ are about 100 MB, a core's L2 here 1 MB) and writes its output to lines no cache
 differ in how well they stream them. On ResNet-50 in NHWC (2 cores of an AMD EPYC), tuned hot, the 1x1
 convolutions ran 1.27-1.44x their hot times in the model; the one from 256 to 1024 channels at 14x14 ran
 480 us hot, 591 us in the model and 914 us cold, where the program its search ranked fifth (494 us hot)
-ran 554 us cold. A hot search crowns programs the model then runs slowly.
+ran 554 us cold (experiments/results/diag_resnet50_cold_timing_znver4.txt). A hot search crowns
+programs the model then runs slowly.
 
 Timed *cold* (AutoTVM's convention for x86: one run per sample, every argument but the first flushed
 from the CPU caches before it), a candidate meets memory as a layer of a model does; its first argument,
 the layer's input, stays where the layer before it has just written it. A cold sample is one run, so a
-cold measurement takes more samples (:data:`COLD_REPEAT`) and still less time than a hot one of
-candidates over a few hundred microseconds.
+cold measurement takes more samples (:data:`COLD_REPEAT`), and still less time than a hot one (5
+samples of at least 40 ms) for every candidate under about 10 ms.
 
 Cold timing applies to CPU (LLVM) targets: a GPU's arguments live in its own memory, which the CPU's
 cache flush does not reach, and GPU candidates are timed hot.
