@@ -300,3 +300,16 @@ def test_a_budget_prices_the_polish_of_roots_an_earlier_run_left_unpolished():
     squeezed = plan_within(opset, options, top.seconds + expected / 2, database=cut_db, target="llvm",
                            unpolished={cut.key})
     assert squeezed.options.backend.trials < top.options.backend.trials and squeezed.seconds <= top.seconds + expected / 2
+
+
+def test_a_step_stores_its_programs_on_the_records_scale_unless_the_record_was_timed_in_a_disturbed_moment():
+    """An improvement's programs move onto its base's recorded scale (the machine drifts), but a base
+    recorded 8.5x slower than it runs now does not drag them there (and the step's share with them)."""
+    from eto.runs.polish import MAX_DRIFT, record_scale
+
+    assert record_scale(500e-6, 400e-6) == pytest.approx(1.25)  # drift: onto the record's scale
+    assert record_scale(400e-6, 500e-6) == pytest.approx(0.8)
+    assert record_scale(MAX_DRIFT * 1e-3, 1e-3) == pytest.approx(MAX_DRIFT)
+    assert record_scale(3971e-6, 471e-6) == 1.0  # a disturbed record: stored as timed now
+    assert record_scale(100e-6, 471e-6) == 1.0
+    assert record_scale(1e-3, math.inf) == 1.0 and record_scale(1e-3, 0.0) == 1.0

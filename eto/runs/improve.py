@@ -38,7 +38,7 @@ from eto.operators import Operator
 from eto.operators.opsets import OperatorSet
 from eto.planning.budget import POLISH_CANDIDATES
 from eto.runs.derive import RunContext
-from eto.runs.polish import polish_program, rescaled
+from eto.runs.polish import polish_program, record_scale, rescaled
 from eto.runs.tuning import checkable_here, gated
 from eto.store.database import IMPROVE, POLISH, PREDICTED
 
@@ -221,7 +221,8 @@ def evolve_step(op: Operator, run: RunContext, measurer: "Measurer", trials: int
     before = after = math.inf
     if new and base is not None and cut is None:  # on the best's recorded scale, as a polish stores its programs
         before, after = measurer.remeasure([scheduled_module(base.tuning_record), scheduled_module(new[0])], target)
-        new = rescaled(new, after * base.latency_s / before) if before < math.inf and after < math.inf else []
+        ok = before < math.inf and after < math.inf
+        new = rescaled(new, after * record_scale(base.latency_s, before)) if ok else []
     kept, checked, wrong = gated(op, new, target, checkable_here(measurer, target))
     db.commit(op, target, kept, method=IMPROVE, source=op, candidates=candidates, seconds=seconds,
               error=wrong or (None if kept else "no new program ran"),

@@ -99,7 +99,7 @@ def polish_program(op: Operator, database: Database, target: "Target", measurer:
     before, after = measurer.remeasure([scheduled_module(base.tuning_record), scheduled_module(res.record)], target)
     side_by_side_s = time.perf_counter() - timed
     # the polish's times on the backend's recorded scale; a polished program that failed now is not kept
-    f = after * (base.latency_s / before if before < math.inf else 1.0) / res.latency_s
+    f = after * record_scale(base.latency_s, before) / res.latency_s
     records = rescaled(list(res.records), f * res.latency_s) if f < math.inf else []
     feats = [res.features] + [None] * (len(records) - 1)  # the best's B/T/M, as a reuse stores them
     timed = time.perf_counter()
@@ -122,6 +122,23 @@ def polish_program(op: Operator, database: Database, target: "Target", measurer:
     say(f"polish: {op.name}: {res.candidates} candidates, {seconds:.1f} s; side by side "
         f"{before * 1e6:.1f} us -> {after * 1e6:.1f} us ({before / after:.2f}x)" if records else
         f"polish: {op.name}: {wrong}; the backend's program stays")
+
+
+#: How far a program's recorded time may be from its time re-measured now and still be taken for the
+#: machine's drift (between runner processes a program's speed differs up to 1.75x here): new programs
+#: are then moved onto the record's scale. Beyond it, either way, the record was timed in a disturbed
+#: moment (a ResNet-50 reuse search recorded every candidate 8.5x slower than the same programs ran
+#: side by side later in the run), and new programs are stored at their times now.
+MAX_DRIFT = 2.0
+
+
+def record_scale(recorded_s: float, now_s: float) -> float:
+    """The factor that moves a time measured now onto a record's scale: ``recorded_s / now_s`` for the
+    same program, 1 where that is beyond :data:`MAX_DRIFT` either way or ``now_s`` is not a time."""
+    if not 0 < now_s < math.inf:
+        return 1.0
+    f = recorded_s / now_s
+    return f if 1 / MAX_DRIFT <= f <= MAX_DRIFT else 1.0
 
 
 def rescaled(records: list, best_secs: float) -> list:
