@@ -77,10 +77,10 @@ def instant(op: Operator, database: Database, target: "Target", *, ranker: "Lear
     """Derive, check, time and store ``op``'s instant program (see the module docstring).
 
     ``source`` defaults to :func:`nearest_source`. ``timing``: as the tuning that follows times its
-    candidates (:mod:`tuner.measure.timing`), so the instant program and a tuned one compare alike. Raises ValueError naming the problem when the
-    database holds no program of ``op``'s type and sketch for ``target``, when the target is not
-    this machine's CPU (the program could not be checked here), or when the derived program's
-    output differs from numpy (nothing is stored then).
+    candidates (:mod:`tuner.measure.timing`), so the instant program and a tuned one compare alike.
+    Raises ValueError naming the problem when the database holds no program of ``op``'s type and
+    sketch for ``target``, when the target is not this machine's CPU (the program could not be
+    checked here), or when the derived program's output differs from numpy (nothing is stored then).
     """
     from tuner.measure.apply import build, run_once
     from tuner.reuse.predict import predict
