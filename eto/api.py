@@ -163,19 +163,10 @@ def _tune(opset: OperatorSet, target: "Target", db: Database, opts: TuneOptions,
           measurer: "Measurer | Sequence[Measurer] | None", on_batch: Callable[[str, int, int, float], None] | None,
           log: Callable[[str], None] | None, verbose: bool) -> "TuneReport":
     if alone:
-        from tuner.measure.measurer import Measurer
-        from tuner.measure.timing import measure_config
-
         from eto.runs.tuning import tune_with_backend
 
-        own = measurer is None
-        measurer = measurer or Measurer.local(measure_config(opts.timing, target))
-        try:
-            return tune_with_backend(opset, target, db, opts.backend, measurer=measurer, on_batch=on_batch,
-                                     verbose=verbose)
-        finally:
-            if own:
-                measurer.close()
+        return tune_with_backend(opset, target, db, opts.backend, measurer=measurer, timing=opts.timing,
+                                 on_batch=on_batch, verbose=verbose)
     from eto.runs.pipeline import tune as run
 
     return run(opset, target, db, opts, measurer=measurer, on_batch=on_batch, log=log)

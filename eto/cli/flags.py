@@ -220,9 +220,11 @@ def add_time_budget_option(p: argparse.ArgumentParser) -> None:
 
 def add_timing_option(p: argparse.ArgumentParser) -> None:
     """``--timing``: one copy for ``eto tune``, ``eto plan`` and ``eto retune``."""
-    from tuner.measure.timing import DEFAULT_TIMING
+    from typing import get_args
 
-    p.add_argument("--timing", default=DEFAULT_TIMING, choices=["cold", "hot"],
+    from tuner.measure.timing import DEFAULT_TIMING, Timing
+
+    p.add_argument("--timing", default=DEFAULT_TIMING, choices=list(get_args(Timing)),
                    help="how candidates are timed on a CPU: cold, each run with its weights and outputs flushed "
                         "from the caches, as a model's layers meet them; hot, MetaSchedule's way, runs in a row "
                         "with the data in the caches (GPUs: always hot)")

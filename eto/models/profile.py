@@ -8,7 +8,8 @@ after eto's runs (not between them), and eto's conv/matmul calls are matched to 
 same layers (:func:`match_calls`); an unmatched task shows no ONNX Runtime time.
 
 Each task that runs a tuned program also gets its time alone: its calls at the latency the database
-recorded for that program, timed on its own while it was tuned. A task slower in the model than alone
+recorded for that program, timed on its own while it was tuned (cold or hot, as that run timed it:
+:mod:`tuner.measure.timing`). A task slower in the model than alone
 loses to the model around it (its weights and inputs out of the caches the other tasks used), not to its
 program: on ResNet-50 in NHWC the 1x1 convolutions ran 1.01-1.38x their time alone and the 3x3 ones
 0.98-1.09x (docs/models.md). The database's latencies are from the hour it was tuned; a machine whose

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Literal, Mapping, Sequence
 from tuner.measure import deadline
 from tuner.measure.faults import kill_point
 from tuner.measure.options import BackendOptions
+from tuner.measure.timing import DEFAULT_TIMING, Timing, measure_config
 from tuner.measure.trajectory import median_secs
 
 from eto.store.database import IMPROVE, POLISH, PREDICTED, Database
@@ -232,7 +233,7 @@ def tune_with_backend(
     database: Database,
     options: BackendOptions | None = None,
     *,
-    measurer: "Measurer | None" = None,
+    measurer: "Measurer | None" = None, timing: Timing = DEFAULT_TIMING,
     work_dir: str | None = None,
     on_batch: Callable[[str, int, int, float], None] | None = None,
     finalists: int = 0,
@@ -247,11 +248,11 @@ def tune_with_backend(
     metadata (e.g. the plan's estimate). ``finalists``: each operator's best few re-timed in every
     runner process (:func:`tuner.measure.finalists.settle_records`; 0, the default: MetaSchedule's own choice).
     ``short_builds``: LLVM builds cut at the reuse searches' timeout (eto's roots; see
-    :func:`tuner.measure.backend.tune_backend`; False, the default: MetaSchedule's).
+    :func:`tuner.measure.backend.tune_backend`; False, the default: MetaSchedule's). ``timing``: its own measurer's.
     An operator another process is tuning on the same database (:mod:`eto.store.claims`) is waited for
     after the rest, and tuned here only if that process stopped without a result.
     """
-    from tuner.measure.measurer import MeasureConfig, Measurer
+    from tuner.measure.measurer import Measurer
 
     from eto.store.claims import claim
     from eto.target import export_threads
@@ -264,7 +265,7 @@ def tune_with_backend(
     tuned_now: set[Operator] = set()
     if todo:
         own = measurer is None
-        measurer = measurer or Measurer.local(MeasureConfig())
+        measurer = measurer or Measurer.local(measure_config(timing, target))
         options = options or BackendOptions()
         kw = dict(measurer=measurer, work_dir=work_dir, on_batch=on_batch, finalists=finalists,
                   short_builds=short_builds, verbose=verbose)
