@@ -113,7 +113,7 @@ def polish_program(op: Operator, database: Database, target: "Target", measurer:
     database.commit(op, target, kept, method=method, source=op, candidates=res.candidates,
                     seconds=seconds + prior.seconds, error=wrong, features=features_of(kept, records, feats),
                     extra={"polish": {"backend_latency_s": before, "polished_latency_s": after,
-                                      "improved": after < before},
+                                      "improved": bool(records) and f * res.latency_s < base.latency_s},
                            "rounds": res.rounds, "failed": res.failed, "failures": sorted(set(res.failures)),
                            "trajectory": [[t, n, best * f] for t, n, best in (p.to_json() for p in res.trajectory)],
                            **checked,
