@@ -13,7 +13,7 @@ Nothing is tuned here: the numbers are those of the runs the inputs come from.
 
 ``--fit``: pools the tuning results of the given databases (one target; a result copied into several
 databases counts once) and fits eto's time model on them (:func:`eto.planning.time_model.fit_time_model`), the
-fit from which ``eto.planning.time_model.DEFAULTS`` is taken.
+fit from which the priors of ``eto.planning.time_priors`` are taken (``--timing``: of runs timed cold or hot).
 """
 
 from __future__ import annotations
@@ -58,26 +58,29 @@ def accuracy(rows: list[dict], what: str) -> dict:
             "within_0.67_1.5": sum(0.67 <= x <= 1.5 for x in ratios) / len(ratios)}
 
 
-def fit(db_paths: list[str], kind: str, defaults: str | None = None) -> dict:
-    """The time model fitted on the pooled results of ``db_paths``, and how many results it saw;
-    ``defaults``: a CPU of ``CPU_DEFAULTS`` whose lines stand where the results cannot tell a
-    coefficient (a backend run's set-up when every root ran the same trials), else the kind's."""
+def fit(db_paths: list[str], kind: str, defaults: str | None = None, timing: str = "cold") -> dict:
+    """The time model fitted on the pooled results of ``db_paths`` timed as ``timing`` (a result without a
+    timing was timed hot), and how many results it saw; where the results cannot tell a coefficient (a
+    backend run's set-up when every root ran the same trials) the prior of ``defaults`` (a CPU's ``mcpu``)
+    for that timing stands, else the databases' own target's (:func:`eto.planning.time_priors.prior`)."""
     from eto.store.database import Database
-    from eto.planning.time_model import CPU_DEFAULTS, fit_time_model
+    from eto.planning.time_model import fit_time_model
+    from eto.planning.time_priors import prior, timing_on
 
     seen, results = set(), []
     for path in db_paths:
         for r in Database(path).results():
             key = (json.dumps(r.get("op"), sort_keys=True), r.get("method"), r.get("candidates"), r.get("seconds"))
-            if r.get("records") and key not in seen:
+            if r.get("records") and r.get("timing", "hot") == timing_on(kind, timing) and key not in seen:
                 seen.add(key)
                 results.append(r)
     targets = {r.get("target") for r in results}
     if len(targets) > 1:
         raise SystemExit(f"--fit: the databases hold results of {len(targets)} targets; give one target's")
-    model = fit_time_model(results, kind, defaults=CPU_DEFAULTS[defaults] if defaults else None)
+    target = json.dumps({"kind": "llvm", "mcpu": defaults}) if defaults else next(iter(targets), None)
+    model = fit_time_model(results, prior(target, kind, timing))
     return {"databases": db_paths, "kind": kind, "target": next(iter(targets), None), "defaults": defaults,
-            **model.to_json(),
+            "timing": timing, **model.to_json(),
             "results": {m: sum(r.get("method") == m for r in results) for m in ("backend", "reuse")}}
 
 
@@ -112,8 +115,10 @@ def main(argv=None) -> int:
     ap.add_argument("--inputs", nargs="+", help="these results files instead")
     ap.add_argument("--fit", nargs="+", metavar="DB", help="also fit the time model on these databases' results")
     ap.add_argument("--kind", default="cpu", help="target kind of --fit's databases (default cpu)")
-    ap.add_argument("--fit-defaults", metavar="MCPU", help="--fit keeps this CPU's default lines where the "
-                    "databases cannot tell a coefficient (default: the kind's)")
+    ap.add_argument("--fit-defaults", metavar="MCPU", help="--fit keeps this CPU's prior where the databases "
+                    "cannot tell a coefficient (default: their target's)")
+    ap.add_argument("--timing", choices=("cold", "hot"), default="cold",
+                    help="--fit pools the results of runs timed so (default cold)")
     ap.add_argument("--out", help="result JSON (default experiments/results/estimate_accuracy_<scale>.json)")
     args = ap.parse_args(argv)
     paths = args.inputs or sorted(glob.glob(os.path.join(HERE, "results", "reuse_pairs_*.json"))
@@ -136,7 +141,7 @@ def main(argv=None) -> int:
                           **{k: {w: accuracy(v, w) for w in ("candidates", "seconds")} for k, v in sources.items()}},
               "rows": sources}
     if args.fit:
-        result["fit"] = fit(args.fit, args.kind, args.fit_defaults)
+        result["fit"] = fit(args.fit, args.kind, args.fit_defaults, args.timing)
     out = args.out or os.path.join(HERE, "results", f"estimate_accuracy_{args.scale}.json")
     with open(out, "w") as f:
         json.dump(result, f, indent=1)

@@ -323,7 +323,7 @@ def run_reuse(ops, pairs, target, kind: str, measurer, work: str, strategies, ra
               top_k: int | None = None) -> list[dict]:
     """Stage 2 and 3: each pair tuned by the reuse tuner per strategy, with the trial estimator's numbers
     (candidates, and seconds by eto's default time model for the target kind)."""
-    from eto.planning.time_model import learn_time_model
+    from eto.planning.time_priors import learn_time_model
     from tuner.reuse.estimate import estimate_trials, trials_for_config
     from tuner.analysis.features import program_features
 

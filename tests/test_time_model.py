@@ -2,8 +2,16 @@
 
 import pytest
 
-from eto.planning.time_model import (CPU_DEFAULTS, CPU_KIND_DEFAULTS, DEFAULTS, FUNCTION_DEFAULTS, KIND_PRIOR, MIN_FIT,
-    POLISH_DEFAULTS, Line, default_lines, fit_line, fit_time_model, learn_time_model)
+from eto.planning.time_model import FUNCTION_DEFAULTS, KIND_PRIOR, MIN_FIT, Line, fit_line, fit_time_model
+from eto.planning.time_priors import (COLD_CPU_DEFAULTS, COLD_SCALE, CPU_DEFAULTS, CPU_KIND_DEFAULTS, DEFAULTS,
+    POLISH_DEFAULTS, default_lines, learn_time_model, prior)
+
+SKYLAKE = '{"kind": "llvm", "mcpu": "skylake", "num-cores": 2}'  # a CPU no prior was measured on
+
+
+def generic() -> "TimeModel":  # noqa: F821
+    """The prior of a CPU without measurements, timed hot: the kind's defaults."""
+    return prior(SKYLAKE, "cpu", "hot")
 
 
 def test_fit_line_recovers_a_line_and_falls_back_on_little_data():
@@ -62,8 +70,8 @@ def test_time_model_learns_from_the_targets_results_only(tmp_path):
 
     cpu = parse_target("cpu")
     db = Database(tmp_path / "db")
-    assert learn_time_model(db, cpu, "cpu") == learn_time_model(None, cpu, "cpu")
-    assert learn_time_model(None, cpu, "cpu").backend == default_lines(cpu, "cpu")[0]
+    assert learn_time_model(db, cpu, "cpu", "hot") == learn_time_model(None, cpu, "cpu", "hot")
+    assert learn_time_model(None, cpu, "cpu", "hot").backend == default_lines(cpu, "cpu")[0]
     ops = [Operator.create("BMM", B=1, M=16 * i, N=16, K=16) for i in range(1, 8)]
     db.commit(ops[0], cpu, make_records(ops[0], [[1e-3]], cpu), method="backend", candidates=100, seconds=50.0)
     db.commit(ops[1], cpu, make_records(ops[1], [[1e-3]], cpu), method="backend", candidates=300, seconds=250.0)
@@ -71,7 +79,7 @@ def test_time_model_learns_from_the_targets_results_only(tmp_path):
         n = 8 + 4 * i
         db.commit(op, cpu, make_records(op, [[1e-3]], cpu), method="reuse", candidates=n, seconds=3.0 + 0.5 * n,
                   extra={"estimate": n / 1.5})
-    tm = learn_time_model(db, cpu, "cpu")
+    tm = learn_time_model(db, cpu, "cpu", "hot")  # (results that record no timing were timed hot)
     assert tm.count_scale == pytest.approx(1.5) and tm.reuse_candidates(10) == pytest.approx(15)
     gf = [op.flops / 1e9 for op in ops]
     here = default_lines(cpu, "cpu")[0]
@@ -83,7 +91,7 @@ def test_time_model_learns_from_the_targets_results_only(tmp_path):
     for i, op in enumerate(ops[2:]):
         n = 8 + 4 * i
         db.commit(op, cpu, make_records(op, [[1e-3]], cpu), method="polish", candidates=n, seconds=2 * (3.0 + 0.5 * n))
-    polished = learn_time_model(db, cpu, "cpu")
+    polished = learn_time_model(db, cpu, "cpu", "hot")
     assert (polished.reuse.fixed, polished.reuse.per) == (pytest.approx(3.0), pytest.approx(0.5))  # reuses alone
     # five polishes at twice the line over a reuse's seconds (with BMM's scale), KIND_PRIOR at the default beside
     actual = sum(2 * (3.0 + 0.5 * (8 + 4 * i)) for i in range(5))
@@ -93,8 +101,8 @@ def test_time_model_learns_from_the_targets_results_only(tmp_path):
     assert polished.polish_seconds(12, gf[3], "BMM") == pytest.approx(
         polished.reuse_seconds(12, gf[3], "BMM") * polished.polish_scale)
     other = parse_target('{"kind": "llvm", "mcpu": "skylake", "num-cores": 2}')
-    assert learn_time_model(db, other, "cpu").reuse == DEFAULTS["cpu"][1]
-    assert learn_time_model(db, other, "cpu").count_scale == 1.0
+    assert learn_time_model(db, other, "cpu", "hot").reuse == DEFAULTS["cpu"][1]
+    assert learn_time_model(db, other, "cpu", "hot").count_scale == 1.0
 
 
 def test_defaults_are_the_cpus_own_where_measured_else_the_kinds():
@@ -107,7 +115,7 @@ def test_defaults_are_the_cpus_own_where_measured_else_the_kinds():
 
     for mcpu, lines in CPU_DEFAULTS.items():
         assert default_lines(cpu(mcpu), "cpu") == lines
-        assert learn_time_model(None, cpu(mcpu), "cpu").reuse == lines[1]
+        assert learn_time_model(None, cpu(mcpu), "cpu", "hot").reuse == lines[1]
     assert "emeraldrapids" in CPU_DEFAULTS and CPU_DEFAULTS["emeraldrapids"] != DEFAULTS["cpu"]
     assert default_lines(cpu("skylake"), "cpu") == DEFAULTS["cpu"]
     assert default_lines(parse_target("nvidia/nvidia-h100"), "cuda") == DEFAULTS["cuda"]
@@ -115,7 +123,7 @@ def test_defaults_are_the_cpus_own_where_measured_else_the_kinds():
     k = CPU_DEFAULTS["emeraldrapids"][0].per_gflop / CPU_DEFAULTS["emeraldrapids"][0].per
     result = {"method": "backend", "op": {"type": "BMM", "params": {"B": 1, "M": 64, "N": 64, "K": 64}},
               "candidates": 100, "seconds": 80.0, "records": [{}]}
-    fitted = fit_time_model([result], "cpu", defaults=CPU_DEFAULTS["emeraldrapids"])
+    fitted = fit_time_model([result], prior(cpu("emeraldrapids"), "cpu", "hot"))
     assert fitted.backend.per_gflop / fitted.backend.per == pytest.approx(k)
 
 
@@ -127,14 +135,14 @@ def test_a_model_functions_results_teach_their_own_line_not_the_backend_rate():
 
     bmm = {"type": "BMM", "params": {"B": 1, "M": 64, "N": 64, "K": 64}}
     task = {"type": "TASK", "params": {"size": 4096, "hash": 7}, "fusion": "softmax"}
-    fitted = fit_time_model([result(bmm, 100, 80.0), result(bmm, 200, 160.0)], "cpu")
+    fitted = fit_time_model([result(bmm, 100, 80.0), result(bmm, 200, 160.0)], generic())
     with_tasks = fit_time_model([result(bmm, 100, 80.0), result(bmm, 200, 160.0)]
-                                + [result(task, 1, 0.3)] * 8 + [result(task, 64, 9.0)] * 2, "cpu")
+                                + [result(task, 1, 0.3)] * 8 + [result(task, 64, 9.0)] * 2, generic())
     assert with_tasks.backend == fitted.backend and fitted.backend != DEFAULTS["cpu"][0]
     # they teach their own line: 0.3 s for a space of one program, 9 s for 64 trials
     assert fitted.function == FUNCTION_DEFAULTS["cpu"]
     assert (with_tasks.function(1), with_tasks.function(64)) == (pytest.approx(0.3), pytest.approx(9.0))
-    assert learn_time_model(None, "cpu", "cpu").function == FUNCTION_DEFAULTS["cpu"]
+    assert learn_time_model(None, SKYLAKE, "cpu", "hot").function == FUNCTION_DEFAULTS["cpu"]
 
 
 def test_each_operator_types_reuses_teach_its_own_scale_of_the_reuse_line():
@@ -150,7 +158,7 @@ def test_each_operator_types_reuses_teach_its_own_scale_of_the_reuse_line():
     dep = {"type": "DEP", "params": {"N": 1, "C": 32, "H": 28, "W": 28, "KH": 3, "KW": 3, "stride": 1, "padding": 1}}
     bmm = {"type": "BMM", "params": {"B": 1, "M": 64, "N": 64, "K": 64}}
     rows = [result(dep, 16, 20.0)] * 6 + [result(bmm, 16, 5.0)] * 5 + [result(bmm, 16, 5.0, "polish")]
-    tm = fit_time_model(rows, "cpu")
+    tm = fit_time_model(rows, generic())
     line = tm.reuse(16, 0.0)
     # (n x actual + KIND_PRIOR x line) / ((n + KIND_PRIOR) x line)
     assert tm.reuse_kind["DEP"] == pytest.approx((6 * 20.0 / line + KIND_PRIOR) / (6 + KIND_PRIOR), rel=1e-3)
@@ -166,7 +174,7 @@ def test_each_operator_types_reuses_teach_its_own_scale_of_the_reuse_line():
     assert far["C1D"] == KIND_SCALE_CAP
     # before results, a measured CPU's per-type scales; a type's results are shrunk towards its default
     znver4 = parse_target('{"kind": "llvm", "mcpu": "znver4", "num-cores": 2}')
-    empty = learn_time_model(None, znver4, "cpu")
+    empty = learn_time_model(None, znver4, "cpu", "hot")
     assert empty.reuse_kind == CPU_KIND_DEFAULTS["znver4"] and empty.polish_scale == POLISH_DEFAULTS["cpu"]
     assert empty.reuse_seconds(16, 0.0, "DEPNHWC") > empty.reuse_seconds(16, 0.0) > empty.reuse_seconds(16, 0.0, "BMM")
     d = CPU_KIND_DEFAULTS["znver4"]["DEPNHWC"]
@@ -174,4 +182,48 @@ def test_each_operator_types_reuses_teach_its_own_scale_of_the_reuse_line():
     assert shrunk["DEPNHWC"] == pytest.approx((30.0 + KIND_PRIOR * d * 10.0) / (10.0 + KIND_PRIOR * 10.0))
     assert shrunk["BMM"] == CPU_KIND_DEFAULTS["znver4"]["BMM"]
     skylake = parse_target('{"kind": "llvm", "mcpu": "skylake", "num-cores": 2}')
-    assert learn_time_model(None, skylake, "cpu").reuse_kind == {}
+    assert learn_time_model(None, skylake, "cpu", "hot").reuse_kind == {}
+
+
+def test_a_runs_timing_picks_its_prior_and_the_results_it_learns_from(tmp_path):
+    """A candidate timed cold is a few single runs where a hot one is runs in a row: the same tuning costs
+    less cold, so a cold run's plan is priced by a cold prior and by the database's cold results only."""
+    from eto.store.database import Database
+    from eto.operators import Operator
+    from eto.target import parse_target
+    from tests.test_database import make_records
+
+    znver4 = parse_target('{"kind": "llvm", "mcpu": "znver4", "num-cores": 2}')
+    cold, hot = (learn_time_model(None, znver4, "cpu", t) for t in ("cold", "hot"))
+    assert cold == COLD_CPU_DEFAULTS["znver4"] and hot.backend == CPU_DEFAULTS["znver4"][0]
+    assert cold.backend_seconds(16, 0.2) < hot.backend_seconds(16, 0.2)
+    assert cold.reuse_seconds(20, 0.2, "C2DNHWC") < hot.reuse_seconds(20, 0.2, "C2DNHWC")
+    # a CPU measured hot only: its hot lines scaled by what cold cost over hot where both were measured
+    emr = parse_target('{"kind": "llvm", "mcpu": "emeraldrapids", "num-cores": 2}')
+    e_cold, e_hot = prior(emr, "cpu", "cold"), prior(emr, "cpu", "hot")
+    for line, f in zip(("backend", "reuse", "function"), COLD_SCALE):
+        assert getattr(e_cold, line)(10, 0.5) == pytest.approx(f * getattr(e_hot, line)(10, 0.5))
+    assert (e_cold.reuse_kind, e_cold.count_scale) == (e_hot.reuse_kind, e_hot.count_scale)
+    # a GPU times hot whatever the run asks
+    gpu = parse_target("nvidia/nvidia-h100")
+    assert prior(gpu, "cuda", "cold") == prior(gpu, "cuda", "hot")
+    with pytest.raises(ValueError, match="timing"):
+        prior(znver4, "cpu", "lukewarm")
+
+    db = Database(tmp_path / "db")
+    ops = [Operator.create("BMM", B=1, M=16 * i, N=16, K=16) for i in range(1, 8)]
+    for i, op in enumerate(ops):  # hot runs only, at twice the cold prior's cost
+        n = 8 + 4 * i
+        db.commit(op, znver4, make_records(op, [[1e-3]], znver4), method="reuse", candidates=n,
+                  seconds=2 * cold.reuse_seconds(n, op.flops / 1e9), extra={"timing": "hot"})
+    assert learn_time_model(db, znver4, "cpu", "cold") == cold  # nothing timed cold to learn from
+    assert learn_time_model(db, znver4, "cpu", "hot").reuse.samples == len(ops)
+    for op in ops[:5]:
+        db.commit(op, znver4, make_records(op, [[1e-3]], znver4), method="reuse", candidates=10, seconds=3.0,
+                  extra={"timing": "cold"})
+    learned = learn_time_model(db, znver4, "cpu", "cold")
+    assert learned.reuse.samples == 5 and learned.reuse(10, ops[2].flops / 1e9) == pytest.approx(3.0, rel=1e-3)
+    on_gpu = Database(tmp_path / "gpu")  # a GPU's results are hot: a cold run there learns from them
+    on_gpu.commit(ops[0], gpu, make_records(ops[0], [[1e-3]], gpu), method="backend", candidates=64, seconds=40.0,
+                  extra={"timing": "hot"})
+    assert learn_time_model(on_gpu, gpu, "cuda", "cold").backend.samples == 1

@@ -1,11 +1,9 @@
 """Reuse pair selection for an operator set: eto's operators in, a :class:`selector.Plan` out.
 
-The OC graph's costs are expected tuning *seconds* (:mod:`eto.planning.time_model`, learned per target from
-the database): a root edge costs the backend's budget in trials at the backend's seconds per trial,
+The OC graph's costs are expected tuning *seconds* (:mod:`eto.planning.time_priors`: learned per target and
+timing from the database over a measured prior): a root edge costs the backend's budget in trials at the backend's seconds per trial,
 a reuse edge the estimated candidates (:func:`estimator_cost_fn`) at the reuse tuner's seconds per
-candidate. The estimated candidates of every edge are kept with the plan for the report.
-
-``selector`` works on plain loop nests; this module translates: each catalogue operator becomes a
+candidate. The estimated candidates of every edge are kept with the plan for the report. ``selector`` works on plain loop nests; this module translates: each catalogue operator becomes a
 :class:`selector.LoopNestOp` (its sketch key as the sketch set, its frequency, whether a prior
 database already has it), and a bridge operator is accepted only if the catalogue can build it
 (Definition 5: stride 1, padding 0, dilation 1) and it has the same sketch key as the operators it
@@ -27,7 +25,8 @@ from tuner.reuse.space import target_limits
 from eto.operators import Operator
 from eto.operators.opsets import OperatorSet
 from eto.options import MAX_REDUCTION_RATIO, TuneOptions
-from eto.planning.time_model import TimeModel, learn_time_model
+from eto.planning.time_model import TimeModel
+from eto.planning.time_priors import learn_time_model
 
 if TYPE_CHECKING:  # pragma: no cover
     from eto.store.database import Database, ProgramRecord
@@ -283,7 +282,7 @@ def plan_operator_set(
                                     limits=target_limits(kind, parsed if target is not None else None),
                                     leads=LeadCount(database, target, names.values(), tuned=tuned))
     cost_fn = cost_fn or analytic_cost_fn(float(budget))
-    tm = time_model or learn_time_model(database, target, kind)
+    tm = time_model or learn_time_model(database, target, kind, options.timing)
     hot_names = {n for n, op in names.items() if op in set(hot)}
     relaxed: set[str] = set()  # minor roots the cap is doubled for (read by ``edge`` at each call)
     capped: set[str] = set()  # operators that lost a reuse edge to the cap (written by ``edge``)

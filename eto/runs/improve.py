@@ -32,6 +32,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Literal, Mapping, Sequence
 
 from tuner.measure import deadline
+from tuner.measure.timing import timing_of
 
 from eto.models.roofline import fp32_peak, memory_bandwidth, reached_peak
 from eto.operators import Operator
@@ -136,10 +137,10 @@ def _step(op: Operator, run: RunContext, measurer: "Measurer", share: float,
           polished: dict[Operator, int]) -> Literal["self-reuse", "search", None]:
     """One step on ``op``: a self-reuse from its best program (:func:`eto.runs.polish.polish_program`) if
     :func:`self_reuse_due`, else :func:`evolve_step`; which it took, None if the time left affords neither."""
-    from eto.planning.time_model import learn_time_model
+    from eto.planning.time_priors import learn_time_model
     from eto.target import target_kind
 
-    tm = learn_time_model(run.database, run.target, target_kind(run.target))
+    tm = learn_time_model(run.database, run.target, target_kind(run.target), run.options.timing)
     gflops = op.flops / 1e9
     best = run.database.best(op, run.target, predicted=False)
     if best is not None and self_reuse_due(best, run.database.results(), polished):
@@ -226,7 +227,8 @@ def evolve_step(op: Operator, run: RunContext, measurer: "Measurer", trials: int
     kept, checked, wrong = gated(op, new, target, checkable_here(measurer, target))
     db.commit(op, target, kept, method=IMPROVE, source=op, candidates=candidates, seconds=seconds,
               error=wrong or (None if kept else "no new program ran"),
-              extra={"evolve": {"before_s": before, "after_s": after, "cut_by_deadline": cut is not None}, **checked})
+              extra={"evolve": {"before_s": before, "after_s": after, "cut_by_deadline": cut is not None},
+                     "timing": timing_of(measurer.config), **checked})
     run.say(f"improve: {op.name}: {candidates} candidates, {seconds:.1f} s" + (
         f"; side by side {before * 1e6:.1f} us -> {after * 1e6:.1f} us" if after < math.inf else "")
         + ("; cut by the time budget" if cut is not None else ""))

@@ -24,6 +24,7 @@ import time
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from tuner.measure.faults import kill_point
+from tuner.measure.timing import timing_of
 
 from eto.store.database import POLISH, Database, Method
 from eto.planning.budget import unpolished_roots
@@ -112,7 +113,8 @@ def polish_program(op: Operator, database: Database, target: "Target", measurer:
     phases["setup_s"] = phases.get("setup_s", 0.0) + seconds - sum(phases.values())  # and the leads' lookup
     database.commit(op, target, kept, method=method, source=op, candidates=res.candidates,
                     seconds=seconds + prior.seconds, error=wrong, features=features_of(kept, records, feats),
-                    extra={"polish": {"backend_latency_s": before, "polished_latency_s": after,
+                    extra={"timing": timing_of(measurer.config),
+                           "polish": {"backend_latency_s": before, "polished_latency_s": after,
                                       "improved": bool(records) and f * res.latency_s < base.latency_s},
                            "rounds": res.rounds, "failed": res.failed, "failures": sorted(set(res.failures)),
                            "trajectory": [[t, n, best * f] for t, n, best in (p.to_json() for p in res.trajectory)],
