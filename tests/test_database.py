@@ -131,16 +131,21 @@ def test_db_show_and_merge_commands(tmp_path, target, capsys):
     from eto.cli import main
 
     op = Operator.create("DENSE", M=4, N=8, K=16)
+    cold = Operator.create("DENSE", M=8, N=8, K=16)
     Database(tmp_path / "a").commit(op, target, make_records(op, [[2e-6]], target), method="backend",
                                     candidates=5, seconds=1.5)
+    Database(tmp_path / "a").commit(cold, target, make_records(cold, [[3e-6]], target), method="backend",
+                                    candidates=4, seconds=1.0, extra={"timing": "cold"})
     with open(tmp_path / "a" / RECORDS, "a") as f:
         f.write("oops\n")
     assert main(["db", "show", str(tmp_path / "a"), "--json"]) == 0
     out, err = capsys.readouterr()
-    shown = json.loads(out)
-    assert shown["programs"][0]["key"] == op.key and shown["programs"][0]["candidates"] == 5
-    assert shown["problems"] == [f"{RECORDS}:2: not a [workload, record] tuning record"]
-    assert f"{RECORDS}:2" in err
+    shown = {p["key"]: p for p in json.loads(out)["programs"]}
+    assert shown[op.key]["candidates"] == 5
+    # how each program's run timed its candidates (a result from before timings were recorded: hot)
+    assert (shown[op.key]["timing"], shown[cold.key]["timing"]) == ("hot", "cold")
+    assert json.loads(out)["problems"] == [f"{RECORDS}:3: not a [workload, record] tuning record"]
+    assert f"{RECORDS}:3" in err
     assert main(["db", "merge", str(tmp_path / "m"), str(tmp_path / "a")]) == 0
     assert main(["db", "show", str(tmp_path / "nope")]) == 2
 

@@ -113,3 +113,29 @@ def test_operators_not_reached_get_instant_programs_served_until_tuned(tmp_path,
         row = report_row(next(e for e in opset if e.op == op), store, cpu, "tuned")
         assert row.status == "pending" and row.method == PREDICTED and row.latency_s == best.latency_s
         assert math.isfinite(row.latency_s) and row.latency_s > 0
+
+
+def test_operators_a_cut_left_without_a_program_get_instant_programs_before_the_improvement_steps(
+        tmp_path, capsys, monkeypatch):
+    """A root whose share of the budget was spent before it measured anything (ResNet-50's 24-root batch
+    at 386 s left two so) has no program and nothing derives it: built as it is it would run TVM's
+    default schedule. The run gives it an instant program before spending the rest on improvements,
+    and the report says why it was not reached."""
+    from eto.cli import main
+    from eto.runs import pipeline
+    from eto.store.database import PREDICTED
+
+    db, cpu = tmp_path / "db", parse_target("cpu")
+    assert main(["tune", f"--op={SPECS[0]}", "--db", str(db), "--trials", "8", "--seed", "0", "-q"]) == 0
+    capsys.readouterr()
+    # every root and reuse of this run cut before a candidate ran; no improvement steps after
+    monkeypatch.setattr(pipeline, "_tune_roots", lambda *a, **k: None)
+    monkeypatch.setattr(pipeline, "_derive_one", lambda *a, **k: None)
+    monkeypatch.setattr(pipeline, "improve", lambda *a, **k: 0)
+    assert main(["tune", *(f"--op={s}" for s in SPECS), "--db", str(db), "--time-budget", "60", "--seed", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "cut by the roots' share of the time budget: 2 operators not reached (2 of them run instant programs" in out
+    store = eto.Database(str(db))
+    for spec in SPECS[1:]:
+        best = store.best(OPS[Operator.parse(spec).key], cpu)
+        assert best is not None and best.method == PREDICTED and math.isfinite(best.latency_s)

@@ -27,7 +27,8 @@ def _show(args: argparse.Namespace) -> int:
         print(json.dumps({
             "programs": [{"op": p.op.name, "key": p.op.key, "type": p.op.type, "target": json.loads(p.target),
                           "latency_s": p.latency_s, "gflops": p.gflops, "method": p.method, "source": p.source,
-                          "candidates": p.candidates, "seconds": p.seconds, "rank": p.rank, "line": p.line + 1,
+                          "candidates": p.candidates, "seconds": p.seconds, "timing": p.timing, "rank": p.rank,
+                          "line": p.line + 1,
                           "features": p.features} for p in programs],
             "orphan_records": len(db.orphans),
             "problems": [str(p) for p in db.problems],
@@ -35,10 +36,10 @@ def _show(args: argparse.Namespace) -> int:
     else:
         short = {t: short_target(t) for t in {p.target for p in programs}}
         rows = [(p.op.name, short[p.target], p.method, (p.source or "-")[:40], round(p.latency_s * 1e6, 2),
-                 round(p.gflops, 1), p.candidates, round(p.seconds, 1)) for p in programs]
+                 round(p.gflops, 1), p.timing, p.candidates, round(p.seconds, 1)) for p in programs]
         print(f"{args.db}: {len(db)} programs of {len({p.op for p in db.programs()})} operators")
-        print(format_table(("operator", "target", "method", "source", "latency_us", "GFLOP/s", "trials", "seconds"),
-                           rows, align="llllrrrr"))
+        print(format_table(("operator", "target", "method", "source", "latency_us", "GFLOP/s", "timing", "trials",
+                            "seconds"), rows, align="llllrrlrr"))
         if db.orphans:
             print(f"{len(db.orphans)} record(s) without eto metadata (an interrupted commit); "
                   "MetaSchedule can still use them")

@@ -128,7 +128,8 @@ def _report_table(report: "TuneReport") -> str:
                  f"{tuned}{estimate}; wall time {report.seconds:.1f} s{budget}{est_s}; failed: {len(report.failed)}")
     if report.pending:
         instant = sum(r.latency_s is not None for r in report.pending)
-        lines.append(f"stopped by the {report.stopped}: {len(report.pending)} operators not reached"
+        why = f"stopped by the {report.stopped}" if report.stopped else "cut by the roots' share of the time budget"
+        lines.append(f"{why}: {len(report.pending)} operators not reached"
                      + (f" ({instant} of them run instant programs until tuned)" if instant else "")
                      + "; the same command goes on from there")
     for r in report.failed:

@@ -159,6 +159,7 @@ def _tune(opset: OperatorSet, target: "Target", database: Database, options: Tun
             finish(opset, run, measurers[0])  # in the time held back: instant programs for what was not reached
             stopped = _go_on(opset, planned, run, derivation, measurers)
         if options.time_budget is not None and stopped is None:
+            finish(opset, run, measurers[0])  # roots cut by their share of the budget before a program ran
             improve(opset, run, measurers[0])
     except deadline.DeadlineReached:
         stopped = "time budget"

@@ -79,6 +79,7 @@ class ProgramRecord:
     features: dict | None
     line: int  # line of the record in database_tuning_record.json (0-based)
     created: float
+    timing: str = "hot"  # how its run timed candidates (tuner.measure.timing); hot before runs recorded it
     _db: "Database" = field(compare=False, repr=False, hash=False, default=None)  # type: ignore[assignment]
 
     @property
@@ -257,10 +258,9 @@ class Database:
                 raise ValueError(f"record line {line + 1} is missing or corrupt")
             out.append(ProgramRecord(
                 op=op, target=meta["target"], latency_s=float(rec["latency_s"]), method=meta["method"],
-                source=meta.get("source"), candidates=int(meta.get("candidates", 0)),
-                seconds=float(meta.get("seconds", 0.0)), rank=rank, features=rec.get("features"),
-                line=line, created=float(meta.get("time", 0.0)), _db=self,
-            ))
+                source=meta.get("source"), candidates=int(meta.get("candidates", 0)), rank=rank,
+                seconds=float(meta.get("seconds", 0.0)), features=rec.get("features"), line=line,
+                created=float(meta.get("time", 0.0)), timing=str(meta.get("timing", "hot")), _db=self))
         return out
 
     # -- queries --------------------------------------------------------------------------
