@@ -486,3 +486,16 @@ def test_plan_previews_the_plan_tune_runs_with_the_same_arguments(capsys, tmp_pa
     logged = [line.removeprefix("eto: ") for line in capsys.readouterr().err.splitlines() if line.startswith("eto: plan:")]
     assert logged == [previewed]
     assert not any((tmp_path / "db").glob("*.json*"))  # nothing was tuned
+
+
+def test_the_plan_says_which_timing_its_seconds_are_for(capsys, tmp_path):
+    """A run timed cold is priced by cold runs (eto/planning/time_priors.py): `eto plan` names the timing
+    its costs are for, and a reuse's seconds differ by it."""
+    lines = {}
+    for timing in ("cold", "hot"):
+        assert main(["plan", "--opset", "quickstart", "--cost", "analytic", "--timing", timing,
+                     "--db", str(tmp_path / "none")]) == 0
+        out = capsys.readouterr().out
+        assert f"(this CPU's prior for {timing} timing)" in out
+        lines[timing] = out[out.index("a reuse "):]
+    assert lines["cold"] != lines["hot"]

@@ -77,8 +77,9 @@ def _plan_in(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
         return _solve_graph(args)
     from eto.planning.budget import plan_run
     from eto.planning.planner import hot_operators
+    from eto.planning.time_priors import timing_on
     from eto.runs.pipeline import plan_summary
-    from eto.target import parse_target
+    from eto.target import parse_target, target_kind
 
     options = tune_options_of(args)  # checked as eto tune checks them
     if args.method == "metaschedule":
@@ -108,14 +109,18 @@ def _plan_in(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
         print(f"eto: {opset.name}: {len(opset)} operators; {plan_summary(fitted, len(hot))}")
         print(plan.format_tree(unit="s"))
         print(f"bridges {options.plan.bridges}: {len(plan.bridges)} bridge operators, {plan.candidate_pairs} "
-              f"candidate reuse pairs; costs in seconds by {_time_model_text(result)}")
+              f"candidate reuse pairs; costs in seconds by "
+              f"{_time_model_text(result, timing_on(target_kind(target), options.timing))}")
     return EXIT_OK
 
 
-def _time_model_text(result) -> str:
+def _time_model_text(result, timing: str) -> str:
+    """The time model's lines, and what they come from: the database's results of runs timed as the plan's
+    run will time (:mod:`eto.planning.time_priors`), else this CPU's prior for that timing."""
     tm = result.time_model
     b, r = tm.backend, tm.reuse
-    src = "defaults" if not (b.samples or r.samples) else f"{b.samples} backend and {r.samples} reuse results"
+    src = (f"this CPU's prior for {timing} timing" if not (b.samples or r.samples)
+           else f"{b.samples} backend and {r.samples} reuse results timed {timing}")
     kinds = ", ".join(f"{t} x{k:.2f}" for t, k in sorted(tm.reuse_kind.items()) if abs(k - 1) >= 0.005)
     return (f"a backend root {b.fixed:.1f} s + ({b.per:.2f} s + {b.per_gflop:.2f} s/GFLOP) a trial, "
             f"a reuse {r.fixed:.1f} s + ({r.per:.2f} s + {r.per_gflop:.2f} s/GFLOP) a candidate"

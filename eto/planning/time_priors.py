@@ -1,11 +1,10 @@
 """What tuning costs on a target: its prior, measured on this project's machines, and what its database teaches.
 
 A prior is a whole :class:`~eto.planning.time_model.TimeModel`, for one CPU (TVM's ``mcpu``) and one timing
-(:mod:`tuner.measure.timing`); a database's own results replace it as they come in
-(:func:`eto.planning.time_model.learn_time_model`). A candidate timed cold is a few single runs where a hot one
-is runs in a row for at least 40 ms a sample, so the same tuning costs less cold: priors fitted on hot runs
-over-cost a cold run's plan (the quick start ran 55 s against its plan's 128 s), and a time budget then
-gives its roots fewer trials than it affords. Each table below says what it was fitted on
+(:mod:`tuner.measure.timing`); a database's own results of that timing replace it as they come in
+(:func:`learn_time_model`). A candidate timed cold is a few single runs where a hot one is runs in a row for
+at least 40 ms a sample, so the same reuse costs less cold: priors fitted on hot runs over-cost a cold run's
+plan (the quick start's 2.3x), and a time budget then gives its roots fewer trials than it affords. Each table below says what it was fitted on
 (``python -m experiments.estimate_accuracy --fit``; experiments/README.md, E5).
 """
 
