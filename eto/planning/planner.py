@@ -1,9 +1,10 @@
 """Reuse pair selection for an operator set: eto's operators in, a :class:`selector.Plan` out.
 
-The OC graph's costs are expected tuning *seconds* (:mod:`eto.planning.time_priors`: learned per target and
-timing from the database over a measured prior): a root edge costs the backend's budget in trials at the backend's seconds per trial,
-a reuse edge the estimated candidates (:func:`estimator_cost_fn`) at the reuse tuner's seconds per
-candidate. The estimated candidates of every edge are kept with the plan for the report. ``selector`` works on plain loop nests; this module translates: each catalogue operator becomes a
+The OC graph's costs are expected tuning *seconds* (:mod:`eto.planning.time_priors`, per target and timing):
+a root edge costs the backend's budget in trials at the backend's seconds per trial, a reuse edge the
+estimated candidates (:func:`estimator_cost_fn`) at the reuse tuner's seconds per candidate; each edge's
+candidates are kept with the plan for the report. ``selector`` works on plain loop nests; this module
+translates: each catalogue operator becomes a
 :class:`selector.LoopNestOp` (its sketch key as the sketch set, its frequency, whether a prior
 database already has it), and a bridge operator is accepted only if the catalogue can build it
 (Definition 5: stride 1, padding 0, dilation 1) and it has the same sketch key as the operators it
