@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="eto's backend search (MetaSchedule's run always uses its evolutionary search)")
     ap.add_argument("--work", default=os.path.join(HERE, "work", "model_bench"))
     ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
-    ap.add_argument("--layout", choices=["NCHW", "NHWC"], default="NCHW",
+    ap.add_argument("--layout", choices=["NCHW", "NHWC", "NHWC-winograd"], default="NCHW",
                     help="the layout eto and MetaSchedule tune and build the convolutions in (eto tune --layout)")
     ap.add_argument("--fast-math", action="store_true",
                     help="every TVM build (eto, MetaSchedule, untuned) with erf/exp/softmax approximated (eto.models.fast_math)")

@@ -140,7 +140,8 @@ def test_a_channels_last_task_gets_bridges_in_its_layout(model):
 
     from eto.models import load_relax
     from eto.models.layout import with_layout
-    from eto.models.tasks import bridge_task, model_tasks
+    from eto.models.bridges import bridge_task
+    from eto.models.tasks import model_tasks
     from eto.target import parse_target
 
     cpu = parse_target("cpu")

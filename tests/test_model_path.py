@@ -162,7 +162,8 @@ def test_stride_is_told_apart_when_loop_nests_coincide(cpu):
 def test_bare_convolution_tasks_get_bridges(cpu):
     """Bridges (section 6) for fused tasks: a convolution alone (no epilogue)."""
     from eto.models.load import torch_to_relax
-    from eto.models.tasks import bridge_task, model_tasks
+    from eto.models.bridges import bridge_task
+    from eto.models.tasks import model_tasks
     from eto.planning.planner import plan_operator_set
     from eto.options import TuneOptions
 
@@ -189,7 +190,8 @@ def test_fused_tasks_get_bridges_rebuilt_with_their_epilogue(files, cpu):
     """A bridge of a fused task is the member's function at the bridge's loop nest: the same
     epilogue (bias and residual broadcast as the member's are), the same layouts, the same blocks."""
     from eto.models import load_relax
-    from eto.models.tasks import bridge_task, model_tasks
+    from eto.models.bridges import bridge_task
+    from eto.models.tasks import model_tasks
 
     cnn = {t.op.fusion: t.op for t in model_tasks(load_relax(files["tiny_cnn"]), cpu).catalogue}
     member = cnn["pad+conv2d+add+add+relu"]  # conv + bias + residual + ReLU

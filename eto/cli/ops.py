@@ -106,9 +106,10 @@ def add_dim_option(p: argparse.ArgumentParser) -> None:
 
 
 def add_layout_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW",
-                   help="the layout the model's convolutions are tuned and built in: NCHW as written, or NHWC "
-                        "(channels last, which CPUs vectorise); give it to eto tune, build and bench alike")
+    p.add_argument("--layout", choices=("NCHW", "NHWC", "NHWC-winograd"), default="NCHW",
+                   help="the layout the model's convolutions are tuned and built in: NCHW as written, NHWC "
+                        "(channels last, which CPUs vectorise), or NHWC-winograd (NHWC, 3x3 stride-1 convolutions "
+                        "by Winograd); give it to eto tune, build and bench alike")
 
 
 def add_fast_math_option(p: argparse.ArgumentParser) -> None:

@@ -13,6 +13,9 @@ into constants, ReLU6 follows the layout whether it arrives as ``clip`` (``torch
 TE ``maximum``/``minimum`` PrimFuncs (TVM's ONNX importer), and the convolutions become the catalogue's ``C2DNHWC``
 and ``DEPNHWC`` (:mod:`eto.operators.channels_last`). Other grouped convolutions stay NCHW.
 
+``--layout NHWC-winograd`` is NHWC with every 3x3 stride-1 convolution that has enough channels computed
+by Winograd's F(m, 3) as a batched GEMM between two hand-scheduled transforms (:mod:`eto.models.winograd`).
+
 A database holds the functions of the layout it was tuned in: build and bench the model with the
 same ``--layout`` (otherwise its convolutions are named as having no program).
 """
@@ -30,7 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import tvm
 
 #: The layouts a model's convolutions can be tuned and built in.
-Layout = Literal["NCHW", "NHWC"]
+Layout = Literal["NCHW", "NHWC", "NHWC-winograd"]
 LAYOUTS: tuple[str, ...] = get_args(Layout)
 
 
@@ -45,8 +48,10 @@ def with_layout(model: RelaxModel, layout: str = "NCHW") -> RelaxModel:
 
 def convert_layout(mod: "tvm.IRModule", layout: str) -> "tvm.IRModule":
     """``mod``'s ungrouped and depthwise 2-D convolutions in ``layout`` (NHWC data, OHWI weights), constants
-    folded."""
+    folded; with ``NHWC-winograd``, its eligible 3x3 convolutions then by Winograd."""
     from tvm import relax
+
+    from eto.models.winograd import winograd_convolutions
 
     if layout == "NCHW":
         return mod
@@ -62,8 +67,8 @@ def convert_layout(mod: "tvm.IRModule", layout: str) -> "tvm.IRModule":
         return {"relax.nn.conv2d": ["NHWC", "OHWI"]} if channels_last_kind(nhwc, ohwi, int(call.attrs.groups)) else {}
 
     mod = clip_as_max_min(primfunc_min_max_as_ops(mod))
-    converted = relax.transform.ConvertLayout({}, layout_cb=desired)(mod)
-    return relax.transform.FoldConstant()(converted)
+    converted = relax.transform.FoldConstant()(relax.transform.ConvertLayout({}, layout_cb=desired)(mod))
+    return winograd_convolutions(converted) if layout == "NHWC-winograd" else converted
 
 
 def clip_as_max_min(mod: "tvm.IRModule") -> "tvm.IRModule":

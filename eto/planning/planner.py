@@ -50,7 +50,7 @@ class BridgeCatalogue:
     def __init__(self, members: Mapping[tuple[str, str], Sequence[Operator]]) -> None:
         #: (type, sketch key) -> the set's members of that kind, preferred first: their structural
         #: parameters, and for a model's fused tasks the function a bridge is rebuilt like
-        #: (eto.models.tasks.bridge_task; the first member whose recipe applies)
+        #: (eto.models.bridges.bridge_task; the first member whose recipe applies)
         self.members = {k: tuple(v) for k, v in members.items()}
         self._built: dict[tuple, Operator | None] = {}
 
@@ -89,7 +89,7 @@ class BridgeCatalogue:
                 fused.setdefault(m.fusion, m)
         if not fused:
             return op
-        from eto.models.tasks import bridge_task
+        from eto.models.bridges import bridge_task
 
         return next((b for b in (bridge_task(op, m) for m in fused.values()) if b is not None), None)
 

@@ -1,0 +1,282 @@
+"""Winograd convolution for a model's 3x3 stride-1 convolutions (layout ``NHWC-winograd``).
+
+A 3x3 convolution computed by Winograd's minimal filtering F(m x m, 3 x 3) does its multiplications
+in ``alpha^2 = (m + 2)^2`` independent matrix products over tiles instead of ``9 m^2`` per tile: 4x
+fewer at m = 4, 2.25x at m = 2. ResNets spend about 40% of their time in such convolutions, and every
+fp32 CPU program of them (MetaSchedule's, ONNX Runtime's) already runs them near the cores' peak, so
+a faster algorithm is what is left. Relax has no CPU Winograd of its own, and TOPI's NHWC one with a
+pre-computed weight is legacy TE; a single fused TIR function of the three stages is one MetaSchedule
+tunes badly (its generic rules tile the transforms' tiny constant reductions like any reduction).
+
+So :func:`winograd_convolutions` writes each eligible ``conv2d`` (NHWC data, OHWI constant weight,
+3x3, stride and dilation 1, ungrouped, float32) as three calls:
+
+- the *input transform* ``V[e*alpha+n, p, c] = (B^T d_p B)[e, n]`` of each tile ``d_p``: a
+  hand-scheduled PrimFunc (tiles in parallel, channels vectorised, the constant matrices unrolled
+  into adds and multiplies, so it needs no tuning);
+- the *batched GEMM* ``M = V @ U`` with the weight transformed once, at preparation, ``U = G w G^T``:
+  a Relax ``matmul``, which becomes the catalogue's ``BMM`` that the selector plans and the reuse
+  tuner derives like any other;
+- the *output transform* ``Y = A^T M_p A`` of each tile, with the convolution's bias add and ReLU
+  when they follow it: hand-scheduled like the input transform.
+
+The tile size is chosen per convolution: the largest m of :data:`TILE_SIZES` that still gives the
+GEMM :data:`MIN_TILES` rows (tiles), since a GEMM of a handful of rows runs far below the cores'
+peak. Every choice is general: no shape of a benchmark is named here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from eto.models.fast_math import mutate_functions
+from eto.models.mapping import relax_type, static_shape
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tvm
+
+#: Output tile sizes m tried, largest first (F(6, 3) and up lose too much fp32 accuracy).
+TILE_SIZES: tuple[int, ...] = (4, 2)
+#: The fewest tiles (GEMM rows) a tile size must give to be chosen.
+MIN_TILES = 16
+#: The fewest input and output channels (the GEMM's reduction and columns) worth a Winograd.
+MIN_CHANNELS = 16
+#: A ``tirx.is_scheduled`` function's attribute naming what eto scheduled it for.
+SCHEDULED_BY = "eto.winograd"
+
+
+def tile_size(n: int, out_h: int, out_w: int) -> int:
+    """The output tile size m for an ``n`` x ``out_h`` x ``out_w`` output (see the module's docstring)."""
+    for m in TILE_SIZES:
+        if n * -(-out_h // m) * -(-out_w // m) >= MIN_TILES:
+            return m
+    return TILE_SIZES[-1]
+
+
+def _lin(coefs: Sequence[float], terms: Sequence[str]) -> str:
+    """``sum(c * t)`` as TVMScript, zero terms dropped and unit ones unmultiplied."""
+    out = []
+    for c, t in zip(coefs, terms):
+        if abs(c) < 1e-12:
+            continue
+        out.append(t if abs(c - 1) < 1e-12 else f"(-{t})" if abs(c + 1) < 1e-12 else f"T.float32({float(np.float32(c))!r}) * {t}")
+    return "(" + " + ".join(out) + ")" if out else "T.float32(0)"
+
+
+def _vector(c: int) -> int:
+    return next(v for v in (16, 8, 4, 2, 1) if c % v == 0)
+
+
+def _prim_func(source: str):
+    import tvm
+
+    func = tvm.script.from_source(source).without_attr("global_symbol")  # private: Relax names it
+    return func.with_attr("tirx.is_scheduled", True).with_attr(SCHEDULED_BY, True)
+
+
+def input_transform(shape: Sequence[int], pads: Sequence[int], m: int):
+    """The PrimFunc ``(x[N, H, W, C]) -> V[alpha^2, tiles, C]`` of F(m, 3), zero padding ``pads``
+    (top, left, bottom, right) applied as it reads. O(alpha^2 * tiles * C).
+
+    Intermediate values are written into the stores' expressions, not bound to names: TVM 0.27's loop
+    vectoriser miscomputed a vectorised loop whose body binds values (checked against numpy)."""
+    from eto.operators.winograd import winograd_matrices
+
+    n, h, w, c = shape
+    a = m + 2
+    _, b_mat, _ = winograd_matrices(m, 3)
+    out_h, out_w = h + pads[0] + pads[2] - 2, w + pads[1] + pads[3] - 2
+    nh, nw = -(-out_h // m), -(-out_w // m)
+    v = _vector(c)
+    row, col = f"(p // {nw} % {nh} * {m} - {pads[0]})", f"(p % {nw} * {m} - {pads[1]})"
+    d = [[f"T.if_then_else(0 <= {row} + {i} and {row} + {i} < {h} and 0 <= {col} + {j} and {col} + {j} < {w}, "
+          f"x[p // {nh * nw}, {row} + {i}, {col} + {j}, co * {v} + ci], T.float32(0))" for j in range(a)] for i in range(a)]
+    t = [[_lin(b_mat[:, k], d[i]) for k in range(a)] for i in range(a)]  # rows: d B
+    lines = [f"def main(x: T.Buffer(({n}, {h}, {w}, {c}), 'float32'), V: T.Buffer(({a * a}, {n * nh * nw}, {c}), 'float32')):",
+             "    T.func_attr({'tirx.noalias': True})",
+             "    with T.sblock('root'):",
+             f"     for p in T.parallel({n * nh * nw}):",
+             f"        for co in range({c // v}):",
+             f"            for ci in T.vectorized({v}):",
+             "              with T.sblock('winograd_input'):"]
+    lines += [f"                V[{e * a + k}, p, co * {v} + ci] = {_lin(b_mat[:, e], [t[i][k] for i in range(a)])}"
+              for e in range(a) for k in range(a)]
+    return _prim_func("\n".join(["# from tvm.script import tirx as T", "@T.prim_func(s_tir=True)", *lines]))
+
+
+def output_transform(shape: Sequence[int], m: int, *, relu: bool):
+    """The PrimFunc ``(M[alpha^2, tiles, CO], bias[CO]) -> y[N, OH, OW, CO]`` of F(m, 3): each tile's
+    ``A^T M A`` plus the bias, through ReLU when ``relu``. O(alpha^2 * tiles * CO)."""
+    from eto.operators.winograd import winograd_matrices
+
+    n, oh, ow, co = shape
+    a = m + 2
+    a_mat, _, _ = winograd_matrices(m, 3)
+    nh, nw = -(-oh // m), -(-ow // m)
+    v = _vector(co)
+    mm = [[f"M[{e * a + k}, p, o * {v} + oi]" for k in range(a)] for e in range(a)]
+    s = [[_lin(a_mat[:, x], mm[e]) for x in range(m)] for e in range(a)]  # M A
+    lines = [f"def main(M: T.Buffer(({a * a}, {n * nh * nw}, {co}), 'float32'), bias: T.Buffer(({co},), 'float32'), "
+             f"y: T.Buffer(({n}, {oh}, {ow}, {co}), 'float32')):",
+             "    T.func_attr({'tirx.noalias': True})",
+             "    with T.sblock('root'):",
+             f"     for p in T.parallel({n * nh * nw}):",
+             f"        for o in range({co // v}):",
+             f"            for oi in T.vectorized({v}):",
+             "              with T.sblock('winograd_output'):"]
+    for yy in range(m):
+        for x in range(m):
+            value = f"{_lin(a_mat[:, yy], [s[e][x] for e in range(a)])} + bias[o * {v} + oi]"
+            value = f"T.max({value}, T.float32(0))" if relu else value
+            row, col = f"p // {nw} % {nh} * {m} + {yy}", f"p % {nw} * {m} + {x}"
+            lines += [f"                if {row} < {oh} and {col} < {ow}:",
+                      f"                    y[p // {nh * nw}, {row}, {col}, o * {v} + oi] = {value}"]
+    return _prim_func("\n".join(["# from tvm.script import tirx as T", "@T.prim_func(s_tir=True)", *lines]))
+
+
+def transform_weight(w_ohwi: np.ndarray, m: int) -> np.ndarray:
+    """OHWI 3x3 weight -> ``U[alpha^2, CI, CO] = G w G^T`` (float64 arithmetic, float32 result)."""
+    from eto.operators.winograd import winograd_matrices
+
+    _, _, g = winograd_matrices(m, 3)
+    a = m + 2
+    u = np.einsum("ak,okli,bl->abio", g, w_ohwi.astype(np.float64), g)
+    return u.reshape(a * a, w_ohwi.shape[3], w_ohwi.shape[0]).astype(np.float32)
+
+
+def eligible(call) -> bool:
+    """Whether a Relax call is a conv2d :func:`winograd_convolutions` rewrites."""
+    import tvm
+    from tvm import relax
+
+    if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d"):
+        return False
+    at = call.attrs
+    if (str(at.data_layout), str(at.kernel_layout), str(at.out_layout or at.data_layout)) != ("NHWC", "OHWI", "NHWC"):
+        return False
+    if int(at.groups) != 1 or [int(s) for s in at.strides] != [1, 1] or [int(d) for d in at.dilation] != [1, 1]:
+        return False
+    data, weight = static_shape(call.args[0]), static_shape(call.args[1])
+    if data is None or weight is None or not isinstance(call.args[1], tvm.ir.expr.GenericConst):
+        return False
+    if str(relax_type(call).dtype) != "float32" or str(relax_type(call.args[0]).dtype) != "float32":
+        return False
+    return weight[1:3] == (3, 3) and min(weight[0], weight[3]) >= MIN_CHANNELS
+
+
+def _channel_bias(expr, co: int) -> np.ndarray | None:
+    """A constant that broadcasts along the output channels only, as a ``[co]`` array, else None."""
+    import tvm
+
+    if not isinstance(expr, tvm.ir.expr.GenericConst):
+        return None
+    value = expr.value.numpy()
+    if value.ndim > 4 or value.shape[-1:] != (co,) or any(d != 1 for d in value.shape[:-1]):
+        return None
+    return value.reshape(co).astype(np.float32)
+
+
+def winograd_convolutions(mod: "tvm.IRModule") -> "tvm.IRModule":
+    """``mod`` with every :func:`eligible` convolution as input transform, batched GEMM and output
+    transform (see the module's docstring); a bias add and a ReLU that only follow it are absorbed into
+    the output transform. O(bindings)."""
+    from tvm import relax
+
+    return relax.transform.DeadCodeElimination()(mutate_functions(mod, _rewriter(mod)))
+
+
+def _chains(func) -> dict:
+    """``{var: (conv2d, bias | None, relu)}`` for each binding that ends an eligible conv2d [+ bias]
+    [+ ReLU] chain of ``func`` whose inner values are used only by the chain. O(bindings)."""
+    import tvm
+    from tvm import relax
+
+    bound: dict[Any, Any] = {}
+    uses: dict[Any, int] = {}
+
+    @relax.expr_functor.visitor
+    class Bindings(relax.PyExprVisitor):
+        def visit_var_binding_(self, binding):
+            bound[binding.var] = binding.value
+            self.visit_expr(binding.value)
+
+        def visit_var_(self, var):
+            uses[var] = uses.get(var, 0) + 1
+
+        def visit_dataflow_var_(self, var):
+            uses[var] = uses.get(var, 0) + 1
+
+    Bindings().visit_expr(func)
+
+    def op_name(call) -> str:
+        return call.op.name if isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) else ""
+
+    def once(expr):
+        """The call a var used once is bound to, else None."""
+        value = bound.get(expr) if uses.get(expr, 0) == 1 else None
+        return value if isinstance(value, relax.Call) else None
+
+    def biased(call):
+        if op_name(call) != "relax.add":
+            return None
+        for conv, other in ((call.args[0], call.args[1]), (call.args[1], call.args[0])):
+            value = once(conv)
+            if value is not None and eligible(value):
+                bias = _channel_bias(other, static_shape(value)[-1])
+                if bias is not None:
+                    return value, bias, [conv]
+        return None
+
+    chains = {}
+    for var, value in bound.items():
+        if op_name(value) == "relax.nn.relu" and (head := once(value.args[0])) is not None:
+            if (found := biased(head)) is not None:
+                chains[var] = (found[0], found[1], True, [value.args[0], *found[2]])
+            elif eligible(head):
+                chains[var] = (head, None, True, [value.args[0]])
+        elif (found := biased(value)) is not None:
+            chains[var] = (found[0], found[1], False, found[2])
+        elif eligible(value):
+            chains[var] = (value, None, False, [])
+    inner = {v for chain in chains.values() for v in chain[3]}
+    return {var: chain[:3] for var, chain in chains.items() if var not in inner}
+
+
+def _rewriter(mod: "tvm.IRModule") -> Any:
+    from tvm import relax
+    from tvm.relax import PyExprMutator, expr_functor
+
+    chains: dict[Any, tuple] = {}
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            chains.update(_chains(func))
+
+    @expr_functor.mutator
+    class Winograd(PyExprMutator):
+        def visit_var_binding_(self, binding):
+            if binding.var not in chains:
+                return super().visit_var_binding_(binding)
+            value = self._winograd(*chains[binding.var])
+            emit = self.builder_.emit if isinstance(binding.var, relax.DataflowVar) else self.builder_.emit_output
+            self.set_var_remap(binding.var, emit(value, binding.var.name))
+            return None
+
+        def _winograd(self, conv, bias, relu):
+            x, weight = self.visit_expr(conv.args[0]), conv.args[1]
+            n, h, w, c = static_shape(x)
+            out = static_shape(conv)
+            pads = [int(p) for p in conv.attrs.padding]
+            m = tile_size(n, out[1], out[2])
+            u = transform_weight(weight.value.numpy(), m)
+            a, tiles = m + 2, n * -(-out[1] // m) * -(-out[2] // m)
+            name = f"winograd{m}_{n}x{h}x{w}x{c}"
+            gv_in = self.builder_.add_func(input_transform((n, h, w, c), pads, m), f"{name}_input")
+            v = self.builder_.emit(relax.call_tir(gv_in, (x,), relax.TensorType((a * a, tiles, c), "float32")))
+            mm = self.builder_.emit(relax.op.matmul(v, relax.const(u)))
+            gv_out = self.builder_.add_func(output_transform(out, m, relu=relu), f"{name}_output{'_relu' if relu else ''}")
+            b = relax.const(bias if bias is not None else np.zeros(out[-1], np.float32))
+            return relax.call_tir(gv_out, (mm, b), relax.TensorType(out, "float32"))
+
+    return Winograd(mod)
