@@ -193,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eto", type=float, nargs="+", help="eto's cumulative budgets in seconds (default: the scale's)")
     ap.add_argument("--ms", type=int, nargs="*",
                     help="MetaSchedule's trials per task (default: the scale's; none given: no MetaSchedule run)")
-    ap.add_argument("--layout", choices=["NCHW", "NHWC", "NHWC-winograd"], default="NCHW", help="eto's layout (MetaSchedule: NCHW)")
+    ap.add_argument("--layout", choices=["NCHW", "NHWC", "NHWC-winograd"], default="NCHW",
+                    help="eto's layout (MetaSchedule: NCHW)")
     ap.add_argument("--rounds", type=int, default=5, help="timing rounds (builds interleaved)")
     ap.add_argument("--timing", choices=["cold", "hot"], default="cold", help="how eto's stages time candidates "
                     "(eto tune --timing; MetaSchedule times hot)")

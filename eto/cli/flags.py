@@ -135,11 +135,14 @@ def tasks_opset(model: "RelaxModel", target: "Target", *, fast_math: bool = Fals
     the plan) and those left alone are named on stderr, after ``label``."""
     from eto.models.fast_math import fast_math as approximate
     from eto.models.layout import with_layout
-    from eto.models.tasks import model_tasks
+    from eto.models.tasks import SCHEDULED, model_tasks
 
     tasks = model_tasks(with_layout(approximate(model, fast_math), layout), target)
     for t in tasks.left_alone:
         log.warning(f"{label}: not tuned: {t.weight} x {t.name} ({t.reason})")
+    if scheduled := [t for t in tasks.tasks if t.reason == SCHEDULED]:
+        log.info(f"{label}: {sum(t.weight for t in scheduled) // 2} convolutions by Winograd: their transforms are "
+                 f"scheduled by eto ({len(scheduled)} functions), their batched GEMMs tuned as BMM operators")
     functions = tasks.backend_only
     if functions:
         log.info(f"{label}: {len(functions)} tasks without a catalogue type are tuned by the backend "

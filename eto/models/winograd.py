@@ -61,7 +61,8 @@ def _lin(coefs: Sequence[float], terms: Sequence[str]) -> str:
     for c, t in zip(coefs, terms):
         if abs(c) < 1e-12:
             continue
-        out.append(t if abs(c - 1) < 1e-12 else f"(-{t})" if abs(c + 1) < 1e-12 else f"T.float32({float(np.float32(c))!r}) * {t}")
+        scaled = f"T.float32({float(np.float32(c))!r}) * {t}"
+        out.append(t if abs(c - 1) < 1e-12 else f"(-{t})" if abs(c + 1) < 1e-12 else scaled)
     return "(" + " + ".join(out) + ")" if out else "T.float32(0)"
 
 
@@ -92,9 +93,11 @@ def input_transform(shape: Sequence[int], pads: Sequence[int], m: int):
     v = _vector(c)
     row, col = f"(p // {nw} % {nh} * {m} - {pads[0]})", f"(p % {nw} * {m} - {pads[1]})"
     d = [[f"T.if_then_else(0 <= {row} + {i} and {row} + {i} < {h} and 0 <= {col} + {j} and {col} + {j} < {w}, "
-          f"x[p // {nh * nw}, {row} + {i}, {col} + {j}, co * {v} + ci], T.float32(0))" for j in range(a)] for i in range(a)]
+          f"x[p // {nh * nw}, {row} + {i}, {col} + {j}, co * {v} + ci], T.float32(0))" for j in range(a)]
+         for i in range(a)]
     t = [[_lin(b_mat[:, k], d[i]) for k in range(a)] for i in range(a)]  # rows: d B
-    lines = [f"def main(x: T.Buffer(({n}, {h}, {w}, {c}), 'float32'), V: T.Buffer(({a * a}, {n * nh * nw}, {c}), 'float32')):",
+    lines = [f"def main(x: T.Buffer(({n}, {h}, {w}, {c}), 'float32'), "
+             f"V: T.Buffer(({a * a}, {n * nh * nw}, {c}), 'float32')):",
              "    T.func_attr({'tirx.noalias': True})",
              "    with T.sblock('root'):",
              f"     for p in T.parallel({n * nh * nw}):",
@@ -275,7 +278,8 @@ def _rewriter(mod: "tvm.IRModule") -> Any:
             gv_in = self.builder_.add_func(input_transform((n, h, w, c), pads, m), f"{name}_input")
             v = self.builder_.emit(relax.call_tir(gv_in, (x,), relax.TensorType((a * a, tiles, c), "float32")))
             mm = self.builder_.emit(relax.op.matmul(v, relax.const(u)))
-            gv_out = self.builder_.add_func(output_transform(out, m, relu=relu), f"{name}_output{'_relu' if relu else ''}")
+            out_name = f"{name}_output{'_relu' if relu else ''}"
+            gv_out = self.builder_.add_func(output_transform(out, m, relu=relu), out_name)
             b = relax.const(bias if bias is not None else np.zeros(out[-1], np.float32))
             return relax.call_tir(gv_out, (mm, b), relax.TensorType(out, "float32"))
 
