@@ -61,7 +61,7 @@ def _calls(mod) -> list[str]:
 
 
 def test_convolutions_by_winograd_match_direct_convolution():
-    """Bias and ReLU are absorbed into the output transform; a residual add stays after it; padding
+    """Bias, residual add and ReLU are absorbed into the output transform; padding
     may be asymmetric, the batch more than 1 and the output not a multiple of the tile; a convolution
     with too few channels, or with stride 2, stays direct."""
     from eto.models.winograd import winograd_convolutions
@@ -71,7 +71,7 @@ def test_convolutions_by_winograd_match_direct_convolution():
     w = [rng.normal(0, 0.2, (c, 3, 3, c)).astype("float32") for _ in range(3)]
     bias = rng.normal(size=(1, 1, 1, c)).astype("float32")
     layers = [(w[0], (1, 1, 1, 1), bias, True, False),  # conv + bias + relu: one output transform
-              (w[1], (1, 1, 1, 1), bias, True, True),  # + a residual: the add and relu stay
+              (w[1], (1, 1, 1, 1), bias, True, True),  # + a residual: absorbed too
               (w[2], (0, 1, 2, 1), None, False, False)]  # asymmetric pads, no epilogue
     x = rng.normal(size=(2, 10, 9, c)).astype("float32")  # 18 tiles of 4x4, the last row and column cut
     mod = _module(x.shape, layers)
@@ -80,8 +80,8 @@ def test_convolutions_by_winograd_match_direct_convolution():
     calls = _calls(rewritten)
     assert "nn.conv2d" not in calls and calls.count("matmul") == 3
     outputs = [n for n in calls if "_output" in n]
-    assert len(outputs) == 3 and outputs[0].endswith("_relu") and not outputs[1].endswith("_relu"), calls
-    assert calls.count("nn.relu") == 1 and calls.count("add") == 1  # the residual block's
+    assert [o.split("_output")[1] for o in outputs] == ["_relu", "_add_relu", ""], calls
+    assert "nn.relu" not in calls and "add" not in calls
 
     want = x.astype(np.float64)
     for wi, pads, b, relu, residual in layers:
@@ -160,3 +160,24 @@ def test_a_winograd_model_tunes_builds_and_matches_pytorch(model, capsys, tmp_pa
     with torch.no_grad():
         want = module(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(built(x)[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_profile_folds_each_winograd_convolutions_transforms_into_its_gemm_call():
+    """As ONNX Runtime runs one node per convolution, a profile (eto/models/profile.py) sees one call:
+    the GEMM's, with both transforms' seconds; VM builtins between them stay calls of their own."""
+    from types import SimpleNamespace
+
+    import tvm
+
+    from eto.models.winograd import fold_transform_calls, input_transform, output_transform
+
+    def task(func):
+        return SimpleNamespace(mod=tvm.IRModule({"main": func}))
+
+    tasks = {"in": task(input_transform((1, 14, 12, 32), (1, 1, 1, 1), 4)),
+             "out": task(output_transform((1, 14, 12, 48), 4, relu=True)), "gemm": SimpleNamespace(), "conv": None}
+    calls = [("conv", 1.0), ("in", 2.0), ("vm.builtin.alloc", 0.5), ("gemm", 3.0), ("out", 4.0), ("conv", 1.0)]
+    folded, convs = fold_transform_calls(calls, tasks)
+    assert folded == [("conv", 1.0), ("vm.builtin.alloc", 0.5), ("gemm", 9.0), ("conv", 1.0)]
+    assert convs == {2: ((1, 32, 14, 12), (48, 32, 3, 3), (1, 48, 14, 12))}
+    assert fold_transform_calls(calls[:2], tasks) == (calls[:2], {})  # a chain cut short: left as it is

@@ -5,7 +5,8 @@ fused task gets its calls, time, share of the model's latency, GFLOP/s and their
 peak, and whether its arithmetic intensity puts it under the memory roof, where a low fraction is
 expected (:mod:`eto.models.roofline`). An ONNX file also runs in ONNX Runtime with its profiler on,
 after eto's runs (not between them), and eto's conv/matmul calls are matched to the nodes computing the
-same layers (:func:`match_calls`); an unmatched task shows no ONNX Runtime time.
+same layers (:func:`match_calls`); an unmatched task shows no ONNX Runtime time. A Winograd convolution
+(``--layout NHWC-winograd``) is its GEMM's row, its two transforms' time folded in, matched as one layer.
 
 Each task that runs a tuned program also gets its time alone: its calls at the latency the database
 recorded for that program, timed on its own while it was tuned (cold or hot, as that run timed it:
@@ -13,7 +14,8 @@ recorded for that program, timed on its own while it was tuned (cold or hot, as 
 loses to the model around it (its weights and inputs out of the caches the other tasks used), not to its
 program: on ResNet-50 in NHWC the 1x1 convolutions ran 1.01-1.38x their time alone and the 3x3 ones
 0.98-1.09x (docs/models.md). The database's latencies are from the hour it was tuned; a machine whose
-speed changes by the hour shifts the whole column, not one row."""
+speed changes by the hour shifts the whole column, not one row. A Winograd GEMM's row has no time alone
+(the database records the GEMM without its transforms)."""
 
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from eto.models.roofline import Peak, fp32_peak, memory_bandwidth, reached_peak
+from eto.models.tasks import SCHEDULED
+from eto.models.winograd import fold_transform_calls
 from eto.operators.channels_last import nchw_shapes
 from eto.report import format_table
 
@@ -318,11 +322,15 @@ def _report(model: str, target: str, tasks: Sequence["ModelTask"], peak: Peak, c
     """The rows from eto's calls (the VM's function, its seconds), ONNX Runtime's nodes, and the tasks'
     seconds per call alone (``alone``, by task name)."""
     by_name = {t.name: t for t in tasks}
+    calls, convs = fold_transform_calls(calls, by_name)  # a Winograd convolution: one call, as ORT's one node
+    alone = {k: v for k, v in (alone or {}).items() if k not in {calls[i][0] for i in convs}}
     sites = [i for i, (s, _) in enumerate(calls) if s in by_name]  # eto's task calls, in order
     nodes, ort_walls = ort or ([], [])
     ops = [by_name[calls[i][0]].op for i in sites]
-    matched, more = match_calls([layer_key(_KINDS.get(op.type), *nchw_shapes(op.anchor))
-                                 if op is not None and op.type in _KINDS else None for op in ops], map(node_key, nodes))
+    matched, more = match_calls([layer_key("conv", convs[i][:2], convs[i][2]) if i in convs else
+                                 layer_key(_KINDS.get(op.type), *nchw_shapes(op.anchor))
+                                 if op is not None and op.type in _KINDS else None for i, op in zip(sites, ops)],
+                                map(node_key, nodes))
     model_s, rows = statistics.median(walls), []
     mine_of = {t.name: [k for k, i in enumerate(sites) if calls[i][0] == t.name] for t in tasks}
     seconds = {name: sum(calls[sites[k]][1] for k in mine) for name, mine in mine_of.items() if mine}
@@ -340,8 +348,9 @@ def _report(model: str, target: str, tasks: Sequence["ModelTask"], peak: Peak, c
             rows.append(replace(row, alone_seconds=alone[task.name] * len(mine)) if task.name in (alone or {}) else row)
     unmatched = [n for j, n in enumerate(nodes) if j not in set(matched.values())]
     other = {op: sum(n.seconds for n in unmatched if n.op == op) for op in dict.fromkeys(n.op for n in unmatched)}
-    lowered = [t.name for t in tasks if t.name not in {s for s, _ in calls}]
-    notes = [*notes, *(more if ort else []), *(f"{t}: no call of its own (the VM runs it as a builtin)" for t in lowered)]
+    lowered = [t.name for t in tasks if t.name not in {s for s, _ in calls} and t.reason != SCHEDULED]
+    notes = [*notes, *(more if ort else []), *(f"{t}: no call of its own (the VM runs it as a builtin)" for t in lowered),
+             *([f"{len(convs)} Winograd convolution calls: each GEMM's row includes its transforms"] if convs else [])]
     return ProfileReport(model, target, peak, len(walls), model_s, tuple(sorted(rows, key=lambda r: -r.seconds)),
                          sum(secs for s, secs in calls if s not in by_name), statistics.median(ort_walls)
                          if ort_walls else None, other if ort else None, tuple(notes))

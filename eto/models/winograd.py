@@ -17,8 +17,8 @@ So :func:`winograd_convolutions` writes each eligible ``conv2d`` (NHWC data, OHW
 - the *batched GEMM* ``M = V @ U`` with the weight transformed once, at preparation, ``U = G w G^T``:
   a Relax ``matmul``, which becomes the catalogue's ``BMM`` that the selector plans and the reuse
   tuner derives like any other;
-- the *output transform* ``Y = A^T M_p A`` of each tile, with the convolution's bias add and ReLU
-  when they follow it: hand-scheduled like the input transform.
+- the *output transform* ``Y = A^T M_p A`` of each tile, with the convolution's bias add, residual
+  add and ReLU when they follow it: hand-scheduled like the input transform.
 
 The tile size is chosen per convolution: the largest m of :data:`TILE_SIZES` that still gives the
 GEMM :data:`MIN_TILES` rows (tiles), since a GEMM of a handful of rows runs far below the cores'
@@ -27,7 +27,8 @@ peak. Every choice is general: no shape of a benchmark is named here.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
@@ -43,7 +44,7 @@ TILE_SIZES: tuple[int, ...] = (4, 2)
 MIN_TILES = 16
 #: The fewest input and output channels (the GEMM's reduction and columns) worth a Winograd.
 MIN_CHANNELS = 16
-#: A ``tirx.is_scheduled`` function's attribute naming what eto scheduled it for.
+#: The attribute of a transform function eto scheduled: ``"input"`` or ``"output"``.
 SCHEDULED_BY = "eto.winograd"
 
 
@@ -70,11 +71,11 @@ def _vector(c: int) -> int:
     return next(v for v in (16, 8, 4, 2, 1) if c % v == 0)
 
 
-def _prim_func(source: str):
+def _prim_func(source: str, stage: str):
     import tvm
 
     func = tvm.script.from_source(source).without_attr("global_symbol")  # private: Relax names it
-    return func.with_attr("tirx.is_scheduled", True).with_attr(SCHEDULED_BY, True)
+    return func.with_attr("tirx.is_scheduled", True).with_attr(SCHEDULED_BY, stage)
 
 
 def input_transform(shape: Sequence[int], pads: Sequence[int], m: int):
@@ -106,12 +107,13 @@ def input_transform(shape: Sequence[int], pads: Sequence[int], m: int):
              "              with T.sblock('winograd_input'):"]
     lines += [f"                V[{e * a + k}, p, co * {v} + ci] = {_lin(b_mat[:, e], [t[i][k] for i in range(a)])}"
               for e in range(a) for k in range(a)]
-    return _prim_func("\n".join(["# from tvm.script import tirx as T", "@T.prim_func(s_tir=True)", *lines]))
+    return _prim_func("\n".join(["# from tvm.script import tirx as T", "@T.prim_func(s_tir=True)", *lines]), "input")
 
 
-def output_transform(shape: Sequence[int], m: int, *, relu: bool):
-    """The PrimFunc ``(M[alpha^2, tiles, CO], bias[CO]) -> y[N, OH, OW, CO]`` of F(m, 3): each tile's
-    ``A^T M A`` plus the bias, through ReLU when ``relu``. O(alpha^2 * tiles * CO)."""
+def output_transform(shape: Sequence[int], m: int, *, residual: bool = False, relu: bool = False):
+    """The PrimFunc ``(M[alpha^2, tiles, CO], bias[CO][, r[N, OH, OW, CO]]) -> y[N, OH, OW, CO]`` of
+    F(m, 3): each tile's ``A^T M A`` plus the bias, plus ``r`` when ``residual``, through ReLU when
+    ``relu``. O(alpha^2 * tiles * CO)."""
     from eto.operators.winograd import winograd_matrices
 
     n, oh, ow, co = shape
@@ -121,8 +123,9 @@ def output_transform(shape: Sequence[int], m: int, *, relu: bool):
     v = _vector(co)
     mm = [[f"M[{e * a + k}, p, o * {v} + oi]" for k in range(a)] for e in range(a)]
     s = [[_lin(a_mat[:, x], mm[e]) for x in range(m)] for e in range(a)]  # M A
+    r = f"r: T.Buffer(({n}, {oh}, {ow}, {co}), 'float32'), " if residual else ""
     lines = [f"def main(M: T.Buffer(({a * a}, {n * nh * nw}, {co}), 'float32'), bias: T.Buffer(({co},), 'float32'), "
-             f"y: T.Buffer(({n}, {oh}, {ow}, {co}), 'float32')):",
+             f"{r}y: T.Buffer(({n}, {oh}, {ow}, {co}), 'float32')):",
              "    T.func_attr({'tirx.noalias': True})",
              "    with T.sblock('root'):",
              f"     for p in T.parallel({n * nh * nw}):",
@@ -131,12 +134,39 @@ def output_transform(shape: Sequence[int], m: int, *, relu: bool):
              "              with T.sblock('winograd_output'):"]
     for yy in range(m):
         for x in range(m):
-            value = f"{_lin(a_mat[:, yy], [s[e][x] for e in range(a)])} + bias[o * {v} + oi]"
-            value = f"T.max({value}, T.float32(0))" if relu else value
             row, col = f"p // {nw} % {nh} * {m} + {yy}", f"p % {nw} * {m} + {x}"
+            value = f"{_lin(a_mat[:, yy], [s[e][x] for e in range(a)])} + bias[o * {v} + oi]"
+            value = f"{value} + r[p // {nh * nw}, {row}, {col}, o * {v} + oi]" if residual else value
+            value = f"T.max({value}, T.float32(0))" if relu else value
             lines += [f"                if {row} < {oh} and {col} < {ow}:",
                       f"                    y[p // {nh * nw}, {row}, {col}, o * {v} + oi] = {value}"]
-    return _prim_func("\n".join(["# from tvm.script import tirx as T", "@T.prim_func(s_tir=True)", *lines]))
+    return _prim_func("\n".join(["# from tvm.script import tirx as T", "@T.prim_func(s_tir=True)", *lines]), "output")
+
+
+def fold_transform_calls(calls: Sequence[tuple[str, float]], tasks: Mapping[str, Any]
+                         ) -> tuple[list[tuple[str, float]], dict[int, tuple]]:
+    """A model's calls (function, seconds) in order, each Winograd convolution's transforms folded into
+    its GEMM's call: the calls, and for each folded one (by index) the convolution's NCHW data, OIHW
+    weight and NCHW output shapes, as a profile compares layers. ``tasks``: the model's tasks by name."""
+    def stage(name: str) -> str | None:
+        mod = getattr(tasks.get(name), "mod", None)
+        return None if mod is None else (getattr(mod["main"], "attrs", None) or {}).get(SCHEDULED_BY)
+
+    out, shapes, pending = [], {}, None  # pending: (index in out of the input transform's call, its shape)
+    for name, seconds in calls:
+        if stage(name) == "input":
+            pending = (len(out), [int(d) for d in tasks[name].mod["main"].params[0].shape])
+        elif stage(name) == "output" and pending is not None and \
+                (gemm := next((i for i in range(pending[0] + 1, len(out)) if out[i][0] in tasks), None)) is not None:
+            at, (n, h, w, c) = pending
+            _, oh, ow, co = (int(d) for d in tasks[name].mod["main"].params[-1].shape)
+            out[gemm] = (out[gemm][0], out[gemm][1] + out[at][1] + seconds)
+            shapes[gemm - 1] = ((n, c, h, w), (co, c, 3, 3), (n, co, oh, ow))
+            del out[at]
+            pending = None
+            continue
+        out.append((name, seconds))
+    return out, shapes
 
 
 def transform_weight(w_ohwi: np.ndarray, m: int) -> np.ndarray:
@@ -183,26 +213,59 @@ def _channel_bias(expr, co: int) -> np.ndarray | None:
 
 def winograd_convolutions(mod: "tvm.IRModule") -> "tvm.IRModule":
     """``mod`` with every :func:`eligible` convolution as input transform, batched GEMM and output
-    transform (see the module's docstring); a bias add and a ReLU that only follow it are absorbed into
-    the output transform. O(bindings)."""
+    transform (see the module's docstring); a bias add, a residual add and a ReLU that follow it (each
+    the only use of the value before it) are absorbed into the output transform. O(bindings)."""
     from tvm import relax
 
     return relax.transform.DeadCodeElimination()(mutate_functions(mod, _rewriter(mod)))
 
 
-def _chains(func) -> dict:
-    """``{var: (conv2d, bias | None, relu)}`` for each binding that ends an eligible conv2d [+ bias]
-    [+ ReLU] chain of ``func`` whose inner values are used only by the chain. O(bindings)."""
+@dataclass(frozen=True)
+class _Chain:
+    """An eligible convolution and the epilogue its output transform absorbs, in this order."""
+
+    conv: Any  # the conv2d call
+    bias: np.ndarray | None = None  # [CO], a constant added along the channels
+    residual: Any = None  # a tensor of the output's shape added after the bias (a residual connection)
+    relu: bool = False
+
+
+def _absorb(chain: _Chain, call: Any, prev: Any) -> _Chain | None:
+    """``chain`` with the op ``call`` that consumes its value ``prev`` absorbed, else None."""
     import tvm
+    from tvm import relax
+
+    name = call.op.name if isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) else ""
+    if name == "relax.nn.relu":
+        return replace(chain, relu=True)
+    if name != "relax.add" or sum(a.same_as(prev) for a in call.args) != 1:
+        return None
+    other = call.args[1] if call.args[0].same_as(prev) else call.args[0]
+    out = static_shape(chain.conv)
+    if chain.bias is None and chain.residual is None and (bias := _channel_bias(other, out[-1])) is not None:
+        return replace(chain, bias=bias)
+    if chain.residual is None and isinstance(other, relax.Var) and static_shape(other) == out \
+            and str(relax_type(other).dtype) == "float32":
+        return replace(chain, residual=other)
+    return None
+
+
+def _chains(func) -> dict[Any, _Chain]:
+    """``{var: chain}`` for the binding that ends each eligible conv2d's chain in ``func``: its bias
+    add, residual add and ReLU, each followed only if the value before it has no other use. O(bindings)."""
     from tvm import relax
 
     bound: dict[Any, Any] = {}
     uses: dict[Any, int] = {}
+    consumers: dict[Any, list] = {}
 
     @relax.expr_functor.visitor
     class Bindings(relax.PyExprVisitor):
         def visit_var_binding_(self, binding):
             bound[binding.var] = binding.value
+            for arg in getattr(binding.value, "args", ()):
+                if isinstance(arg, relax.Var):
+                    consumers.setdefault(arg, []).append(binding.var)
             self.visit_expr(binding.value)
 
         def visit_var_(self, var):
@@ -212,39 +275,18 @@ def _chains(func) -> dict:
             uses[var] = uses.get(var, 0) + 1
 
     Bindings().visit_expr(func)
-
-    def op_name(call) -> str:
-        return call.op.name if isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) else ""
-
-    def once(expr):
-        """The call a var used once is bound to, else None."""
-        value = bound.get(expr) if uses.get(expr, 0) == 1 else None
-        return value if isinstance(value, relax.Call) else None
-
-    def biased(call):
-        if op_name(call) != "relax.add":
-            return None
-        for conv, other in ((call.args[0], call.args[1]), (call.args[1], call.args[0])):
-            value = once(conv)
-            if value is not None and eligible(value):
-                bias = _channel_bias(other, static_shape(value)[-1])
-                if bias is not None:
-                    return value, bias, [conv]
-        return None
-
     chains = {}
-    for var, value in bound.items():
-        if op_name(value) == "relax.nn.relu" and (head := once(value.args[0])) is not None:
-            if (found := biased(head)) is not None:
-                chains[var] = (found[0], found[1], True, [value.args[0], *found[2]])
-            elif eligible(head):
-                chains[var] = (head, None, True, [value.args[0]])
-        elif (found := biased(value)) is not None:
-            chains[var] = (found[0], found[1], False, found[2])
-        elif eligible(value):
-            chains[var] = (value, None, False, [])
-    inner = {v for chain in chains.values() for v in chain[3]}
-    return {var: chain[:3] for var, chain in chains.items() if var not in inner}
+    for var, value in list(bound.items()):
+        if not eligible(value):
+            continue
+        chain, end = _Chain(value), var
+        while not chain.relu and uses.get(end, 0) == 1 and len(consumers.get(end, ())) == 1:
+            following = _absorb(chain, bound[consumers[end][0]], end)
+            if following is None:
+                break
+            chain, end = following, consumers[end][0]
+        chains[end] = chain
+    return chains
 
 
 def _rewriter(mod: "tvm.IRModule") -> Any:
@@ -261,12 +303,13 @@ def _rewriter(mod: "tvm.IRModule") -> Any:
         def visit_var_binding_(self, binding):
             if binding.var not in chains:
                 return super().visit_var_binding_(binding)
-            value = self._winograd(*chains[binding.var])
+            value = self._winograd(chains[binding.var])
             emit = self.builder_.emit if isinstance(binding.var, relax.DataflowVar) else self.builder_.emit_output
             self.set_var_remap(binding.var, emit(value, binding.var.name))
             return None
 
-        def _winograd(self, conv, bias, relu):
+        def _winograd(self, chain: _Chain):
+            conv, bias = chain.conv, chain.bias
             x, weight = self.visit_expr(conv.args[0]), conv.args[1]
             n, h, w, c = static_shape(x)
             out = static_shape(conv)
@@ -278,9 +321,11 @@ def _rewriter(mod: "tvm.IRModule") -> Any:
             gv_in = self.builder_.add_func(input_transform((n, h, w, c), pads, m), f"{name}_input")
             v = self.builder_.emit(relax.call_tir(gv_in, (x,), relax.TensorType((a * a, tiles, c), "float32")))
             mm = self.builder_.emit(relax.op.matmul(v, relax.const(u)))
-            out_name = f"{name}_output{'_relu' if relu else ''}"
-            gv_out = self.builder_.add_func(output_transform(out, m, relu=relu), out_name)
+            residual = chain.residual is not None
+            out_name = f"{name}_output{'_add' if residual else ''}{'_relu' if chain.relu else ''}"
+            gv_out = self.builder_.add_func(output_transform(out, m, residual=residual, relu=chain.relu), out_name)
             b = relax.const(bias if bias is not None else np.zeros(out[-1], np.float32))
-            return relax.call_tir(gv_out, (mm, b), relax.TensorType(out, "float32"))
+            args = (mm, b, self.visit_expr(chain.residual)) if residual else (mm, b)
+            return relax.call_tir(gv_out, args, relax.TensorType(out, "float32"))
 
     return Winograd(mod)
