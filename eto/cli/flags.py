@@ -136,13 +136,15 @@ def tasks_opset(model: "RelaxModel", target: "Target", *, fast_math: bool = Fals
     from eto.models.fast_math import fast_math as approximate
     from eto.models.layout import with_layout
     from eto.models.tasks import SCHEDULED, model_tasks
+    from eto.models.winograd import SCHEDULED_BY
 
     tasks = model_tasks(with_layout(approximate(model, fast_math), layout), target)
     for t in tasks.left_alone:
         log.warning(f"{label}: not tuned: {t.weight} x {t.name} ({t.reason})")
     if scheduled := [t for t in tasks.tasks if t.reason == SCHEDULED]:
-        log.info(f"{label}: {sum(t.weight for t in scheduled) // 2} convolutions by Winograd: their transforms are "
-                 f"scheduled by eto ({len(scheduled)} functions), their batched GEMMs tuned as BMM operators")
+        convs = sum(t.weight for t in scheduled if t.mod["main"].attrs[SCHEDULED_BY] == "input")  # one each
+        log.info(f"{label}: {convs} convolutions by Winograd: their transforms are scheduled by eto "
+                 f"({len(scheduled)} functions), their batched GEMMs tuned as BMM operators")
     functions = tasks.backend_only
     if functions:
         log.info(f"{label}: {len(functions)} tasks without a catalogue type are tuned by the backend "

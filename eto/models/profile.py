@@ -323,7 +323,8 @@ def _report(model: str, target: str, tasks: Sequence["ModelTask"], peak: Peak, c
     seconds per call alone (``alone``, by task name)."""
     by_name = {t.name: t for t in tasks}
     calls, convs = fold_transform_calls(calls, by_name)  # a Winograd convolution: one call, as ORT's one node
-    alone = {k: v for k, v in (alone or {}).items() if k not in {calls[i][0] for i in convs}}
+    folded = {calls[i][0] for i in convs}  # their GEMM's recorded time leaves the transforms out
+    alone = {k: v for k, v in (alone or {}).items() if k not in folded}
     sites = [i for i, (s, _) in enumerate(calls) if s in by_name]  # eto's task calls, in order
     nodes, ort_walls = ort or ([], [])
     ops = [by_name[calls[i][0]].op for i in sites]

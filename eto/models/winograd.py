@@ -170,13 +170,12 @@ def fold_transform_calls(calls: Sequence[tuple[str, float]], tasks: Mapping[str,
 
 
 def transform_weight(w_ohwi: np.ndarray, m: int) -> np.ndarray:
-    """OHWI 3x3 weight -> ``U[alpha^2, CI, CO] = G w G^T`` (float64 arithmetic, float32 result)."""
-    from eto.operators.winograd import winograd_matrices
+    """OHWI 3x3 weight -> ``U[alpha^2, CI, CO] = G w G^T`` (float64 arithmetic, float32 result): the WIN
+    operator's ``kernel_pack`` with its two tile axes as one batch axis."""
+    from eto.operators.winograd import transform_weight as kernel_pack
 
-    _, _, g = winograd_matrices(m, 3)
-    a = m + 2
-    u = np.einsum("ak,okli,bl->abio", g, w_ohwi.astype(np.float64), g)
-    return u.reshape(a * a, w_ohwi.shape[3], w_ohwi.shape[0]).astype(np.float32)
+    u = kernel_pack(w_ohwi.transpose(0, 3, 1, 2), m)
+    return u.reshape(-1, *u.shape[2:]).astype(np.float32)
 
 
 def eligible(call) -> bool:
