@@ -155,3 +155,13 @@ def test_a_channels_last_task_gets_bridges_in_its_layout(model):
     conv = torch.nn.functional.conv2d(torch.from_numpy(x).permute(0, 3, 1, 2), torch.from_numpy(w).permute(0, 3, 1, 2))
     want = torch.relu(conv.permute(0, 2, 3, 1) + torch.from_numpy(b)).numpy()
     np.testing.assert_allclose(bridge.reference(x, w, b), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_a_cnn_planned_in_nchw_for_a_cpu_is_pointed_to_the_channels_last_layouts(model, capsys):
+    """The hint names the model's convolution count and the flag; a channels-last plan gets no hint."""
+    code, _, err = run(capsys, "plan", "--model", model, "--trials", "4")
+    assert code == 0, err[-2000:]
+    assert re.search(r"3 convolutions in NCHW; on a CPU, --layout NHWC .* or NHWC-winograd", err), err[-2000:]
+    code, _, err = run(capsys, "plan", "--model", model, "--trials", "4", "--layout", "NHWC")
+    assert code == 0 and "convolutions in NCHW" not in err, err[-2000:]

@@ -145,6 +145,11 @@ def tasks_opset(model: "RelaxModel", target: "Target", *, fast_math: bool = Fals
         convs = sum(t.weight for t in scheduled if t.mod["main"].attrs[SCHEDULED_BY] == "input")  # one each
         log.info(f"{label}: {convs} convolutions by Winograd: their transforms are scheduled by eto "
                  f"({len(scheduled)} functions), their batched GEMMs tuned as BMM operators")
+    if layout == "NCHW" and target.kind.name == "llvm" and \
+            (convs := sum(t.weight for t in tasks.catalogue if t.op.type == "C2D")):
+        log.info(f"{label}: {convs} convolutions in NCHW; on a CPU, --layout NHWC (channels last, which CPUs "
+                 "vectorise) or NHWC-winograd (3x3 convolutions by Winograd too) usually builds a faster model: "
+                 "give the same --layout to eto tune, build and bench")
     functions = tasks.backend_only
     if functions:
         log.info(f"{label}: {len(functions)} tasks without a catalogue type are tuned by the backend "

@@ -319,20 +319,30 @@ def model_profile(d: dict) -> list[str]:
     return lines
 
 
+def _round_ratios(other: list[float] | None, eto: list[float] | None, rounds: int) -> list[float]:
+    """``other``'s median over eto's, per timing round (each round times every build side by side, so a
+    round's ratio is free of the machine's drift between rounds); [] if the samples do not split."""
+    if not other or not eto or len(other) % rounds or len(eto) % rounds:
+        return []
+    a, b = len(eto) // rounds, len(other) // rounds
+    return [statistics.median(other[i * b:(i + 1) * b]) / statistics.median(eto[i * a:(i + 1) * a])
+            for i in range(rounds)]
+
+
 def _paired_rounds(d: dict) -> str:
-    """MetaSchedule's best build over eto's last, per timing round (each round times every build side by
-    side, so a round's ratio is free of the machine's drift between rounds): the range, or ''."""
+    """MetaSchedule's best build and ONNX Runtime over eto's last, per timing round: the ranges, or ''."""
     sm, samples, rounds = d["summary"], d.get("samples_ms") or {}, d.get("rounds")
-    if not (sm.get("points") and sm.get("metaschedule") and rounds):
+    if not (sm.get("points") and rounds and d.get("eto")):
         return ""
-    eto = samples.get(f"eto@{d['eto'][-1]['budget_s']:g}") if d.get("eto") else None
-    ms = samples.get(f"metaschedule@{sm['metaschedule'][-1]['trials_per_task']}")
-    if not eto or not ms or len(eto) % rounds or len(ms) % rounds:
-        return ""
-    a, b = len(eto) // rounds, len(ms) // rounds
-    ratios = [statistics.median(ms[i * b:(i + 1) * b]) / statistics.median(eto[i * a:(i + 1) * a]) for i in range(rounds)]
-    return (f" Per timing round, MetaSchedule's best ({sm['metaschedule'][-1]['trials_per_task']} trials/task) over eto's "
-            f"last budget: {min(ratios):.2f}-{max(ratios):.2f} (above 1: eto faster).")
+    eto = samples.get(f"eto@{d['eto'][-1]['budget_s']:g}")
+    text = ""
+    if sm.get("metaschedule") and (ratios := _round_ratios(
+            samples.get(f"metaschedule@{sm['metaschedule'][-1]['trials_per_task']}"), eto, rounds)):
+        text += (f" Per timing round, MetaSchedule's best ({sm['metaschedule'][-1]['trials_per_task']} trials/task) "
+                 f"over eto's last budget: {min(ratios):.2f}-{max(ratios):.2f} (above 1: eto faster).")
+    if ratios := _round_ratios(samples.get("onnxruntime"), eto, rounds):
+        text += f" ONNX Runtime over eto's last budget, per round: {min(ratios):.2f}-{max(ratios):.2f}."
+    return text
 
 
 def time_curve(d: dict) -> list[str]:
