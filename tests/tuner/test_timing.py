@@ -77,10 +77,10 @@ def test_a_cold_measurement_meets_its_weights_and_output_in_memory():
     target = parse_target("cpu")
     mod = tvm.IRModule({"main": _stream_func(1 << 19).with_attr("global_symbol", "main")})
     times = {"hot": float("inf"), "cold": float("inf")}
-    for _ in range(3):  # interleaved, each the fastest of its tries: a drift of the machine's speed hits both
-        for timing in ("hot", "cold"):
-            with Measurer.local(measure_config(timing, target)) as m:
-                times[timing] = min(times[timing], *(m.remeasure([mod], target, rounds=2)[0] for _ in range(2)))
+    with Measurer.local(measure_config("hot", target)) as hot, Measurer.local(measure_config("cold", target)) as cold:
+        for _ in range(3):  # interleaved, each the fastest of its tries: a drift of the machine's speed hits both
+            for timing, m in (("hot", hot), ("cold", cold)):
+                times[timing] = min(times[timing], m.remeasure([mod], target, rounds=2)[0])
     assert times["cold"] > 1.15 * times["hot"], times
     # an instant program is timed in this process the same way (eto.runs.instant)
     import numpy as np
