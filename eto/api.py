@@ -23,6 +23,7 @@ import numpy as np
 from eto.operators.opsets import OperatorSet, load_opset, vary
 from eto.options import TuneOptions
 from eto.store.database import Database
+from eto.store.models import record_layout
 from tuner.measure import deadline
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -34,6 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from eto.models.load import RelaxModel
     from eto.runs.tuning import TuneReport
     from eto.shapes.retune import RetuneReport
+    from eto.store.models import ModelLayout
     from tuner.measure.measurer import Measurer
 
 #: What can be tuned: an operator set, a built-in set's name, a path to an operator-set JSON file,
@@ -90,23 +92,36 @@ def _relax_model(model: Buildable, dims: Mapping[str, int] | None) -> "RelaxMode
 
 
 def operator_set(what: Tunable, *, target: "str | Target" = "cpu", dims: Mapping[str, int] | None = None,
-                 fast_math: bool = False, layout: "Layout" = "NCHW") -> OperatorSet:
+                 fast_math: bool = False, layout: "Layout | None" = None) -> OperatorSet:
     """The operator set :func:`tune` would tune for ``what`` (see :data:`Tunable`): a model's fused tasks
     as Relax compiles them for ``target`` (``dims`` binds its symbolic dimensions; ``fast_math`` first
-    rewrites its functions with fast approximations; ``layout``: its convolutions' layout,
-    :mod:`eto.models.layout`), or the set itself."""
+    rewrites its functions with fast approximations; ``layout``: its convolutions' layout, None:
+    ``auto``, :mod:`eto.models.layout`), or the set itself."""
+    return _operator_set(what, target=target, dims=dims, fast_math=fast_math, layout=layout, database=None)[0]
+
+
+def _operator_set(what: Tunable, *, target: "str | Target", dims: Mapping[str, int] | None, fast_math: bool,
+                  layout: "Layout | None", database: "Database | str | os.PathLike[str] | None"
+                  ) -> "tuple[OperatorSet, ModelLayout | None]":
+    """:func:`operator_set`, and for a model the layout line ``database`` is to record (the layout
+    it last tuned the model in where ``layout`` is None)."""
     if isinstance(what, OperatorSet):
-        return what
+        return what, None
     if isinstance(what, (str, os.PathLike)) and not os.fspath(what).endswith(MODEL_SUFFIXES):
-        return load_opset(os.fspath(what))
+        return load_opset(os.fspath(what)), None
     from eto.models.fast_math import fast_math as approximate
+    from eto.models.layout import layout_from_database
     from eto.models.tasks import model_tasks
-    from eto.target import parse_target
+    from eto.store.models import ModelLayout
+    from eto.target import parse_target, target_key
 
-    from eto.models.layout import with_layout
-
-    model = with_layout(approximate(_relax_model(what, dims), fast_math), layout)
-    return model_tasks(model, parse_target(target)).opset
+    target = parse_target(target)
+    model = layout_from_database(approximate(_relax_model(what, dims), fast_math), database, target, layout,
+                                 building=False)
+    tasks = model_tasks(model, target)
+    choice = tasks.layout
+    return tasks.opset, ModelLayout(model.name, target_key(target), choice.asked, choice.resolved, choice.winograd,
+                                    choice.direct)
 
 
 def tune(
@@ -118,7 +133,7 @@ def tune(
     priors: Sequence["str | os.PathLike[str]"] = (),
     dims: Mapping[str, int] | None = None,
     fast_math: bool = False,
-    layout: "Layout" = "NCHW",
+    layout: "Layout | None" = None,
     measurer: "Measurer | Sequence[Measurer] | None" = None,
     log: Callable[[str], None] | None = None,
     on_batch: Callable[[str, int, int, float], None] | None = None,
@@ -154,8 +169,11 @@ def tune(
         raise TypeError("several measurers tune a plan's subtrees at once: method eto only")
     target = parse_target(target)
     with deadline.until(opts.time_budget):  # reading a model counts against its budget too
-        opset = operator_set(what, target=target, dims=dims, fast_math=fast_math, layout=layout)
+        opset, entry = _operator_set(what, target=target, dims=dims, fast_math=fast_math, layout=layout,
+                                     database=database)
         db = open_database(database, priors, log=log)
+        if entry is not None:  # build() compiles the model in the layout it was tuned in
+            record_layout(db.path, entry)
         return _tune(opset, target, db, opts, alone, measurer=measurer, on_batch=on_batch, log=log, verbose=verbose)
 
 
@@ -206,8 +224,12 @@ def retune(
     elif isinstance(what, OperatorSet) or (isinstance(what, (str, os.PathLike))
                                            and not os.fspath(what).endswith(MODEL_SUFFIXES)):
         shapes = vary(what if isinstance(what, OperatorSet) else os.fspath(what), dim, list(sizes))
-    else:
-        shapes = [(v, operator_set(what, target=target, dims={dim: v})) for v in sizes]
+    else:  # a model: each size in the layout the database tuned it in (recorded for eto.build at that size)
+        sized = [(v, *_operator_set(what, target=target, dims={dim: v}, fast_math=False, layout=None,
+                                    database=database)) for v in sizes]
+        shapes = [(v, opset) for v, opset, _ in sized]
+        for _, _, entry in sized:
+            record_layout(_database(database).path, entry)
     with deadline.until(opts.time_budget):  # from here, as eto retune: the instant programs count too
         return run(shapes, target, _database(database), opts, dim=dim, instant_only=instant_only, log=log)
 
@@ -254,19 +276,22 @@ def _array(x: Any) -> np.ndarray:
 
 def build(model: Buildable, *, database: "str | os.PathLike[str] | Database | None" = "eto-db",
           target: "str | Target" = "cpu", dims: Mapping[str, int] | None = None, fast_math: bool = False,
-          layout: "Layout" = "NCHW") -> Model:
+          layout: "Layout | None" = None) -> Model:
     """Compile ``model`` (a model file or a Relax ``IRModule``) for ``target`` with ``database``'s programs
     (None: TVM's default schedules only) into a :class:`Model`, called with numpy arrays or DLPack tensors.
     The tasks the database holds no program for keep TVM's defaults, named in :attr:`Model.missing`.
-    ``fast_math``, ``layout``: as the database was tuned (:func:`operator_set`)."""
+    ``fast_math``: as the database was tuned (:func:`operator_set`); ``layout``: None for the one the
+    database recorded for the model (``auto`` if none), else checked against it
+    (:class:`~eto.store.models.LayoutMismatch` where the database tuned the model in other layouts only)."""
     from eto.models.build import build_model
     from eto.models.fast_math import fast_math as approximate
-    from eto.models.layout import with_layout
+    from eto.models.layout import layout_from_database
     from eto.target import parse_target
 
     db = None if database is None else _database(database, readonly=True)
-    built = with_layout(approximate(_relax_model(model, dims), fast_math), layout)
-    return Model(build_model(built, db, parse_target(target)))
+    target = parse_target(target)
+    built = layout_from_database(approximate(_relax_model(model, dims), fast_math), db, target, layout, building=True)
+    return Model(build_model(built, db, target))
 
 
 def load(path: "str | os.PathLike[str]", *, device: str = "cpu") -> Callable[..., list[np.ndarray]]:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from eto.models.load import RelaxModel
     from eto.options import TuneOptions
+    from eto.store.models import ModelLayout
 
 #: the database ``eto tune`` writes (and ``eto plan`` reads) by default
 DEFAULT_DB = "eto-db"
@@ -128,48 +129,54 @@ def add_operator_options(p: argparse.ArgumentParser) -> None:
     add_layout_option(p)
 
 
-def tasks_opset(model: "RelaxModel", target: "Target", *, fast_math: bool = False, layout: str = "NCHW",
-                label: str) -> OperatorSet:
+def tasks_opset(model: "RelaxModel", target: "Target", *, fast_math: bool = False, layout: str | None = None,
+                label: str, db: str | None = None, record_as: str | None = None) -> "tuple[OperatorSet, ModelLayout]":
     """The fused tasks Relax compiles for ``model`` (:mod:`eto.models.tasks`), ``fast_math`` applied
-    first, its convolutions in ``layout``; those without a catalogue type (TASK operators, tuned after
-    the plan) and those left alone are named on stderr, after ``label``."""
+    first, its convolutions in ``layout`` (None: as the database ``db`` last tuned the model, else
+    ``auto``), and the layout line the database records for them, under ``record_as`` (default: the
+    model's name; ``eto retune`` of a model's sizes records them under the model's); the tasks without a catalogue type
+    (TASK operators, tuned after the plan) and those left alone are named on stderr, after ``label``."""
     from eto.models.fast_math import fast_math as approximate
-    from eto.models.layout import with_layout
+    from eto.models.layout import layout_from_database
     from eto.models.tasks import SCHEDULED, model_tasks
     from eto.models.winograd import SCHEDULED_BY
+    from eto.store.models import ModelLayout
+    from eto.target import target_key
 
-    tasks = model_tasks(with_layout(approximate(model, fast_math), layout), target)
+    looked_up = approximate(model, fast_math)._replace(name=record_as or model.name)
+    chosen = layout_from_database(looked_up, db, target, layout, building=False)._replace(name=model.name)
+    tasks = model_tasks(chosen, target)
+    choice = tasks.layout
+    log.info(f"{label}: layout {choice.describe()}")
     for t in tasks.left_alone:
         log.warning(f"{label}: not tuned: {t.weight} x {t.name} ({t.reason})")
     if scheduled := [t for t in tasks.tasks if t.reason == SCHEDULED]:
         convs = sum(t.weight for t in scheduled if t.mod["main"].attrs[SCHEDULED_BY] == "input")  # one each
         log.info(f"{label}: {convs} convolutions by Winograd: their transforms are scheduled by eto "
                  f"({len(scheduled)} functions), their batched GEMMs tuned as BMM operators")
-    if layout == "NCHW" and target.kind.name == "llvm" and \
-            (convs := sum(t.weight for t in tasks.catalogue if t.op.type == "C2D")):
-        log.info(f"{label}: {convs} convolutions in NCHW; on a CPU, --layout NHWC (channels last, which CPUs "
-                 "vectorise) or NHWC-winograd (3x3 convolutions by Winograd too) usually builds a faster model: "
-                 "give the same --layout to eto tune, build and bench")
     functions = tasks.backend_only
     if functions:
         log.info(f"{label}: {len(functions)} tasks without a catalogue type are tuned by the backend "
                  f"(--function-trials each) or reused from the same task at another size: "
                  f"{', '.join(t.name for t in functions)}")
-    return tasks.opset
+    entry = ModelLayout(record_as or model.name, target_key(target), choice.asked, choice.resolved, choice.winograd,
+                        choice.direct)
+    return tasks.opset, entry
 
 
-def tuning_opset(args: argparse.Namespace, target: "Target") -> OperatorSet:
+def tuning_opset(args: argparse.Namespace, target: "Target") -> "tuple[OperatorSet, ModelLayout | None]":
     """What ``eto tune`` (and ``eto plan``, previewing it) tunes: a model's fused tasks as Relax compiles
-    them for ``target`` (``--model`` alone), else :func:`operators_from_args`."""
-    if (args.fast_math or args.layout != "NCHW") and not args.model:
+    them for ``target`` (``--model`` alone) with the layout line the database is to record, else
+    :func:`operators_from_args` (no layout)."""
+    if (args.fast_math or args.layout is not None) and not args.model:
         raise CLIError(f"{'--fast-math' if args.fast_math else '--layout'} applies to --model (it rewrites the "
                        "model's functions)")
     if args.model and not (args.op or args.opset):
         from eto.models import load_relax
 
         return tasks_opset(load_relax(args.model, dims=parse_dims(args.dim)), target, fast_math=args.fast_math,
-                           layout=args.layout, label=args.model)
-    return operators_from_args(args)
+                           layout=args.layout, label=args.model, db=args.db)
+    return operators_from_args(args), None
 
 
 #: flags whose value is an option field as it is (flag attribute -> TuneOptions.of name)

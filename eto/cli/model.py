@@ -40,10 +40,10 @@ def _load(args: argparse.Namespace):
         log.warning(f"{os.path.join(args.db, str(p))} (skipped)")
     target = parse_target(args.target)
     check_target(db, target, fatal=True)
-    from eto.models.layout import with_layout
+    from eto.models.layout import layout_from_database
 
     model = fast_math(load_relax(args.model, dims=parse_dims(args.dim)), args.fast_math)
-    return with_layout(model, args.layout), db, target
+    return layout_from_database(model, db, target, args.layout, building=True), db, target
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -148,7 +148,7 @@ def _bench_elsewhere(args: argparse.Namespace, ms_work: str | None, k: int) -> "
     cmd = [sys.executable, "-m", "eto", "bench", "--model", str(args.model), "--db", str(args.db), "--target",
            args.target, "--rounds", str(args.rounds), "--processes", "1", "--json",
            *(f"--dim={d}" for d in args.dim or ()), *(["--fast-math"] if args.fast_math else []),
-           "--layout", args.layout,
+           *(["--layout", args.layout] if args.layout else []),
            *(["--onnx", str(args.onnx)] if args.onnx else []),
            *(["--ms-trials", str(args.ms_trials), "--ms-search", args.ms_search, "--ms-work", str(ms_work)]
              if args.ms_trials else [])]

@@ -106,10 +106,12 @@ def add_dim_option(p: argparse.ArgumentParser) -> None:
 
 
 def add_layout_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--layout", choices=("NCHW", "NHWC", "NHWC-winograd"), default="NCHW",
-                   help="the layout the model's convolutions are tuned and built in: NCHW as written, NHWC "
-                        "(channels last, which CPUs vectorise), or NHWC-winograd (NHWC, 3x3 stride-1 convolutions "
-                        "by Winograd); give it to eto tune, build and bench alike")
+    p.add_argument("--layout", choices=("auto", "NCHW", "NHWC", "NHWC-winograd"), default=None,
+                   help="the layout the model's convolutions are tuned and built in: auto (the default for tuning: on a "
+                        "CPU channels last, 3x3 convolutions by Winograd where predicted faster; on a GPU as written), "
+                        "NCHW as written, NHWC (channels last, which CPUs vectorise), or NHWC-winograd (every eligible 3x3 "
+                        "stride-1 convolution by Winograd). The database records it: eto build and bench use it "
+                        "without the flag, and refuse another")
 
 
 def add_fast_math_option(p: argparse.ArgumentParser) -> None:

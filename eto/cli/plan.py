@@ -88,7 +88,7 @@ def _plan_in(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
         if not os.path.isdir(prior):
             raise CLIError(f"--prior {prior}: no such database directory")
     target = parse_target(args.target)
-    opset = tuning_opset(args, target)
+    opset, _ = tuning_opset(args, target)
     db = _read_databases([d for d in [args.db] if os.path.isdir(d)] + list(args.prior), stack)
     if db is not None:
         check_target(db, target, fatal=False)

@@ -23,6 +23,8 @@ from eto.cli.progress import Progress, log
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
 
+    from eto.store.models import ModelLayout
+
 
 def _retune(args: argparse.Namespace) -> int:
     from tuner.measure import deadline
@@ -35,16 +37,17 @@ def _retune_in(args: argparse.Namespace) -> int:
     dim, values = parse_vary(args.vary)
     if not os.path.isdir(args.db):
         raise CLIError(f"--db {args.db}: no such database directory (tune the known sizes first: eto tune)")
-    if (args.fast_math or args.layout != "NCHW") and not args.model:
+    if (args.fast_math or args.layout is not None) and not args.model:
         raise CLIError(f"{'--fast-math' if args.fast_math else '--layout'} applies to --model (it rewrites the "
                        "model's functions)")
     options = tune_options_of(args)
     import eto.api
     from eto.store.database import Database
+    from eto.store.models import record_layout
     from eto.target import parse_target
 
     target = parse_target(args.target)
-    shapes = _model_shapes(args, dim, values, target)
+    shapes, layouts = _model_shapes(args, dim, values, target)
     if shapes is None:
         base: str | OperatorSet = args.opset if args.opset and not (args.op or args.model) else operators_from_args(args)
         shapes = vary(base, dim, values)
@@ -52,6 +55,8 @@ def _retune_in(args: argparse.Namespace) -> int:
     for p in db.problems:
         log.warning(f"{os.path.join(args.db, str(p))} (skipped)")
     check_target(db, target, fatal=True)  # else every shape would go to the backend, unasked
+    for entry in layouts:  # each size's layout, under the model's name: eto build --dim reads it
+        record_layout(db.path, entry)
     log.info(f"retune {len(values)} sizes of {dim} ({', '.join(map(str, values[:8]))}"
              f"{', ...' if len(values) > 8 else ''}) from {args.db}, target {target}")
     with Progress() as progress:
@@ -68,13 +73,13 @@ def _retune_in(args: argparse.Namespace) -> int:
 
 
 def _model_shapes(args: argparse.Namespace, dim: str, values: list[int], target: "Target"
-                  ) -> list[tuple[int, OperatorSet]] | None:
+                  ) -> "tuple[list[tuple[int, OperatorSet]] | None, list[ModelLayout]]":
     """``--model`` with ``--vary`` over one of its symbolic dimensions: at each size, the fused tasks
     Relax compiles for the model (as ``eto tune --model`` tunes them, so ``eto build --model --dim``
-    at that size finds their programs); None when there is no model, or ``dim`` is not symbolic in
-    it: then operator parameters vary."""
+    at that size finds their programs), and the layout line of each; None when there is no model, or
+    ``dim`` is not symbolic in it: then operator parameters vary."""
     if not args.model or args.opset or args.op:
-        return None
+        return None, []
     from eto.models import bind_dims, load_relax, symbolic_dims
 
     model, fixed = load_relax(args.model), parse_dims(args.dim)
@@ -84,10 +89,11 @@ def _model_shapes(args: argparse.Namespace, dim: str, values: list[int], target:
         if unbound:  # its operators would stay dynamic: name what can be varied
             raise CLIError(f"--vary {dim}: {args.model} has no symbolic dimension {dim!r}; its symbolic "
                            f"dimensions: {', '.join(unbound)}")
-        return None  # a static model: vary an operator parameter
-    return [(v, tasks_opset(bind_dims(model, {**fixed, dim: v})._replace(name=f"{model.name}@{dim}={v}"), target,
-                            fast_math=args.fast_math, layout=args.layout, label=f"{args.model} at {dim}={v}"))
-            for v in values]
+        return None, []  # a static model: vary an operator parameter
+    sized = [(v, *tasks_opset(bind_dims(model, {**fixed, dim: v})._replace(name=f"{model.name}@{dim}={v}"), target,
+                              fast_math=args.fast_math, layout=args.layout, label=f"{args.model} at {dim}={v}",
+                              db=args.db, record_as=model.name)) for v in values]
+    return [(v, opset) for v, opset, _ in sized], [entry for _, _, entry in sized]
 
 
 def _table(report) -> str:

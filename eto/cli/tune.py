@@ -43,11 +43,12 @@ def _tune(args: argparse.Namespace) -> int:
 
 def _tune_in(args: argparse.Namespace) -> int:
     import eto.api
+    from eto.store.models import record_layout
     from eto.runs.tuning import clock
     from eto.target import parse_target
 
     target = parse_target(args.target)
-    opset = tuning_opset(args, target)
+    opset, layout = tuning_opset(args, target)
     if args.method == "metaschedule" and (args.hot_share is not None or args.evolve or args.rpc or args.devices != 1
                                           or args.time_budget is not None):
         raise CLIError("--hot-share, --evolve, --time-budget, --rpc and --devices apply to --method eto only")
@@ -58,6 +59,8 @@ def _tune_in(args: argparse.Namespace) -> int:
     options = tune_options_of(args)
     db = _open_database(args.db, args.prior)
     check_target(db, target, fatal=False)  # its programs are neither sources nor skipped
+    if layout is not None:  # eto build and bench compile the model in the layout it was tuned in
+        record_layout(db.path, layout)
     todo = [e for e in opset if not db.attempted(e.op, target)]
     how = {"metaschedule": "MetaSchedule for every operator", "eto": "eto (reuse)",
            "topk": "eto's plan with TopK instead of the reuse tuner (baseline)",

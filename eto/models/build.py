@@ -211,7 +211,7 @@ def _block_names(mod: "tvm.IRModule") -> list[str]:
     """The names of ``mod``'s blocks in program order."""
     from tvm.s_tir.stmt import SBlock
 
-    from eto.models.layout import tir_statements
+    from eto.models.nhwc import tir_statements
 
     return [stmt.name_hint for stmt in tir_statements(mod["main"].body) if isinstance(stmt, SBlock)]
 

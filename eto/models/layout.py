@@ -22,145 +22,162 @@ same ``--layout`` (otherwise its convolutions are named as having no program).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, get_args
+import functools
+import logging
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Mapping, Sequence, get_args
 
 from eto.errors import InputError
-from eto.models.fast_math import mutate_functions
 from eto.models.load import RelaxModel
-from eto.models.mapping import channels_last_kind, relax_type, static_shape
+from eto.models.nhwc import LayoutConversion, channels_last
 
 if TYPE_CHECKING:  # pragma: no cover
     import tvm
+    from tvm.target import Target
+
+    from eto.store.database import Database
 
 #: The layouts a model's convolutions can be tuned and built in.
-Layout = Literal["NCHW", "NHWC", "NHWC-winograd"]
+Layout = Literal["auto", "NCHW", "NHWC", "NHWC-winograd"]
 LAYOUTS: tuple[str, ...] = get_args(Layout)
 
+_log = logging.getLogger("eto")
 
-def with_layout(model: RelaxModel, layout: str = "NCHW") -> RelaxModel:
-    """``model`` to be prepared with its convolutions in ``layout`` (NCHW: as written)."""
+
+def with_layout(model: RelaxModel, layout: str = "NCHW", *, winograd: "Mapping[str, bool] | None" = None) -> RelaxModel:
+    """``model`` to be prepared with its convolutions in ``layout`` (NCHW: as written; ``auto``: Winograd
+    or direct as ``winograd`` decided by key, as a database recorded it, the others as predicted)."""
     if layout not in LAYOUTS:
         raise InputError(f"unknown layout {layout!r}: one of {', '.join(LAYOUTS)}")
-    if layout == model.layout:
+    chosen = None if winograd is None else tuple(sorted(winograd.items()))
+    if layout == model.layout and chosen == model.winograd:
         return model
-    return model._replace(layout=layout, source=f"{model.source}, {layout}")
+    source = model.source if layout == model.layout else f"{model.source}, {layout}"
+    return model._replace(layout=layout, winograd=chosen, source=source)
 
 
-def convert_layout(mod: "tvm.IRModule", layout: str) -> "tvm.IRModule":
+def layout_from_database(model: RelaxModel, database: "Database | str | os.PathLike[str] | None",
+                         target: "Target", asked: str | None, *, building: bool) -> RelaxModel:
+    """``model`` in the layout a run compiles it in, given what ``database`` recorded of it
+    (:mod:`eto.store.models`).
+
+    Tuning (``building`` False): ``asked``, or else the layout the model was last tuned in, or else
+    ``auto``; an ``auto`` the database recorded keeps its Winograd convolutions, so a rerun resumes on
+    the same functions. Building: the layout the model was tuned in, checked against ``asked``
+    (:class:`~eto.store.models.LayoutMismatch` where it was tuned in others only); for a database that
+    records no layout of the model, ``asked``, else NCHW where its convolutions are stored only in NCHW,
+    else ``auto``."""
+    from eto.store.models import read_layouts, recorded_layout
+
+    if database is None:
+        return with_layout(model, asked or "auto")
+    path = os.fspath(database if isinstance(database, (str, os.PathLike)) else database.path)
+    layouts = read_layouts(path)
+    for why in layouts.skipped:
+        _log.warning(f"{os.path.join(path, 'eto_models.json')}: {why} (skipped)")
+    if building:
+        entry = recorded_layout(layouts, model.name, target.kind.name, asked, db_label=path)
+    else:
+        mine = [e for e in layouts.of(model.name, target.kind.name) if asked in (None, e.layout)]
+        entry = mine[-1] if mine else None
+    if entry is not None:
+        return with_layout(model, entry.layout, winograd=entry.decisions if entry.layout == "auto" else None)
+    return with_layout(model, asked or (_stored_layout(database, target) if building else "auto"))
+
+
+def _stored_layout(database: "Database | str | os.PathLike[str]", target: "Target") -> str:
+    """NCHW for a database whose convolutions are all stored NCHW (tuned before layouts were recorded),
+    else ``auto``."""
+    from eto.store.database import Database
+
+    if isinstance(database, (str, os.PathLike)):
+        if not os.path.isdir(database):
+            return "auto"
+        database = Database(database, readonly=True)
+    types = {p.op.type for p in database.programs(target=target)}
+    return "NCHW" if types & {"C2D", "DEP", "GRP"} and not types & {"C2DNHWC", "DEPNHWC"} else "auto"
+
+
+@dataclass(frozen=True)
+class LayoutChoice:
+    """The layout a model was compiled in: what was asked (``auto`` included), what it resolved to for
+    the target, the convolutions computed by Winograd (their :func:`~eto.models.winograd.conv_key`),
+    and the channels-last conversion (None in NCHW). A database records it (:mod:`eto.store.models`),
+    so a build compiles the model exactly as it was tuned."""
+
+    asked: str
+    resolved: str
+    winograd: tuple[str, ...] = ()
+    direct: tuple[str, ...] = ()  # convolutions Winograd could compute, left direct (``auto`` only)
+    conversion: LayoutConversion | None = None
+
+    def describe(self) -> str:
+        text = self.resolved if self.asked == self.resolved else f"{self.asked}: {self.resolved}"
+        if self.asked == "auto" and self.resolved != "NCHW":
+            text += f", {len(self.winograd)} convolution(s) by Winograd where predicted faster"
+        return text + (f" ({self.conversion.describe()})" if self.conversion is not None else "")
+
+
+def resolve(layout: str, target: "Target | None") -> str:
+    """``auto`` for ``target``: channels last with Winograd where it pays (``auto``) on a CPU, where
+    convolutions vectorise along the channels; NCHW, as written, elsewhere (MetaSchedule's GPU rules
+    tile NCHW convolutions). Any other layout as it is."""
+    if layout != "auto":
+        return layout
+    return "auto" if target is None or target.kind.name == "llvm" else "NCHW"
+
+
+def convert_layout(mod: "tvm.IRModule", layout: str, *, target: "Target | None" = None,
+                   winograd: "Mapping[str, bool] | None" = None) -> "tuple[tvm.IRModule, LayoutChoice]":
     """``mod``'s ungrouped and depthwise 2-D convolutions in ``layout`` (NHWC data, OHWI weights), constants
-    folded; with ``NHWC-winograd``, its eligible 3x3 convolutions then by Winograd."""
-    from tvm import relax
+    folded; with ``NHWC-winograd``, its eligible 3x3 convolutions then by Winograd; with ``auto`` (on a
+    CPU) those ``winograd`` decided for (by key, as a database recorded them) and, among the others,
+    those :func:`~eto.models.winograd.predicted_faster` on this machine. A region Relax's
+    ``ConvertLayout`` cannot convert stays as written, with a warning naming it (:func:`channels_last`)."""
+    from eto.models.winograd import eligible_keys, winograd_convolutions
 
-    from eto.models.winograd import winograd_convolutions
-
-    if layout == "NCHW":
-        return mod
-
-    def desired(call) -> dict:
-        if call.op.name != "relax.nn.conv2d" or str(call.attrs.data_layout) != "NCHW":
-            return {}
-        data, weight = static_shape(call.args[0]), static_shape(call.args[1])
-        if data is None or weight is None or len(data) != 4 or len(weight) != 4:  # symbolic: left as it is
-            return {}
-        # NCHW shapes here; as NHWC/OHWI the catalogue must hold the convolution (ungrouped or depthwise)
-        nhwc, ohwi = (data[0], *data[2:], data[1]), (weight[0], *weight[2:], weight[1])
-        return {"relax.nn.conv2d": ["NHWC", "OHWI"]} if channels_last_kind(nhwc, ohwi, int(call.attrs.groups)) else {}
-
-    mod = clip_as_max_min(primfunc_min_max_as_ops(mod))
-    converted = relax.transform.FoldConstant()(relax.transform.ConvertLayout({}, layout_cb=desired)(mod))
-    return winograd_convolutions(converted) if layout == "NHWC-winograd" else converted
-
-
-def clip_as_max_min(mod: "tvm.IRModule") -> "tvm.IRModule":
-    """Every ``clip(x, lo, hi)`` (ReLU6 from ``torch.export``) written as ``minimum(maximum(x, lo), hi)``.
-
-    ``ConvertLayout`` knows no layout for ``clip`` and would move its input back to NCHW and its
-    output to NHWC again around every ReLU6 (MobileNets have one after most convolutions);
-    ``maximum`` and ``minimum`` with a scalar follow their input's layout, and fuse into the
-    convolution before them as ``clip`` does."""
-    import tvm
-    from tvm import relax
-    from tvm.relax import PyExprMutator, expr_functor
-
-    @expr_functor.mutator
-    class ClipAsMaxMin(PyExprMutator):
-        def visit_call_(self, call):
-            call = super().visit_call_(call)
-            if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.clip"):
-                return call
-            x, dtype = call.args[0], str(relax_type(call.args[0]).dtype)
-            try:
-                lo, hi = (float(getattr(a.value, "value", a.value)) for a in call.args[1:3])
-            except (TypeError, ValueError, AttributeError):  # bounds that are not constants: left alone
-                return call
-            low = self.builder_.emit(relax.op.maximum(x, relax.const(lo, dtype)))
-            return relax.op.minimum(low, relax.const(hi, dtype))
-
-    return mutate_functions(mod, ClipAsMaxMin(mod))
+    resolved = resolve(layout, target)
+    if resolved == "NCHW":
+        return mod, LayoutChoice(layout, "NCHW")
+    converted, done = channels_last(mod)
+    if done.left_as_written:
+        _log.warning(f"layout {layout}: {done.describe()}")
+    if resolved == "NHWC":
+        return converted, LayoutChoice(layout, resolved, conversion=done)
+    keys = list(dict.fromkeys(eligible_keys(converted)))
+    chosen = keys
+    if resolved == "auto":
+        decided = dict(winograd or {})
+        predicted = set(predicted_winograd([k for k in keys if k not in decided]))
+        chosen = [k for k in keys if decided.get(k, k in predicted)]
+    direct = tuple(k for k in keys if k not in chosen)
+    return (winograd_convolutions(converted, set(chosen).__contains__),
+            LayoutChoice(layout, resolved, tuple(chosen), direct, done))
 
 
-def primfunc_min_max_as_ops(mod: "tvm.IRModule") -> "tvm.IRModule":
-    """Every ``call_tir`` of an element-wise ``maximum``/``minimum`` PrimFunc with a scalar constant
-    (ONNX ``Clip``, ReLU6, as TVM's ONNX importer writes it) as Relax's ``maximum``/``minimum``.
+def predicted_winograd(keys: "Sequence[str]") -> list[str]:
+    """Of the convolutions ``keys``, those Winograd is predicted to run faster on this machine's cores
+    (:func:`~eto.models.winograd.predicted_faster`), their peak and bandwidths measured once a process."""
+    from eto.models.winograd import predicted_faster
 
-    ``ConvertLayout`` cannot see into a PrimFunc: it moves the input of every such call back to NCHW
-    and its output to NHWC again, which left 13 transposes around ReLU6 in an ONNX MobileNetV2
-    (46 tasks in NHWC against 34 from the same network's ``torch.export``). The bound is folded to
-    a constant first (the importer computes it with ``where(isnan(...))``)."""
-    import tvm
-    from tvm import relax
-    from tvm.relax import PyExprMutator, expr_functor
-
-    mod = relax.transform.FoldConstant()(mod)
-    call_tir = tvm.ir.Op.get("relax.call_tir")
-    ops = {"max": relax.op.maximum, "min": relax.op.minimum}
-
-    @expr_functor.mutator
-    class MinMaxAsOps(PyExprMutator):
-        def visit_call_(self, call):
-            call = super().visit_call_(call)
-            if call.op != call_tir or not isinstance(call.args[0], tvm.ir.GlobalVar) or len(call.args) != 2:
-                return call
-            kind = _min_max_kind(mod[call.args[0]]) if call.args[0] in mod.get_global_vars() else None
-            args = list(call.args[1].fields) if isinstance(call.args[1], relax.Tuple) else []
-            if kind is None or len(args) != 2:
-                return call
-            x, bound = args
-            if not (isinstance(bound, tvm.ir.expr.GenericConst) and static_shape(bound) == ()):
-                return call
-            if static_shape(x) is None or static_shape(x) != static_shape(call):
-                return call
-            return ops[kind](x, bound)
-
-    rewritten = mutate_functions(mod, MinMaxAsOps(mod))
-    return relax.transform.DeadCodeElimination()(rewritten)
+    if not keys:
+        return []
+    peak = _peak()
+    return [k for k in dict.fromkeys(keys) if predicted_faster(k, peak_flops=peak, bandwidth=_bandwidth)]
 
 
-def _min_max_kind(func) -> str | None:
-    """``"max"`` or ``"min"`` when ``func`` is a PrimFunc of two inputs whose one store is their
-    element-wise maximum or minimum (``topi.maximum``/``minimum``), else None."""
-    from tvm import tirx
+@functools.lru_cache(maxsize=None)
+def _peak() -> float:
+    from eto.models.roofline import fp32_peak
+    from eto.target import num_threads
 
-    if not isinstance(func, tirx.PrimFunc) or len(func.params) != 3:
-        return None
-    values = [store.value for store in tir_statements(func.body) if isinstance(store, tirx.BufferStore)]
-    if len(values) != 1:
-        return None
-    if isinstance(values[0], tirx.Max):
-        return "max"
-    return "min" if isinstance(values[0], tirx.Min) else None
+    return fp32_peak(num_threads())
 
 
-def tir_statements(stmt) -> list:
-    """Every statement of a TIR statement, pre-order, through its loops, blocks and sequences (TVM's
-    Python API has no statement visitor). O(statements)."""
-    from tvm import tirx
+@functools.lru_cache(maxsize=None)
+def _bandwidth(nbytes: int) -> float:
+    """The copy speed of a buffer of about ``nbytes`` (rounded up to a power of two, at least 64 KiB)."""
+    from eto.models.roofline import memory_bandwidth
 
-    found = [stmt]
-    for field in ("body", "block", "init", "then_case", "else_case"):
-        child = getattr(stmt, field, None)
-        if isinstance(child, tirx.Stmt):
-            found += tir_statements(child)
-    for child in getattr(stmt, "seq", None) or ():
-        found += tir_statements(child)
-    return found
+    return memory_bandwidth(max(1 << 16, 1 << (max(nbytes, 1) - 1).bit_length()))

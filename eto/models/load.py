@@ -36,12 +36,14 @@ class MissingExtraError(ImportError):
 
 class RelaxModel(NamedTuple):
     """A model converted to Relax: the module, the name its operator set gets, where it came from, and
-    the layout its convolutions are compiled in (:mod:`eto.models.layout`; applied when it is prepared)."""
+    the layout its convolutions are compiled in (:mod:`eto.models.layout`; applied when it is prepared),
+    with, for ``auto``, the ``(convolution key, by Winograd)`` decisions a database recorded (None: predicted)."""
 
     mod: "tvm.IRModule"
     name: str
     source: str
     layout: str = "NCHW"
+    winograd: "tuple[tuple[str, bool], ...] | None" = None
 
 
 # -- optional packages ------------------------------------------------------------------------------

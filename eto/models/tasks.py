@@ -35,7 +35,7 @@ from eto.operators import Operator
 from eto.operators.task import model_function
 from eto.operators.opsets import OperatorSet
 from eto.models.extract import extract_from_relax
-from eto.models.layout import convert_layout
+from eto.models.layout import LayoutChoice, convert_layout
 from eto.models.load import RelaxModel
 from eto.models.fast_math import vector_erf
 from eto.models.prepack import before_tuning
@@ -76,6 +76,7 @@ class ModelTasks:
     bound: "tvm.IRModule"  # the model with its weights bound: what eto build compiles
     fused: "tvm.IRModule"  # the same after fusion: where the tasks come from
     num_inputs: int
+    layout: LayoutChoice = LayoutChoice("NCHW", "NCHW")  # the layout they were compiled in
 
     @property
     def opset(self) -> OperatorSet:
@@ -100,8 +101,9 @@ class ModelTasks:
         return [t for t in self.tasks if t.op is not None and t.op.spec.backend_only]
 
 
-def prepare(model: RelaxModel, target: "Target") -> tuple["tvm.IRModule", "tvm.IRModule", int]:
-    """The model with its weights bound, the same fused for the target, and its number of inputs."""
+def prepare(model: RelaxModel, target: "Target") -> tuple["tvm.IRModule", "tvm.IRModule", int, LayoutChoice]:
+    """The model with its weights bound, the same fused for the target, its number of inputs, and the
+    layout it was compiled in."""
     from tvm import relax
 
     mod = model.mod
@@ -111,8 +113,9 @@ def prepare(model: RelaxModel, target: "Target") -> tuple["tvm.IRModule", "tvm.I
         mod, params = relax.frontend.detach_params(mod)
         weights = dict(zip(mod["main"].params[num_inputs:], params["main"]))
         mod = relax.transform.BindParams("main", weights)(mod)
-    mod = convert_layout(fold_batch_norms(mod), model.layout)
-    return mod, fuse(mod, target), num_inputs
+    decided = None if model.winograd is None else dict(model.winograd)
+    mod, layout = convert_layout(fold_batch_norms(mod), model.layout, target=target, winograd=decided)
+    return mod, fuse(mod, target), num_inputs, layout
 
 
 def fold_batch_norms(mod: "tvm.IRModule") -> "tvm.IRModule":
@@ -145,9 +148,9 @@ def model_tasks(model: RelaxModel, target: "Target") -> ModelTasks:
     """The model's fused tasks, each mapped to its eto operator where the catalogue has one."""
     from tvm.s_tir import meta_schedule as ms
 
-    bound, fused, num_inputs = prepare(model, target)
+    bound, fused, num_inputs, layout = prepare(model, target)
     # the catalogue operators of the layout the model is compiled in
-    catalogue = [e.op for e in extract_from_relax(model.mod if model.layout == "NCHW" else bound, model.name).opset]
+    catalogue = [e.op for e in extract_from_relax(model.mod if layout.resolved == "NCHW" else bound, model.name).opset]
     tasks, seen = [], Counter()
     for t in ms.relax_integration.extract_tasks(fused, target):
         mod = t.dispatched[0]
@@ -166,7 +169,7 @@ def model_tasks(model: RelaxModel, target: "Target") -> ModelTasks:
         else:
             reason = "symbolic shapes (bind the model's dimensions first: --dim NAME=SIZE)"
         tasks.append(ModelTask(t.task_name, int(t.weight), mod, op, reason))
-    return ModelTasks(model.name, tuple(tasks), bound, fused, num_inputs)
+    return ModelTasks(model.name, tuple(tasks), bound, fused, num_inputs, layout)
 
 
 def task_fusion(task_name: str, mod: "tvm.IRModule") -> str:

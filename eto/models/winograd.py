@@ -28,7 +28,7 @@ peak. Every choice is general: no shape of a benchmark is named here.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -210,13 +210,53 @@ def _channel_bias(expr, co: int) -> np.ndarray | None:
     return value.reshape(co).astype(np.float32)
 
 
-def winograd_convolutions(mod: "tvm.IRModule") -> "tvm.IRModule":
-    """``mod`` with every :func:`eligible` convolution as input transform, batched GEMM and output
-    transform (see the module's docstring); a bias add, a residual add and a ReLU that follow it (each
-    the only use of the value before it) are absorbed into the output transform. O(bindings)."""
+def conv_key(call) -> str:
+    """A convolution's shape as :func:`winograd_convolutions`'s ``choose`` sees it and a database records
+    it: ``NxHxWxCI->CO/pPT,PL,PB,PR`` (NHWC data, 3x3 stride-1 OHWI weight)."""
+    n, h, w, c = static_shape(call.args[0])
+    pads = ",".join(str(int(p)) for p in call.attrs.padding)
+    return f"{n}x{h}x{w}x{c}->{static_shape(call.args[1])[0]}/p{pads}"
+
+
+def winograd_convolutions(mod: "tvm.IRModule", choose: "Callable[[str], bool] | None" = None) -> "tvm.IRModule":
+    """``mod`` with every :func:`eligible` convolution (of those whose :func:`conv_key` ``choose``
+    accepts; None: all) as input transform, batched GEMM and output transform (see the module's
+    docstring); a bias add, a residual add and a ReLU that follow it (each the only use of the value
+    before it) are absorbed into the output transform. O(bindings)."""
     from tvm import relax
 
-    return relax.transform.DeadCodeElimination()(mutate_functions(mod, _rewriter(mod)))
+    return relax.transform.DeadCodeElimination()(mutate_functions(mod, _rewriter(mod, choose)))
+
+
+def eligible_keys(mod: "tvm.IRModule") -> list[str]:
+    """The :func:`conv_key` of every convolution of ``mod`` that :func:`winograd_convolutions` could
+    rewrite, in program order, repeats kept."""
+    from tvm import relax
+
+    keys: list[str] = []
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, lambda e: keys.append(conv_key(e)) if eligible(e) else None)
+    return keys
+
+
+def predicted_faster(key: str, *, peak_flops: float, bandwidth: "Callable[[int], float]") -> bool:
+    """Whether Winograd is predicted to run the convolution ``key`` (:func:`conv_key`) faster than the
+    direct convolution, both near the cores' fp32 peak: the GEMM's multiplications at ``peak_flops``
+    plus the traffic of its two intermediates (the transformed input V and the GEMM's output M, each
+    written and read once) at ``bandwidth(bytes)``, the copy speed of a buffer of their size (from the
+    caches where they fit), against the direct convolution's ``9 m^2`` multiplications per tile at the
+    peak. Few channels or few tiles make the traffic dominate, so those stay direct. O(1)."""
+    shape, rest = key.split("->")
+    n, h, w, ci = (int(v) for v in shape.split("x"))
+    co = int(rest.split("/")[0])
+    pads = [int(p) for p in rest.split("/p")[1].split(",")]
+    oh, ow = h + pads[0] + pads[2] - 2, w + pads[1] + pads[3] - 2
+    m = tile_size(n, oh, ow)
+    a, tiles = m + 2, n * -(-oh // m) * -(-ow // m)
+    direct = 2.0 * n * oh * ow * ci * co * 9 / peak_flops
+    traffic = 2 * 4 * a * a * tiles * (ci + co)
+    return 2.0 * a * a * tiles * ci * co / peak_flops + traffic / bandwidth(traffic // 2) < direct
 
 
 @dataclass(frozen=True)
@@ -288,14 +328,14 @@ def _chains(func) -> dict[Any, _Chain]:
     return chains
 
 
-def _rewriter(mod: "tvm.IRModule") -> Any:
+def _rewriter(mod: "tvm.IRModule", choose: "Callable[[str], bool] | None") -> Any:
     from tvm import relax
     from tvm.relax import PyExprMutator, expr_functor
 
     chains: dict[Any, tuple] = {}
     for func in mod.functions.values():
         if isinstance(func, relax.Function):
-            chains.update(_chains(func))
+            chains.update({v: c for v, c in _chains(func).items() if choose is None or choose(conv_key(c.conv))})
 
     @expr_functor.mutator
     class Winograd(PyExprMutator):

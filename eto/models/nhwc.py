@@ -1,0 +1,288 @@
+"""A model's convolutions channels last (NHWC data, OHWI weights): Relax's ``ConvertLayout``, guarded.
+
+:func:`channels_last` first puts the model in its inference form (:func:`inference_form`), in
+operators whose layout ``ConvertLayout`` follows, converts every convolution the catalogue holds
+channels last, and cancels the transpose pairs the conversion leaves (:func:`cancel_transposes`).
+Where ``ConvertLayout`` still fails on some operator, only the convolutions whose region fails stay
+as written (found by halving), and the conversion says which and why: a layout never turns into an
+internal error. :mod:`eto.models.layout` chooses the layout; this module converts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from eto.models.fast_math import mutate_functions
+from eto.models.mapping import channels_last_kind, relax_type, static_shape
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tvm
+
+
+@dataclass(frozen=True)
+class LayoutConversion:
+    """What :func:`channels_last` did to a model: its convolutions, how many went channels last, the
+    transposes left, and why the rest stayed as written (empty: none did)."""
+
+    convolutions: int
+    converted: int
+    transposes: int
+    left_as_written: str = ""
+
+    def describe(self) -> str:
+        """One line for the user: how much of the model is channels last, and why the rest is not."""
+        text = f"{self.converted} of {self.convolutions} convolutions channels last, {self.transposes} transposes"
+        return text + (f"; {self.left_as_written}" if self.left_as_written else "")
+
+
+def channels_last(mod: "tvm.IRModule") -> "tuple[tvm.IRModule, LayoutConversion]":
+    """``mod`` with every convolution the catalogue holds channels last (NHWC/OHWI) that Relax's
+    ``ConvertLayout`` can convert, and what was converted.
+
+    The model is first put in its inference form (:func:`inference_form`: dropouts dropped, batch norms
+    that no convolution absorbed as a multiply and an add, ReLU6 as ``maximum``/``minimum``), which
+    ``ConvertLayout`` follows through. Where it still raises (an operator whose layout inference
+    fails), the convolutions are converted in groups, halved where a group fails (delta debugging:
+    O(k log n) passes for k convolutions that cannot be converted among n), so exactly the
+    convolutions whose region fails stay as written and every other one is converted."""
+    import tvm
+    from tvm import relax
+
+    mod = inference_form(mod)
+    wanted = [i for i, call in enumerate(_conv_calls(mod)) if _channels_last_ok(call)]
+    total = len(_conv_calls(mod))
+
+    def attempt(chosen: set[int]):
+        seen = iter(range(1 << 30))
+
+        def desired(call) -> dict:
+            if call.op.name != "relax.nn.conv2d":
+                return {}
+            index = next(seen)
+            return {"relax.nn.conv2d": ["NHWC", "OHWI"]} if index in chosen else {}
+
+        out = relax.transform.ConvertLayout({}, layout_cb=desired)(mod)
+        return cancel_transposes(relax.transform.FoldConstant()(out))
+
+    try:
+        converted, chosen, failure = attempt(set(wanted)), set(wanted), ""
+    except tvm.error.TVMError as exc:  # an operator's layout inference failed: isolate its convolutions
+        failure = f"{type(exc).__name__}: {_last_line(exc)}"
+        chosen, pending = set(), [wanted]
+        while pending:
+            group = pending.pop(0)
+            try:
+                attempt(chosen | set(group))
+                chosen |= set(group)
+            except tvm.error.TVMError:
+                if len(group) > 1:
+                    pending[:0] = [group[:len(group) // 2], group[len(group) // 2:]]
+        converted = attempt(chosen)
+    left = len(wanted) - len(chosen)
+    why = (f"{left} left as written: Relax's ConvertLayout fails on the operators after them ({failure})"
+           if left else "")
+    return converted, LayoutConversion(total, len(chosen), _count_calls(converted, "relax.permute_dims"), why)
+
+
+def _channels_last_ok(call) -> bool:
+    """Whether the catalogue holds ``call`` (an NCHW conv2d) channels last, with static shapes."""
+    if str(call.attrs.data_layout) != "NCHW":
+        return False
+    data, weight = static_shape(call.args[0]), static_shape(call.args[1])
+    if data is None or weight is None or len(data) != 4 or len(weight) != 4:  # symbolic: left as it is
+        return False
+    nhwc, ohwi = (data[0], *data[2:], data[1]), (weight[0], *weight[2:], weight[1])
+    return channels_last_kind(nhwc, ohwi, int(call.attrs.groups))
+
+
+def _conv_calls(mod: "tvm.IRModule") -> list:
+    """The 2-D convolutions of ``mod``'s Relax functions, in the order ``ConvertLayout`` visits them."""
+    return _calls(mod, "relax.nn.conv2d")
+
+
+def _count_calls(mod: "tvm.IRModule", op: str) -> int:
+    return len(_calls(mod, op))
+
+
+def _calls(mod: "tvm.IRModule", op: str) -> list:
+    import tvm
+    from tvm import relax
+
+    found = []
+
+    def visit(expr) -> None:
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == op:
+            found.append(expr)
+
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return found
+
+
+def _last_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return lines[-1].strip() if lines else type(exc).__name__
+
+
+def inference_form(mod: "tvm.IRModule") -> "tvm.IRModule":
+    """``mod`` as it runs at inference, in operators whose layout Relax's ``ConvertLayout`` follows:
+    ``dropout`` dropped (an identity at inference, but a tuple of two outputs that ``ConvertLayout``
+    cannot match: "Expected nested to match tuple"), batch norms no convolution absorbed (a
+    DenseNet's after each concat) decomposed into a multiply and an add, which follow the layout
+    where ``batch_norm`` would be moved back to NCHW between two transposes, and ReLU6 as
+    ``maximum``/``minimum`` (:func:`clip_as_max_min`, :func:`primfunc_min_max_as_ops`)."""
+    from tvm import relax
+
+    mod = relax.transform.DecomposeOpsForInference()(without_dropout(mod))
+    return clip_as_max_min(primfunc_min_max_as_ops(mod))
+
+
+def without_dropout(mod: "tvm.IRModule") -> "tvm.IRModule":
+    """Every use of an inference ``dropout``'s output replaced by its input; the dropout is then dead."""
+    import tvm
+    from tvm import relax
+    from tvm.relax import PyExprMutator, expr_functor
+
+    dropout = tvm.ir.Op.get("relax.nn.dropout")
+
+    @expr_functor.mutator
+    class WithoutDropout(PyExprMutator):
+        def visit_tuple_getitem_(self, op):
+            op = super().visit_tuple_getitem_(op)
+            if op.index != 0 or not isinstance(op.tuple_value, relax.Var):
+                return op
+            bound = self.lookup_binding(op.tuple_value)
+            return bound.args[0] if isinstance(bound, relax.Call) and bound.op == dropout else op
+
+    rewritten = mutate_functions(mod, WithoutDropout(mod))
+    # the dropout's output var is now an alias of its input: ConvertLayout would move an alias back to NCHW
+    return relax.transform.DeadCodeElimination()(relax.transform.CanonicalizeBindings()(rewritten))
+
+
+def cancel_transposes(mod: "tvm.IRModule") -> "tvm.IRModule":
+    """Every ``permute_dims(permute_dims(x, p), q)`` whose permutations compose to the identity replaced
+    by ``x`` (``ConvertLayout`` leaves such pairs where a region it moved back to NCHW meets one it
+    converts again); a transpose then unused is dropped. O(bindings)."""
+    import tvm
+    from tvm import relax
+    from tvm.relax import PyExprMutator, expr_functor
+
+    permute = tvm.ir.Op.get("relax.permute_dims")
+
+    def axes(call) -> list[int] | None:
+        given = call.attrs.axes
+        return None if given is None else [int(a) for a in given]
+
+    @expr_functor.mutator
+    class CancelTransposes(PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if call.op != permute or not isinstance(call.args[0], relax.Var):
+                return call
+            inner = self.lookup_binding(call.args[0])
+            if not (isinstance(inner, relax.Call) and inner.op == permute):
+                return call
+            p, q = axes(inner), axes(call)
+            if p is None or q is None or len(p) != len(q) or [p[i] for i in q] != list(range(len(p))):
+                return call
+            return inner.args[0]
+
+    rewritten = mutate_functions(mod, CancelTransposes(mod))
+    return relax.transform.DeadCodeElimination()(relax.transform.CanonicalizeBindings()(rewritten))
+
+
+def clip_as_max_min(mod: "tvm.IRModule") -> "tvm.IRModule":
+    """Every ``clip(x, lo, hi)`` (ReLU6 from ``torch.export``) written as ``minimum(maximum(x, lo), hi)``.
+
+    ``ConvertLayout`` knows no layout for ``clip`` and would move its input back to NCHW and its
+    output to NHWC again around every ReLU6 (MobileNets have one after most convolutions);
+    ``maximum`` and ``minimum`` with a scalar follow their input's layout, and fuse into the
+    convolution before them as ``clip`` does."""
+    import tvm
+    from tvm import relax
+    from tvm.relax import PyExprMutator, expr_functor
+
+    @expr_functor.mutator
+    class ClipAsMaxMin(PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.clip"):
+                return call
+            x, dtype = call.args[0], str(relax_type(call.args[0]).dtype)
+            try:
+                lo, hi = (float(getattr(a.value, "value", a.value)) for a in call.args[1:3])
+            except (TypeError, ValueError, AttributeError):  # bounds that are not constants: left alone
+                return call
+            low = self.builder_.emit(relax.op.maximum(x, relax.const(lo, dtype)))
+            return relax.op.minimum(low, relax.const(hi, dtype))
+
+    return mutate_functions(mod, ClipAsMaxMin(mod))
+
+
+def primfunc_min_max_as_ops(mod: "tvm.IRModule") -> "tvm.IRModule":
+    """Every ``call_tir`` of an element-wise ``maximum``/``minimum`` PrimFunc with a scalar constant
+    (ONNX ``Clip``, ReLU6, as TVM's ONNX importer writes it) as Relax's ``maximum``/``minimum``.
+
+    ``ConvertLayout`` cannot see into a PrimFunc: it moves the input of every such call back to NCHW
+    and its output to NHWC again, which left 13 transposes around ReLU6 in an ONNX MobileNetV2
+    (46 tasks in NHWC against 34 from the same network's ``torch.export``). The bound is folded to
+    a constant first (the importer computes it with ``where(isnan(...))``)."""
+    import tvm
+    from tvm import relax
+    from tvm.relax import PyExprMutator, expr_functor
+
+    mod = relax.transform.FoldConstant()(mod)
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    ops = {"max": relax.op.maximum, "min": relax.op.minimum}
+
+    @expr_functor.mutator
+    class MinMaxAsOps(PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if call.op != call_tir or not isinstance(call.args[0], tvm.ir.GlobalVar) or len(call.args) != 2:
+                return call
+            kind = _min_max_kind(mod[call.args[0]]) if call.args[0] in mod.get_global_vars() else None
+            args = list(call.args[1].fields) if isinstance(call.args[1], relax.Tuple) else []
+            if kind is None or len(args) != 2:
+                return call
+            x, bound = args
+            if not (isinstance(bound, tvm.ir.expr.GenericConst) and static_shape(bound) == ()):
+                return call
+            if static_shape(x) is None or static_shape(x) != static_shape(call):
+                return call
+            return ops[kind](x, bound)
+
+    rewritten = mutate_functions(mod, MinMaxAsOps(mod))
+    return relax.transform.DeadCodeElimination()(rewritten)
+
+
+def _min_max_kind(func) -> str | None:
+    """``"max"`` or ``"min"`` when ``func`` is a PrimFunc of two inputs whose one store is their
+    element-wise maximum or minimum (``topi.maximum``/``minimum``), else None."""
+    from tvm import tirx
+
+    if not isinstance(func, tirx.PrimFunc) or len(func.params) != 3:
+        return None
+    values = [store.value for store in tir_statements(func.body) if isinstance(store, tirx.BufferStore)]
+    if len(values) != 1:
+        return None
+    if isinstance(values[0], tirx.Max):
+        return "max"
+    return "min" if isinstance(values[0], tirx.Min) else None
+
+
+def tir_statements(stmt) -> list:
+    """Every statement of a TIR statement, pre-order, through its loops, blocks and sequences (TVM's
+    Python API has no statement visitor). O(statements)."""
+    from tvm import tirx
+
+    found = [stmt]
+    for field in ("body", "block", "init", "then_case", "else_case"):
+        child = getattr(stmt, field, None)
+        if isinstance(child, tirx.Stmt):
+            found += tir_statements(child)
+    for child in getattr(stmt, "seq", None) or ():
+        found += tir_statements(child)
+    return found
