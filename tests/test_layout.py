@@ -129,9 +129,11 @@ def test_a_channels_last_model_tunes_builds_and_matches_pytorch(model, capsys, t
     called = set(re.findall(r"call\s+(\S+)", built.built.executable.as_text()))
     fused = {gv.name_hint for gv in built.built.tasks.fused.get_global_vars() if "conv2d" in gv.name_hint}
     assert len(fused) == 3 and {c for c in called if "conv2d" in c} == {f"{n}_prepacked" for n in fused}, called
-    # the database holds NHWC functions: built in NCHW, its convolutions have no program (named)
-    code, _, err = run(capsys, "build", "--model", model, "--db", db, "-o", tmp_path / "nchw.so")
-    assert code == 0 and "has no program" in err and "conv2d" in err
+    # the database records the layout: a build without the flag uses it, one in another layout is refused
+    code, _, err = run(capsys, "build", "--model", model, "--db", db, "-o", tmp_path / "same.so")
+    assert code == 0 and "has no program" not in err, err[-2000:]
+    code, _, err = run(capsys, "build", "--model", model, "--db", db, "--layout", "NCHW", "-o", tmp_path / "nchw.so")
+    assert code == 2 and "was tuned with --layout NHWC, not NCHW" in err and not (tmp_path / "nchw.so").exists()
 
 
 @pytest.mark.slow
@@ -158,10 +160,10 @@ def test_a_channels_last_task_gets_bridges_in_its_layout(model):
 
 
 @pytest.mark.slow
-def test_a_cnn_planned_in_nchw_for_a_cpu_is_pointed_to_the_channels_last_layouts(model, capsys):
-    """The hint names the model's convolution count and the flag; a channels-last plan gets no hint."""
-    code, _, err = run(capsys, "plan", "--model", model, "--trials", "4")
-    assert code == 0, err[-2000:]
-    assert re.search(r"3 convolutions in NCHW; on a CPU, --layout NHWC .* or NHWC-winograd", err), err[-2000:]
-    code, _, err = run(capsys, "plan", "--model", model, "--trials", "4", "--layout", "NHWC")
-    assert code == 0 and "convolutions in NCHW" not in err, err[-2000:]
+def test_a_cnn_is_planned_channels_last_by_default_on_a_cpu_and_as_written_when_asked(model, capsys):
+    """``auto``, the default, converts the convolutions (C2DNHWC); ``--layout NCHW`` keeps them as written (C2D)."""
+    code, out, err = run(capsys, "plan", "--model", model, "--trials", "4", "--json")
+    assert code == 0 and "layout auto" in err, err[-2000:]
+    assert "C2DNHWC(" in out and "C2D(" not in out
+    code, out, err = run(capsys, "plan", "--model", model, "--trials", "4", "--layout", "NCHW", "--json")
+    assert code == 0 and "layout NCHW" in err and "C2D(" in out and "C2DNHWC(" not in out, err[-2000:]

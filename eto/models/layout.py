@@ -1,23 +1,23 @@
-"""The layout a model's convolutions are tuned and built in: NCHW as the model is written, or NHWC.
+"""The layout a model's convolutions are tuned and built in, chosen per target and recorded per database.
 
 Frameworks write CNNs in NCHW; CPU libraries run them channels last (ONNX Runtime's MLAS in
 channel-blocked NCHWc, oneDNN in NHWC or blocked layouts), because a CPU vectorises the contiguous
 axis and the channels are the axis every convolution reduces or produces. MetaSchedule's programs
 follow the layout they are given: at the same budget (64 trials) its programs for four common CNN
 convolutions ran 1.6x, 3.6x and 7.3x faster in NHWC than in NCHW, and one 0.9x as fast, on a 2-core
-AMD EPYC (``python -m experiments.tools.layout_probe``). ``--layout NHWC`` converts every ungrouped or depthwise 2-D
-convolution with Relax's ``ConvertLayout`` after the batch norms are folded, before the model is
-fused (:func:`eto.models.tasks.prepare`): the transposes it inserts sit only where the layout
-changes (the model's input, a flatten, a grouped convolution left in NCHW), the weights' are folded
-into constants, ReLU6 follows the layout whether it arrives as ``clip`` (``torch.export``) or as
-TE ``maximum``/``minimum`` PrimFuncs (TVM's ONNX importer), and the convolutions become the catalogue's ``C2DNHWC``
-and ``DEPNHWC`` (:mod:`eto.operators.channels_last`). Other grouped convolutions stay NCHW.
+AMD EPYC (``python -m experiments.tools.layout_probe``).
 
-``--layout NHWC-winograd`` is NHWC with every 3x3 stride-1 convolution that has enough channels computed
-by Winograd's F(m, 3) as a batched GEMM between two hand-scheduled transforms (:mod:`eto.models.winograd`).
+- ``auto`` (the default of ``eto tune``/``eto.tune``): on a CPU, channels last
+  (:func:`~eto.models.nhwc.channels_last`) and each eligible 3x3 convolution by Winograd where it is
+  :func:`~eto.models.winograd.predicted_faster` on this machine; on a GPU, as written.
+- ``NHWC``: channels last, every convolution direct; ``NHWC-winograd``: every eligible one by Winograd
+  (:mod:`eto.models.winograd`); ``NCHW``: as written.
 
-A database holds the functions of the layout it was tuned in: build and bench the model with the
-same ``--layout`` (otherwise its convolutions are named as having no program).
+The conversion runs after the batch norms are folded, before the model is fused
+(:func:`eto.models.tasks.prepare`); the convolutions become the catalogue's ``C2DNHWC`` and ``DEPNHWC``
+(:mod:`eto.operators.channels_last`). A database records the layout each model was tuned in, with
+``auto``'s Winograd decisions (:mod:`eto.store.models`): :func:`layout_from_database` gives a build
+that layout, so the model is compiled as it was tuned.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ internal error. :mod:`eto.models.layout` chooses the layout; this module convert
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from eto.models.fast_math import mutate_functions
 from eto.models.mapping import channels_last_kind, relax_type, static_shape
@@ -19,11 +19,16 @@ from eto.models.mapping import channels_last_kind, relax_type, static_shape
 if TYPE_CHECKING:  # pragma: no cover
     import tvm
 
+#: What a failing Relax pass raises through TVM's FFI: builtin types by the error's kind
+#: (``tvm.error.InternalError`` is a ``RuntimeError``, a failed ``ICHECK`` among them).
+RELAX_ERRORS = (RuntimeError, ValueError, TypeError, IndexError, KeyError, AttributeError)
+
 
 @dataclass(frozen=True)
 class LayoutConversion:
     """What :func:`channels_last` did to a model: its convolutions, how many went channels last, the
-    transposes left, and why the rest stayed as written (empty: none did)."""
+    transposes the conversion added (the model's own not counted), and why the rest stayed as written
+    (empty: none did)."""
 
     convolutions: int
     converted: int
@@ -32,7 +37,7 @@ class LayoutConversion:
 
     def describe(self) -> str:
         """One line for the user: how much of the model is channels last, and why the rest is not."""
-        text = f"{self.converted} of {self.convolutions} convolutions channels last, {self.transposes} transposes"
+        text = f"{self.converted} of {self.convolutions} convolutions channels last, {self.transposes} transposes added"
         return text + (f"; {self.left_as_written}" if self.left_as_written else "")
 
 
@@ -42,47 +47,65 @@ def channels_last(mod: "tvm.IRModule") -> "tuple[tvm.IRModule, LayoutConversion]
 
     The model is first put in its inference form (:func:`inference_form`: dropouts dropped, batch norms
     that no convolution absorbed as a multiply and an add, ReLU6 as ``maximum``/``minimum``), which
-    ``ConvertLayout`` follows through. Where it still raises (an operator whose layout inference
-    fails), the convolutions are converted in groups, halved where a group fails (delta debugging:
-    O(k log n) passes for k convolutions that cannot be converted among n), so exactly the
-    convolutions whose region fails stay as written and every other one is converted."""
-    import tvm
+    ``ConvertLayout`` follows through. Where it still raises, the convolutions whose conversion makes
+    it fail are found (:func:`convertible`) and stay as written, every other one is converted; where it
+    fails with none converted (an operator it cannot pass at all), the model stays as written."""
     from tvm import relax
 
     mod = inference_form(mod)
     wanted = [i for i, call in enumerate(_conv_calls(mod)) if _channels_last_ok(call)]
-    total = len(_conv_calls(mod))
+    total, done = len(_conv_calls(mod)), {}
 
-    def attempt(chosen: set[int]):
+    def attempt(chosen: "frozenset[int]"):
         seen = iter(range(1 << 30))
 
         def desired(call) -> dict:
             if call.op.name != "relax.nn.conv2d":
                 return {}
-            index = next(seen)
+            index = next(seen)  # ConvertLayout asks for every call in the order _conv_calls lists them
             return {"relax.nn.conv2d": ["NHWC", "OHWI"]} if index in chosen else {}
 
         out = relax.transform.ConvertLayout({}, layout_cb=desired)(mod)
-        return cancel_transposes(relax.transform.FoldConstant()(out))
+        done[chosen] = cancel_transposes(relax.transform.FoldConstant()(out))
 
+    def works(chosen: "frozenset[int]") -> bool:
+        try:
+            attempt(chosen)
+        except RELAX_ERRORS:
+            return False
+        return True
+
+    chosen, why = frozenset(wanted), ""
     try:
-        converted, chosen, failure = attempt(set(wanted)), set(wanted), ""
-    except tvm.error.TVMError as exc:  # an operator's layout inference failed: isolate its convolutions
+        attempt(chosen)
+    except RELAX_ERRORS as exc:  # an operator's layout inference failed: isolate its convolutions
         failure = f"{type(exc).__name__}: {_last_line(exc)}"
-        chosen, pending = set(), [wanted]
-        while pending:
-            group = pending.pop(0)
-            try:
-                attempt(chosen | set(group))
-                chosen |= set(group)
-            except tvm.error.TVMError:
-                if len(group) > 1:
-                    pending[:0] = [group[:len(group) // 2], group[len(group) // 2:]]
-        converted = attempt(chosen)
-    left = len(wanted) - len(chosen)
-    why = (f"{left} left as written: Relax's ConvertLayout fails on the operators after them ({failure})"
-           if left else "")
-    return converted, LayoutConversion(total, len(chosen), _count_calls(converted, "relax.permute_dims"), why)
+        if not works(frozenset()):
+            return mod, LayoutConversion(total, 0, 0, f"all {len(wanted)} left as written: Relax's ConvertLayout "
+                                                       f"fails on this model whatever is converted ({failure})")
+        chosen = frozenset(convertible(wanted, works))
+        why = f"{len(wanted) - len(chosen)} left as written: Relax's ConvertLayout fails on the operators after them ({failure})"
+    converted = done[chosen]
+    added = _count_calls(converted, "relax.permute_dims") - _count_calls(mod, "relax.permute_dims")
+    return converted, LayoutConversion(total, len(chosen), added, why)
+
+
+def convertible(items: "Sequence[int]", works: "Callable[[frozenset[int]], bool]") -> list[int]:
+    """A maximal subset of ``items`` that ``works`` accepts (``works(frozenset())`` must hold), taken in
+    order: each group is added whole where ``works`` accepts it with what is kept so far, else halved and
+    its halves tried (delta debugging). O(k log n) calls of ``works`` for k items that cannot be added
+    among n; maximal, not maximum: an item is left out only where adding it alone to the kept ones fails."""
+    kept: list[int] = []
+    pending = [list(items)]
+    while pending:
+        group = pending.pop(0)
+        if not group:
+            continue
+        if works(frozenset(kept + group)):
+            kept += group
+        elif len(group) > 1:
+            pending[:0] = [group[:len(group) // 2], group[len(group) // 2:]]
+    return kept
 
 
 def _channels_last_ok(call) -> bool:

@@ -27,6 +27,7 @@ peak. Every choice is general: no shape of a benchmark is named here.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -79,6 +80,17 @@ def _prim_func(source: str, stage: str):
 
 
 def input_transform(shape: Sequence[int], pads: Sequence[int], m: int):
+    """:func:`_input_transform`, made once a process per shape (parsing its TVMScript costs seconds)."""
+    return _input_transform(tuple(int(d) for d in shape), tuple(int(p) for p in pads), int(m))
+
+
+def output_transform(shape: Sequence[int], m: int, *, residual: bool = False, relu: bool = False):
+    """:func:`_output_transform`, made once a process per shape and epilogue."""
+    return _output_transform(tuple(int(d) for d in shape), int(m), bool(residual), bool(relu))
+
+
+@functools.lru_cache(maxsize=None)
+def _input_transform(shape: tuple[int, ...], pads: tuple[int, ...], m: int):
     """The PrimFunc ``(x[N, H, W, C]) -> V[alpha^2, tiles, C]`` of F(m, 3), zero padding ``pads``
     (top, left, bottom, right) applied as it reads. O(alpha^2 * tiles * C).
 
@@ -110,7 +122,8 @@ def input_transform(shape: Sequence[int], pads: Sequence[int], m: int):
     return _prim_func("\n".join(["# from tvm.script import tirx as T", "@T.prim_func(s_tir=True)", *lines]), "input")
 
 
-def output_transform(shape: Sequence[int], m: int, *, residual: bool = False, relu: bool = False):
+@functools.lru_cache(maxsize=None)
+def _output_transform(shape: tuple[int, ...], m: int, residual: bool, relu: bool):
     """The PrimFunc ``(M[alpha^2, tiles, CO], bias[CO][, r[N, OH, OW, CO]]) -> y[N, OH, OW, CO]`` of
     F(m, 3): each tile's ``A^T M A`` plus the bias, plus ``r`` when ``residual``, through ReLU when
     ``relu``. O(alpha^2 * tiles * CO)."""
