@@ -14,8 +14,9 @@ it (a model without convolutions; ``auto`` choosing no Winograd or all of it) is
 row says which it equals. The table: model, importer, layout, tasks, planned operators, the layout's
 conversion (convolutions channels last of all, transposes left, Winograd convolutions), the largest
 error relative to the output's scale, seconds, and the error (first line) where one was raised.
-Results go to ``experiments/results/corpus_<scale>_<cpu>.json`` (``--out``), one row per line as they
-finish, so an interrupted run goes on where it stopped.
+Results go to ``experiments/results/corpus_<scale>_<cpu>.json`` (``--out``), rewritten after each
+model; the rows also go to ``experiments/work/corpus_<scale>_<cpu>.jsonl`` as they finish, so an
+interrupted run goes on where it stopped.
 """
 
 from __future__ import annotations
@@ -137,11 +138,28 @@ def _line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[-1] if lines else ''}"[:300]
 
 
-def _done(path: str) -> set[tuple[str, str]]:
+def _rows(path: str) -> list[dict]:
     if not os.path.exists(path):
-        return set()
+        return []
     with open(path) as f:
-        return {(r["model"], r["importer"]) for r in map(json.loads, f) if "model" in r}
+        rows = [json.loads(line) for line in f if line.strip()]
+    return list({(r["model"], r["importer"], r["layout"]): r for r in rows}.values())  # a row checked twice: the last
+
+
+def write_result(out: str, rows: list[dict], *, scale: str, layouts: list[str], importers: list[str],
+                 wall_s: float) -> None:
+    """The canonical result file: the environment, the rows so far and their summary (``wall_s``: the
+    check processes' seconds, added up over every run that made the rows)."""
+    from experiments._env import environment
+
+    failed = [r for r in rows if not r.get("ok")]
+    result = {"experiment": "corpus", "environment": environment(), "scale": scale, "layouts": layouts,
+              "importers": importers, "wall_s": round(wall_s), "summary": {
+                  "models": len({r["model"] for r in rows}), "rows": len(rows), "ok": len(rows) - len(failed),
+                  "failed": len(failed), "internal_errors": sum("InternalError" in r.get("error", "") for r in failed)},
+              "rows": rows}
+    with open(out, "w") as f:
+        json.dump(result, f, indent=1)
 
 
 def table(rows: list[dict]) -> str:
@@ -176,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--importers", default=",".join(IMPORTERS))
     p.add_argument("--layouts", default=",".join(LAYOUTS[:3]))
     p.add_argument("--db", help="a database whose programs the builds use (default: TVM's default schedules)")
-    p.add_argument("--out", help="the results file (JSON lines; default experiments/results/corpus_<scale>_<cpu>.json)")
+    p.add_argument("--out", help="the result file (default experiments/results/corpus_<scale>_<cpu>.json)")
     p.add_argument("--one", nargs=2, metavar=("MODEL", "IMPORTER"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     layouts = args.layouts.split(",")
@@ -186,28 +204,40 @@ def main(argv: list[str] | None = None) -> int:
     from eto.models.corpus import corpus
     from eto.target import cpu_info
 
-    out = args.out or os.path.join(HERE, "results", f"corpus_{args.scale}_{cpu_info().mcpu}.json")
-    done, started = _done(out), time.perf_counter()
+    tag = f"corpus_{args.scale}_{cpu_info().mcpu}"
+    out = args.out or os.path.join(HERE, "results", f"{tag}.json")
+    log = os.path.join(HERE, "work", f"{tag}.jsonl")  # one row per line as it finishes: a rerun goes on from it
+    os.makedirs(os.path.dirname(log), exist_ok=True)
+    importers = args.importers.split(",")
+    rows = _rows(log)
+    done, started = {(r["model"], r["importer"]) for r in rows}, time.perf_counter()
+    wall = sum({(r["model"], r["importer"]): r.get("process_s") or 0 for r in rows}.values())
     for entry in corpus(args.scale, args.models.split(",") if args.models else None):
-        for importer in args.importers.split(","):
+        for importer in importers:
+            done |= {(r["model"], r["importer"]) for r in _rows(log)}  # another run may share the log
             if (entry.name, importer) in done:
                 continue
+            rows = _rows(log)
             t0 = time.perf_counter()
             cmd = [sys.executable, "-m", "experiments.corpus", "--one", entry.name, importer, "--scale", args.scale,
                    "--layouts", args.layouts, *(["--db", args.db] if args.db else [])]
             proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(HERE))
             try:
-                rows = json.loads(proc.stdout.strip().splitlines()[-1])
+                new = json.loads(proc.stdout.strip().splitlines()[-1])
             except (IndexError, ValueError):
-                rows = [{"model": entry.name, "family": entry.family, "importer": importer, "layout": layout,
-                         "scale": args.scale, "ok": False, "error": f"the check's process exited {proc.returncode}"}
-                        for layout in layouts]
-            with open(out, "a") as f:
-                f.writelines(json.dumps(r) + "\n" for r in rows)
-            print(f"{entry.name} ({importer}): {sum(bool(r.get('ok')) for r in rows)}/{len(rows)} ok, "
+                new = [{"model": entry.name, "family": entry.family, "importer": importer, "layout": layout,
+                        "scale": args.scale, "ok": False, "error": f"the check's process exited {proc.returncode}"}
+                       for layout in layouts]
+            new = [{**r, "process_s": round(time.perf_counter() - t0)} for r in new]
+            with open(log, "a") as f:
+                f.writelines(json.dumps(r) + "\n" for r in new)
+            rows += new
+            write_result(out, rows, scale=args.scale, layouts=layouts, importers=importers,
+                         wall_s=wall + time.perf_counter() - started)
+            print(f"{entry.name} ({importer}): {sum(bool(r.get('ok')) for r in new)}/{len(new)} ok, "
                   f"{time.perf_counter() - t0:.0f} s", flush=True)
-    with open(out) as f:
-        rows = [json.loads(line) for line in f]
+    write_result(out, rows, scale=args.scale, layouts=layouts, importers=importers,
+                 wall_s=wall + time.perf_counter() - started)
     print(table(rows))
     print(summary(rows) + f"; this run {time.perf_counter() - started:.0f} s")
     return 0 if all(r.get("ok") for r in rows) else 1

@@ -46,9 +46,10 @@ def _small_evolutionary_population():
 #: ones; with xdist's own order (files with the most tests first) a worker could start a six-minute
 #: file while the others were running out of work. An order only: a file not listed runs after, as
 #: collected, and nothing else depends on it.
-LONGEST_FIRST = ("test_pipeline.py", "test_bench_scripts.py", "test_model_path.py", "tuner/test_reuse_tuner.py",
+LONGEST_FIRST = ("test_pipeline.py", "test_bench_scripts.py", "test_model_path.py", "test_corpus.py",
+                 "tuner/test_reuse_tuner.py",
                  "test_resume.py", "test_fast_math.py", "test_retune.py", "test_notebook.py", "tuner/test_stage.py",
-                 "test_api.py", "test_layout.py", "test_cuda_path.py")
+                 "test_api.py", "test_layout.py", "test_layout_patterns.py", "test_cuda_path.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -149,17 +149,58 @@ def _last_line(exc: BaseException) -> str:
     return lines[-1].strip() if lines else type(exc).__name__
 
 
+def shuffles_channels_last(mod: "tvm.IRModule") -> "tvm.IRModule":
+    """Every channel shuffle ``reshape(permute_dims(reshape(x, [N, g, c, H, W]), [0, 2, 1, 3, 4]), [N, g*c,
+    H, W])`` (ShuffleNet's) written channels last between two transposes: ``x`` to NHWC, the same shuffle
+    on the last axis, back to NCHW. ``ConvertLayout`` infers no layout for a reshape, so the NCHW form
+    held the shuffle, and the split and concat around it, in NCHW between transposes; in this form the
+    transposes meet the converted convolutions' and cancel (:func:`cancel_transposes`). O(bindings)."""
+    import tvm
+    from tvm import relax
+    from tvm.relax import PyExprMutator, expr_functor
+
+    reshape, permute = tvm.ir.Op.get("relax.reshape"), tvm.ir.Op.get("relax.permute_dims")
+
+    @expr_functor.mutator
+    class Shuffles(PyExprMutator):
+        def bound(self, expr, op):
+            value = self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
+            return value if isinstance(value, relax.Call) and value.op == op else None
+
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if call.op != reshape or (t := self.bound(call.args[0], permute)) is None:
+                return call
+            if t.attrs.axes is None or [int(a) for a in t.attrs.axes] != [0, 2, 1, 3, 4]:
+                return call
+            if (r := self.bound(t.args[0], reshape)) is None:
+                return call
+            x, five, out = r.args[0], static_shape(r), static_shape(call)
+            if static_shape(x) is None or five is None or out is None or len(five) != 5 or static_shape(x) != out \
+                    or len(out) != 4 or five[0] != out[0] or five[3:] != out[2:] or five[1] * five[2] != out[1]:
+                return call
+            n, g, c, h, w = five
+            nhwc = self.builder_.emit(relax.op.permute_dims(x, [0, 2, 3, 1]))
+            grouped = self.builder_.emit(relax.op.reshape(nhwc, [n, h, w, g, c]))
+            swapped = self.builder_.emit(relax.op.permute_dims(grouped, [0, 1, 2, 4, 3]))
+            shuffled = self.builder_.emit(relax.op.reshape(swapped, [n, h, w, g * c]))
+            return relax.op.permute_dims(shuffled, [0, 3, 1, 2])
+
+    return relax.transform.DeadCodeElimination()(mutate_functions(mod, Shuffles(mod)))
+
+
 def inference_form(mod: "tvm.IRModule") -> "tvm.IRModule":
     """``mod`` as it runs at inference, in operators whose layout Relax's ``ConvertLayout`` follows:
     ``dropout`` dropped (an identity at inference, but a tuple of two outputs that ``ConvertLayout``
     cannot match: "Expected nested to match tuple"), batch norms no convolution absorbed (a
     DenseNet's after each concat) decomposed into a multiply and an add, which follow the layout
     where ``batch_norm`` would be moved back to NCHW between two transposes, and ReLU6 as
-    ``maximum``/``minimum`` (:func:`clip_as_max_min`, :func:`primfunc_min_max_as_ops`)."""
+    ``maximum``/``minimum`` (:func:`clip_as_max_min`, :func:`primfunc_min_max_as_ops`), and channel shuffles
+    channels last (:func:`shuffles_channels_last`)."""
     from tvm import relax
 
     mod = relax.transform.DecomposeOpsForInference()(without_dropout(mod))
-    return clip_as_max_min(primfunc_min_max_as_ops(mod))
+    return shuffles_channels_last(clip_as_max_min(primfunc_min_max_as_ops(mod)))
 
 
 def without_dropout(mod: "tvm.IRModule") -> "tvm.IRModule":

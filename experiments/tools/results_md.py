@@ -367,6 +367,36 @@ def time_curve(d: dict) -> list[str]:
 
 
 #: (test, renderer): the first whose test holds for a result file renders it
+def corpus(d: dict) -> list[str]:
+    sm = d["summary"]
+    lines = [f"- {sm['models']} models, {sm['rows']} rows (model x importer x layout): **{sm['ok']} built and matched "
+             f"PyTorch**, {sm['failed']} failed ({sm['internal_errors']} internal errors); the check processes took "
+             f"{s(d.get('wall_s'))} in all", ""]
+    failed = [r for r in d["rows"] if not r.get("ok")]
+    rows = [[f"`{r['model']}`", r["importer"], r["layout"], r.get("stage", "-"), (r.get("error") or "-")[:160]]
+            for r in failed]
+    partial = [r for r in d["rows"] if r.get("ok") and r.get("left_as_written")]
+    rows += [[f"`{r['model']}`", r["importer"], r["layout"], "layout", "ok; " + r["left_as_written"][:150]]
+             for r in partial]
+    if rows:
+        lines += table(["model", "importer", "layout", "stage", "error or region left as written"], rows)
+    return lines
+
+
+def corpus_bench(d: dict) -> list[str]:
+    sm = d["summary"]
+    rows = [[f"`{r['model']}`", f"{r['layout']['resolved']} ({len(r['layout']['winograd'])})", s(r["tune_s"]),
+             f"{r['eto']['median_ms']:.2f}", f"{r['onnxruntime']['median_ms']:.2f}", f"{r['pytorch']['median_ms']:.2f}",
+             f"{x(r['vs_onnxruntime'])} ({x(r['vs_onnxruntime_rounds'][0])}-{x(r['vs_onnxruntime_rounds'][1])})",
+             x(r["vs_pytorch"])] for r in d["rows"]]
+    return [f"- eto's built model (`eto tune --model`, no `--layout`, `--time-budget {d['budget_s']:g}`) against ONNX "
+            f"Runtime and PyTorch eager, each in processes of its own, {d['rounds']} rounds: geomean "
+            f"**{x(sm['geomean_vs_onnxruntime'])}** ONNX Runtime's speed, {x(sm['geomean_vs_pytorch'])} PyTorch's, over "
+            f"{sm['models']} models", ""] + table(
+        ["model", "layout (Winograd convs)", "tuning", "eto ms", "ONNX Runtime ms", "PyTorch ms",
+         "vs ONNX Runtime (per round)", "vs PyTorch"], rows)
+
+
 KINDS: list[tuple[Callable[[dict], bool], Callable[[dict], list[str]]]] = [
     (lambda d: "share_phi_nonempty" in (d.get("summary") or {}), reuse_opportunity),
     (lambda d: d.get("benchmark") == "reuse_pairs", reuse_pairs),
@@ -382,6 +412,8 @@ KINDS: list[tuple[Callable[[dict], bool], Callable[[dict], list[str]]]] = [
     (lambda d: d.get("experiment") == "layout_probe", layout_probe),
     (lambda d: d.get("experiment") == "model_profile", model_profile),
     (lambda d: d.get("experiment") == "time_curve", time_curve),
+    (lambda d: d.get("experiment") == "corpus", corpus),
+    (lambda d: d.get("experiment") == "corpus_bench", corpus_bench),
 ]
 
 

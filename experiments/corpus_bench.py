@@ -1,0 +1,192 @@
+"""E12: corpus models tuned by eto with the default layout, against ONNX Runtime and PyTorch eager,
+each runtime timed in a process of its own.
+
+    python -m experiments.corpus_bench --models squeezenet1_0,googlenet --budget 300 [--rounds 5]
+                                      [--work DIR] [--out FILE]
+
+For each model (:mod:`eto.models.corpus`, scale ``small``: the usual input size, random weights): the
+module is exported to ONNX (TorchScript exporter, opset 17), ``eto tune --model M.onnx --time-budget
+B`` tunes it from an empty database with no ``--layout`` flag (the default, ``auto``), ``eto build``
+compiles it, and then, in ``--rounds`` rounds, eto's library, ONNX Runtime on the same ONNX file and
+PyTorch eager each run in a fresh process of their own (``--time`` below), the order rotating every
+round, with the same thread count (``TVM_NUM_THREADS``, default 2) and the same input. Each process
+warms up, then times ``--repeat`` runs, and reports their median; the table gives the median of the
+rounds' medians and the per-round range, eto's speed over each runtime's (above 1: eto faster), and
+the geomean over the models. Processes of their own, because runtimes sharing one process share and
+fight over thread pools (TVM's, PyTorch's OpenMP, ONNX Runtime's): ONNX Runtime's round medians
+spread 2-4x that way. Results: ``experiments/results/corpus_bench_<budget>_<cpu>.json``; each model's
+row also goes to ``<work>/corpus_bench_<budget>_<cpu>.jsonl`` as it finishes, so an interrupted run
+goes on with the models it has not done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RUNTIMES = ("eto", "onnxruntime", "pytorch")
+
+
+def _inputs(name: str):
+    from eto.models.corpus import corpus
+
+    (entry,) = corpus("small", [name])
+    return entry.make("small")
+
+
+def time_runtime(runtime: str, name: str, artifact: str, threads: int, repeat: int) -> list[float]:
+    """Seconds of ``repeat`` runs of ``name`` in ``runtime`` (after 3 warm-up runs), in this process."""
+    import numpy as np
+
+    module, inputs = _inputs(name)
+    arrays = [np.ascontiguousarray(i.numpy()) for i in inputs]
+    if runtime == "eto":
+        import eto
+
+        model = eto.load(artifact)
+        run = lambda: model(*arrays)  # noqa: E731
+    elif runtime == "onnxruntime":
+        from eto.models.bench import onnxruntime_session
+
+        session = onnxruntime_session(artifact, threads)
+        feed = {i.name: a for i, a in zip(session.get_inputs(), arrays)}
+        run = lambda: session.run(None, feed)  # noqa: E731
+    else:
+        import torch
+
+        torch.set_num_threads(threads)
+
+        def run():
+            with torch.no_grad():
+                return module(*inputs)
+    for _ in range(3):
+        run()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def _export(name: str, path: str) -> None:
+    import torch
+
+    module, inputs = _inputs(name)
+    with torch.no_grad():
+        torch.onnx.export(module, inputs, path, dynamo=False, opset_version=17)
+
+
+def _eto(*argv: str, log) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "eto", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+    log.write(proc.stderr[-20000:])
+    log.flush()
+    if proc.returncode not in (0, 1):  # 1: some operator failed, named in the log; the build goes on
+        raise RuntimeError(f"eto {argv[0]} exited {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}")
+    return time.perf_counter() - start
+
+
+def bench_model(name: str, budget: float, rounds: int, repeat: int, threads: int, work: str) -> dict:
+    os.makedirs(work, exist_ok=True)
+    onnx_path, db, lib = (os.path.join(work, f"{name}{ext}") for ext in (".onnx", "-db", ".so"))
+    row: dict = {"model": name, "budget_s": budget, "threads": threads, "rounds": rounds, "repeat": repeat}
+    with open(os.path.join(work, f"{name}.log"), "a") as log:
+        if not os.path.exists(onnx_path):
+            _export(name, onnx_path)
+        row["tune_s"] = round(_eto("tune", "--model", onnx_path, "--db", db, "--time-budget", str(budget), "-q",
+                                   log=log), 1)
+        row["build_s"] = round(_eto("build", "--model", onnx_path, "--db", db, "-o", lib, "--json", log=log), 1)
+    with open(os.path.join(db, "eto_models.json")) as f:
+        row["layout"] = json.loads(f.readlines()[-1])
+    artifacts = {"eto": lib, "onnxruntime": onnx_path, "pytorch": ""}
+    medians: dict[str, list[float]] = {r: [] for r in RUNTIMES}
+    env = {**os.environ, "TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+    for k in range(rounds):
+        for runtime in RUNTIMES[k % 3:] + RUNTIMES[:k % 3]:
+            proc = subprocess.run([sys.executable, "-m", "experiments.corpus_bench", "--time", runtime, name,
+                                   artifacts[runtime], "--threads", str(threads), "--repeat", str(repeat)],
+                                  stdout=subprocess.PIPE, text=True, env=env, cwd=os.path.dirname(HERE), check=True)
+            medians[runtime].append(statistics.median(json.loads(proc.stdout.strip().splitlines()[-1])))
+    for runtime, values in medians.items():
+        row[runtime] = {"median_ms": statistics.median(values) * 1e3, "rounds_ms": [v * 1e3 for v in values]}
+    for other in RUNTIMES[1:]:
+        ratios = [o / e for o, e in zip(medians[other], medians["eto"])]
+        row[f"vs_{other}"] = statistics.median(medians[other]) / statistics.median(medians["eto"])
+        row[f"vs_{other}_rounds"] = [min(ratios), max(ratios)]
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| model | layout (Winograd convs) | tuning s | eto ms | ONNX Runtime ms | PyTorch ms | vs ONNX Runtime "
+             "(per round) | vs PyTorch |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lay = r["layout"]
+        lines.append(f"| {r['model']} | {lay['resolved']} ({len(lay['winograd'])}) | {r['tune_s']:.0f} | "
+                     f"{r['eto']['median_ms']:.2f} | {r['onnxruntime']['median_ms']:.2f} | {r['pytorch']['median_ms']:.2f} | "
+                     f"{r['vs_onnxruntime']:.2f}x ({r['vs_onnxruntime_rounds'][0]:.2f}-{r['vs_onnxruntime_rounds'][1]:.2f}) | "
+                     f"{r['vs_pytorch']:.2f}x |")
+    if rows:
+        geo = math.exp(statistics.mean(math.log(r["vs_onnxruntime"]) for r in rows))
+        worst = sorted(rows, key=lambda r: r["vs_onnxruntime"])[:3]
+        named = ", ".join(f"{r['model']} {r['vs_onnxruntime']:.2f}x" for r in worst)
+        lines.append(f"\ngeomean vs ONNX Runtime over {len(rows)} models: {geo:.2f}x; worst: {named}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m experiments.corpus_bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", help="comma-separated corpus model names")
+    p.add_argument("--budget", type=float, default=600, help="eto tune's --time-budget per model, seconds")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--repeat", type=int, default=20, help="timed runs per process")
+    p.add_argument("--threads", type=int, default=int(os.environ.get("TVM_NUM_THREADS") or 2))
+    p.add_argument("--work", default=os.path.join(HERE, "work", "corpus_bench"))
+    p.add_argument("--out")
+    p.add_argument("--time", nargs=3, metavar=("RUNTIME", "MODEL", "ARTIFACT"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.time:
+        print(json.dumps(time_runtime(*args.time, args.threads, args.repeat)))
+        return 0
+    from eto.target import cpu_info
+
+    from experiments._env import environment
+
+    tag = f"corpus_bench_{args.budget:.0f}_{cpu_info().mcpu}"
+    out = args.out or os.path.join(HERE, "results", f"{tag}.json")
+    log = os.path.join(args.work, f"{tag}.jsonl")  # one model per line as it finishes: a rerun goes on from it
+    os.makedirs(args.work, exist_ok=True)
+    rows = []
+    if os.path.exists(log):
+        with open(log) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    for name in (args.models or "").split(","):
+        if name and name not in {r["model"] for r in rows}:
+            row = bench_model(name, args.budget, args.rounds, args.repeat, args.threads, os.path.join(args.work, name))
+            rows.append(row)
+            with open(log, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(f"{name}: eto {row['eto']['median_ms']:.2f} ms, ONNX Runtime {row['onnxruntime']['median_ms']:.2f} ms "
+                  f"({row['vs_onnxruntime']:.2f}x), tuned in {row['tune_s']:.0f} s", flush=True)
+    geo = math.exp(statistics.mean(math.log(r["vs_onnxruntime"]) for r in rows)) if rows else None
+    with open(out, "w") as f:
+        json.dump({"experiment": "corpus_bench", "environment": environment(), "scale": "small",
+                   "budget_s": args.budget, "rounds": args.rounds, "repeat": args.repeat,
+                   "summary": {"models": len(rows), "geomean_vs_onnxruntime": geo,
+                               "geomean_vs_pytorch": math.exp(statistics.mean(math.log(r["vs_pytorch"]) for r in rows))
+                               if rows else None},
+                   "rows": rows}, f, indent=1)
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
