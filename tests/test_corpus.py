@@ -20,10 +20,11 @@ def test_the_corpus_names_its_models_and_refuses_unknown_ones():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, importer", [("squeezenet1_0", "onnx"), ("shufflenet_v2_x1_0", "pt2"),
+@pytest.mark.parametrize("name, importer", [("squeezenet1_0", "pt2"), ("shufflenet_v2_x1_0", "onnx"),
                                             ("bert", "onnx")])
 def test_a_corpus_model_builds_in_every_layout_and_matches_pytorch(name, importer):
-    """SqueezeNet's Fire modules (concat of branches), ShuffleNet's split and channel shuffle, a BERT
+    """SqueezeNet's Fire modules (concat of branches), ShuffleNet's split and channel shuffle (its ONNX
+    export constant-folded by ONNX Runtime first: TVM's importer loses the shuffle's computed shape), a BERT
     encoder: every layout imports, plans, builds and matches PyTorch; every convolution is converted."""
     import importlib.util
 

@@ -85,19 +85,80 @@ def onnx_to_relax(model: Any, *, name: str | None = None,
     else:
         raise TypeError(f"an ONNX model is a path, bytes or an onnx.ModelProto, got {type(model).__name__}")
     _check_onnx(proto, label)
+    shape_dict = {k: list(v) for k, v in (shapes or {}).items()} or None
+    how = "via tvm.relax.frontend.onnx"
+    folded_how = "constant-folded by ONNX Runtime, then via tvm.relax.frontend.onnx"
+    try:
+        mod = _from_onnx(proto, shape_dict)
+    except Exception as exc:  # TVM raises many types for models it cannot import
+        folded = _constant_folded(proto) if not shape_dict else None
+        try:
+            if folded is None:
+                raise exc
+            mod, how = _from_onnx(folded, None), folded_how
+        except Exception:  # noqa: BLE001 -- the first error is the one to report
+            raise ModelImportError(f"{label}: TVM's Relax ONNX frontend could not import the model: "
+                                   f"{type(exc).__name__}: {_first_line(exc)}") from exc
+    if not shape_dict and _unknown_shapes(mod) and (folded := _constant_folded(proto)) is not None:
+        # static inputs, yet values of unknown shape (a shape computed in the graph): fold it, if that helps
+        try:
+            refolded = _from_onnx(folded, None)
+        except Exception:  # noqa: BLE001 -- the first import stands
+            refolded = None
+        if refolded is not None and not _unknown_shapes(refolded):
+            mod, how = refolded, folded_how
+    opset = proto.opset_import[0].version if proto.opset_import else "?"
+    return RelaxModel(mod, name or proto.graph.name or "onnx_model", f"ONNX ({os.path.basename(label)}, opset {opset}) {how}")
+
+
+def _from_onnx(proto, shape_dict):
     from tvm.relax.frontend.onnx import from_onnx
 
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the checker's and the importer's warnings about dynamic inputs
+        return from_onnx(proto, shape_dict=shape_dict, keep_params_in_input=True)
+
+
+def _unknown_shapes(mod) -> bool:
+    """Whether a tensor of ``mod``'s main function has no static shape while every input has one: the
+    importer could not follow a shape through the graph. O(bindings)."""
+    from tvm import relax
+
+    from eto.models.mapping import relax_type, static_shape
+
+    def dynamic(expr) -> bool:
+        ty = relax_type(expr)
+        return hasattr(ty, "dtype") and hasattr(ty, "ndim") and static_shape(expr) is None
+
+    func = mod["main"]
+    if any(dynamic(p) for p in func.params):
+        return False
+    found: list = []
+    relax.analysis.post_order_visit(func, lambda e: found.append(e) if isinstance(e, relax.Var) and dynamic(e) else None)
+    return bool(found)
+
+
+def _constant_folded(proto):
+    """``proto`` with what its static input shapes make constant folded by ONNX Runtime's basic graph
+    optimizations (standard ONNX operators only), or None without ONNX Runtime. TVM's importer fails
+    on shapes computed in the graph (``Shape``, ``Gather``, ``Div`` into a ``Reshape``: the TorchScript
+    exporter writes ShuffleNet's channel shuffle so); folded, they are constants it reads."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the checker's and the importer's warnings about dynamic inputs
-            mod = from_onnx(proto, shape_dict={k: list(v) for k, v in (shapes or {}).items()} or None,
-                            keep_params_in_input=True)
-    except Exception as exc:  # TVM raises many types for models it cannot import
-        raise ModelImportError(f"{label}: TVM's Relax ONNX frontend could not import the model: "
-                               f"{type(exc).__name__}: {_first_line(exc)}") from exc
-    opset = proto.opset_import[0].version if proto.opset_import else "?"
-    return RelaxModel(mod, name or proto.graph.name or "onnx_model",
-                      f"ONNX ({os.path.basename(label)}, opset {opset}) via tvm.relax.frontend.onnx")
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    import tempfile
+
+    onnx = _require_onnx()
+    with tempfile.TemporaryDirectory(prefix="eto-onnx-") as tmp:
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        opts.optimized_model_filepath = os.path.join(tmp, "folded.onnx")
+        try:
+            ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+            return onnx.load(opts.optimized_model_filepath)
+        except Exception:  # noqa: BLE001 -- ONNX Runtime cannot read it either: the importer's error stands
+            return None
 
 
 def _parse_onnx(data: bytes, label: str):

@@ -229,8 +229,9 @@ def profile_model(model: "RelaxModel | str | os.PathLike[str]",
                   database: "Database | str | os.PathLike[str] | None" = None, *, target: "str | Target" = "cpu",
                   onnx: "str | os.PathLike[str] | None" = None, rounds: int = 10,
                   dims: Mapping[str, int] | None = None, log: Callable[[str], None] = lambda m: None) -> ProfileReport:
-    """Build ``model`` (a model file or a :class:`~eto.models.load.RelaxModel`) for a CPU with ``database``'s
-    programs (None: TVM's default schedules) and profile it (see the module docstring). ``onnx``: the same model
+    """Build ``model`` (a model file, in the layout ``database`` tuned it in, or a
+    :class:`~eto.models.load.RelaxModel`) for a CPU with ``database``'s programs (None: TVM's default
+    schedules) and profile it (see the module docstring). ``onnx``: the same model
     as an ONNX file, for ONNX Runtime's columns (default: ``model`` where it is one). ``rounds`` runs each."""
     from eto.models.build import build_model, model_inputs
     from eto.models.load import load_relax
@@ -240,11 +241,13 @@ def profile_model(model: "RelaxModel | str | os.PathLike[str]",
     threads, target = use_threads(), parse_target(target)
     if target.kind.name != "llvm":
         raise ValueError(f"a profile times a CPU build against the CPU's roofline, not a {target.kind.name} build")
-    if isinstance(model, (str, os.PathLike)):
-        onnx = onnx or (model if os.fspath(model).endswith(".onnx") else None)
-        model = load_relax(model, dims=dims)
     if isinstance(database, (str, os.PathLike)):
         database = Database(os.fspath(database), readonly=True)
+    if isinstance(model, (str, os.PathLike)):  # a file: in the layout the database tuned it in
+        from eto.models.layout import layout_from_database
+
+        onnx = onnx or (model if os.fspath(model).endswith(".onnx") else None)
+        model = layout_from_database(load_relax(model, dims=dims), database, target, None, building=True)
     built = build_model(model, database, target)
     tasks = built.tasks
     if built.missing:
