@@ -4,7 +4,8 @@ layout, imported, planned, built and checked against PyTorch.
     python -m experiments.corpus [--scale ci|small] [--models a,b] [--importers onnx,pt2]
                                  [--layouts auto,NHWC,NHWC-winograd,NCHW] [--db DB] [--out FILE]
 
-For each model and importer (ONNX: ``torch.onnx.export``, TorchScript exporter, opset 17; ``pt2``:
+For each model and importer (ONNX: ``torch.onnx.export``, TorchScript exporter, opset 17, or the
+``torch.export``-based one at opset 18 where the first lacks an operator; ``pt2``:
 ``torch.export``), in a process of its own (a crash or a segfault inside TVM is a row, not the end of
 the run): the module is read as ``eto tune --model`` reads it; for each layout, the fused tasks are
 extracted, the plan ``eto tune`` would tune is made (default options), and the model is built with
@@ -56,7 +57,11 @@ def _import(module, inputs, importer: str, name: str):
         return torch_to_relax(module, inputs, name=name)
     buf = io.BytesIO()
     with torch.no_grad():
-        torch.onnx.export(module, inputs, buf, dynamo=False, opset_version=17)
+        try:
+            torch.onnx.export(module, inputs, buf, dynamo=False, opset_version=17)
+        except Exception:  # noqa: BLE001 -- an operator the TorchScript exporter lacks (GPT-2's aten::diff)
+            buf = io.BytesIO()
+            torch.onnx.export(module, inputs, buf, dynamo=True, opset_version=18, verbose=False)
     return onnx_to_relax(buf.getvalue(), name=name)
 
 

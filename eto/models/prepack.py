@@ -14,7 +14,7 @@ MetaSchedule's layout rewrite, in three steps, which eto takes on CPUs (:func:`p
    leave that block out (``RemoveWeightLayoutRewriteBlock`` in the builder), as a deployed model
    never runs it; the correctness gate keeps it in, so it checks the packing too;
 3. ``eto build`` splits the packing block of each program into a function of its own
-   (``SplitLayoutRewritePreproc``) and runs it once, on the constants, at build time
+   (``SplitLayoutRewritePreproc``, :func:`split_prepacking`) and runs it once, on the constants, at build time
    (``FoldConstant``, :func:`after_database`): the library holds the packed weights, and each task
    runs as ``<task>_prepacked`` (:func:`task_symbol` names its task).
 
@@ -58,7 +58,32 @@ def after_database(target: "Target") -> list["Pass"]:
 
     if not prepacks(target):
         return []
-    return [relax.transform.SplitLayoutRewritePreproc(), relax.transform.FoldConstant()]
+    return [split_prepacking(), relax.transform.FoldConstant()]
+
+
+def split_prepacking() -> "Pass":
+    """Relax's ``SplitLayoutRewritePreproc`` on the functions that pack a weight (a tuned program's
+    ``RewriteLayout`` block) only. The pass visits every PrimFunc and stops with an internal error
+    ("There should be a compute block if there is only one subtree under the root") on functions
+    whose body it does not expect, which TVM's default schedules write for some tasks (GPT-2's causal
+    mask); a function without a packing block has nothing to split, so it is held out of the pass and
+    put back after it."""
+    import tvm
+    from tvm import relax, tirx
+
+    @tvm.transform.module_pass(opt_level=0, name="eto.SplitPrepacking")
+    def run(mod: "tvm.IRModule", _ctx) -> "tvm.IRModule":
+        held = {gv: f for gv, f in mod.functions_items()
+                if isinstance(f, tirx.PrimFunc) and "meta_schedule.layout_rewrite_preproc" not in f.script()}
+        if len(held) == sum(isinstance(f, tirx.PrimFunc) for f in mod.functions.values()):
+            return mod
+        kept = tvm.IRModule({gv: f for gv, f in mod.functions_items() if gv not in held}, attrs=mod.attrs)
+        out = relax.transform.SplitLayoutRewritePreproc()(kept)
+        for gv, func in held.items():
+            out[gv] = func
+        return out
+
+    return run
 
 
 def like_template(func: "PrimFunc", template: "PrimFunc") -> "PrimFunc":

@@ -35,6 +35,7 @@ from eto.operators import Operator
 from eto.operators.task import model_function
 from eto.operators.opsets import OperatorSet
 from eto.models.extract import extract_from_relax
+from eto.models.frontend_fixes import frontend_fixes
 from eto.models.layout import LayoutChoice, convert_layout
 from eto.models.load import RelaxModel
 from eto.models.fast_math import vector_erf
@@ -114,7 +115,7 @@ def prepare(model: RelaxModel, target: "Target") -> tuple["tvm.IRModule", "tvm.I
         weights = dict(zip(mod["main"].params[num_inputs:], params["main"]))
         mod = relax.transform.BindParams("main", weights)(mod)
     decided = None if model.winograd is None else dict(model.winograd)
-    mod, layout = convert_layout(fold_batch_norms(mod), model.layout, target=target, winograd=decided)
+    mod, layout = convert_layout(fold_batch_norms(frontend_fixes(mod)), model.layout, target=target, winograd=decided)
     return mod, fuse(mod, target), num_inputs, layout
 
 
