@@ -541,7 +541,7 @@ def test_cli_tune_model_tunes_its_operator_set(capsys, tmp_path):
     wanted = {e.op for e in model_tasks(load_relax(good), parse_target("cpu")).opset}
     fused = {op for op in wanted if not op.spec.backend_only}  # the rest: TASK functions (softmax, ...)
     assert fused and {op.anchor for op in fused} == catalogue and all(op.fusion for op in wanted)
-    code, out, err = run(capsys, "tune", "--model", good, "--db", tmp_path / "db", "--trials", "2",
+    code, out, err = run(capsys, "tune", "--model", good, "--layout", "NCHW", "--db", tmp_path / "db", "--trials", "2",
                          "--trials-per-iter", "2", "--search", "light", "--json")  # -q would keep messages back
     assert code == 0, err
     assert {r["key"] for r in json.loads(out)["operators"]} == {op.key for op in wanted}

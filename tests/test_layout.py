@@ -137,6 +137,34 @@ def test_a_channels_last_model_tunes_builds_and_matches_pytorch(model, capsys, t
 
 
 @pytest.mark.slow
+def test_the_default_layout_tunes_builds_and_matches_pytorch_without_a_flag(model, capsys, tmp_path):
+    """No ``--layout`` anywhere: ``auto`` tunes the convolutions channels last (Winograd where predicted
+    faster), the database records it with its decisions, and the build compiles the same functions."""
+    import torch
+
+    import eto
+    from eto.models.examples import example
+    from eto.store.models import read_layouts
+
+    db = tmp_path / "db"
+    code, out, err = run(capsys, "tune", "--model", model, "--db", db, "--trials", "4", "--trials-per-iter", "4",
+                         "--search", "light", "--json")
+    assert code == 0 and "layout auto" in err, err[-2000:] + failed_rows(out)
+    (entry,) = read_layouts(db).entries
+    assert (entry.model, entry.layout, entry.resolved) == ("tiny_cnn", "auto", "auto" if entry.winograd else "NHWC")
+    assert len(entry.winograd) + len(entry.direct) == 1  # the two 16-channel 3x3 convolutions share a shape
+    keys = {r["key"].split("(")[0] for r in json.loads(out)["operators"]}
+    assert "C2DNHWC" in keys and "C2D" not in keys and ("BMM" in keys) == bool(entry.winograd)
+    built = eto.build(model, database=db)
+    assert not built.missing and built.built.tasks.layout.winograd == entry.winograd
+    x = np.random.default_rng(4).uniform(-1, 1, (1, 3, 16, 16)).astype("float32")
+    module, _ = example("tiny_cnn")
+    with torch.no_grad():
+        want = module(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(built(x)[0], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
 def test_a_channels_last_task_gets_bridges_in_its_layout(model):
     import torch
 

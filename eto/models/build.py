@@ -105,7 +105,8 @@ class BuiltModel:
 
 def build_model(model: "RelaxModel", database: "Database | None", target: "Target", *,
                 tasks: ModelTasks | None = None) -> BuiltModel:
-    """Compile ``model`` for ``target`` with ``database``'s programs (None: TVM's defaults only)."""
+    """Compile ``model`` for ``target`` with ``database``'s programs (None: TVM's defaults only), in the
+    layout ``model`` names (:func:`eto.models.layout.layout_from_database` gives it the database's)."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.database import TuningRecord
