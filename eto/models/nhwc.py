@@ -52,6 +52,8 @@ def channels_last(mod: "tvm.IRModule") -> "tuple[tvm.IRModule, LayoutConversion]
     fails with none converted (an operator it cannot pass at all), the model stays as written."""
     from tvm import relax
 
+    if not any(_channels_last_ok(call) for call in _conv_calls(mod)):  # nothing to convert: the model as written
+        return mod, LayoutConversion(len(_conv_calls(mod)), 0, 0)
     mod = inference_form(mod)
     wanted = [i for i, call in enumerate(_conv_calls(mod)) if _channels_last_ok(call)]
     total, done = len(_conv_calls(mod)), {}
