@@ -451,7 +451,7 @@ def test_bench_times_again_in_a_fresh_process_with_the_same_options(files, cpu, 
     db = tmp_path / "db"
     db.mkdir()  # empty: every task keeps TVM's default schedule
     args = build_parser().parse_args(["bench", "--model", files["tiny_cnn"], "--db", str(db), "--rounds", "2",
-                                      "--processes", "3", "--onnx", files["tiny_cnn_onnx"]])
+                                      "--processes", "3", "--onnx", files["tiny_cnn_onnx"], "--layout", "NCHW"])
     report = cli_model._bench_elsewhere(args, None, 2)
     assert report.target == str(cpu) and report.reference == "pytorch"
     assert {r.method for r in report.results} == {"untuned", "eto", "pytorch", "onnxruntime"}  # --onnx reached it
@@ -586,7 +586,7 @@ def test_a_profile_sets_each_tuned_task_beside_its_recorded_time_alone(files, tu
     report = profile_model(files["tiny_cnn_onnx"], db, rounds=1)
     convs = [r for r in report.rows if r.anchor == "conv2d"]
     assert len(convs) == 3
-    ops = {e.op.name: e.op for e in eto.operator_set(files["tiny_cnn_onnx"])}
+    ops = {e.op.name: e.op for e in eto.operator_set(files["tiny_cnn_onnx"], layout="NCHW")}  # as tuned
     for r in convs:
         best = db.best(ops[r.operator], parse_target("cpu"), predicted=False)
         assert r.alone_seconds == pytest.approx(r.calls * best.latency_s) and r.in_model == r.seconds / r.alone_seconds
