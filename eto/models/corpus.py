@@ -62,11 +62,29 @@ def _vision(name: str, size: int = 224, ci_size: int = 64, **kwargs: Any) -> Cal
         torch.manual_seed(0)
         models = torchvision().models
         builder = getattr(models, name, None) or getattr(models.segmentation, name)
-        module = builder(weights=None, **kwargs).eval()
         side = ci_size if scale == "ci" else size
+        module = informative(builder(weights=None, **kwargs), (1, 3, side, side))
         return module, (torch.randn(1, 3, side, side),)
 
     return make
+
+
+def informative(module: Any, shape: tuple[int, ...], *, batch: int = 4) -> Any:
+    """``module`` in eval mode with weights whose output depends on its input: every all-zero weight
+    (ViT's classifier head starts so) drawn from N(0, 0.02^2), and each batch norm's statistics those of
+    its input on a random batch. Why: with untrained statistics a deep network shrinks its input at every
+    layer (MobileNets' outputs fell to 1e-9, EfficientNet's to 1e-14) or loses it (GoogLeNet's and
+    DeepLabv3's outputs did not change with the input), and a built model that computed nothing would
+    still match PyTorch. See :func:`eto.models.examples._calibrate_batch_norms`."""
+    import torch
+
+    from eto.models.examples import _calibrate_batch_norms
+
+    with torch.no_grad():
+        for param in module.parameters():
+            if param.dim() >= 2 and not param.any():
+                param.normal_(0.0, 0.02)
+    return _calibrate_batch_norms(module, shape, batch)
 
 
 class _FirstOutput:
@@ -92,7 +110,7 @@ class _FirstOutput:
 
 
 def _segmentation(name: str, **kwargs: Any) -> Callable[[Scale], tuple[Any, tuple]]:
-    inner = _vision(name, size=224, ci_size=64, aux_loss=False, **kwargs)
+    inner = _vision(name, size=224, ci_size=64, aux_loss=False, weights_backbone=None, **kwargs)  # no download
 
     def make(scale: Scale):
         module, inputs = inner(scale)
