@@ -54,14 +54,15 @@ def pytorch(x: np.ndarray) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory) -> Path:
-    """``model.pt2`` and ``eto-db`` (``eto tune --model`` at 4 trials per task) in one directory."""
+    """``model.pt2`` and ``eto-db`` (``eto tune --model --layout NCHW`` at 4 trials per task, as the page's
+    TVM-alone recipe asks) in one directory."""
     import eto
     from tuner.measure.backend import light_search
 
     d = tmp_path_factory.mktemp("deploy")
     torch.export.save(torch.export.export(network(), (torch.randn(1, 3, 224, 224),)), str(d / "model.pt2"))
-    report = eto.tune(d / "model.pt2", database=d / "eto-db", trials=4, num_trials_per_iter=4, search=light_search(),
-                      function_trials=2, seed=0)
+    report = eto.tune(d / "model.pt2", database=d / "eto-db", layout="NCHW", trials=4, num_trials_per_iter=4,
+                      search=light_search(), function_trials=2, seed=0)
     assert {r.status for r in report.rows} == {"tuned"} and not any(r.error for r in report.rows)
     return d
 
