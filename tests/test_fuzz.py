@@ -29,7 +29,7 @@ from eto.operators.opsets import builtin_opset
 
 CASES: Counter[str] = Counter()
 TRACEBACKS: Counter[str] = Counter()
-KINDS = ("operator spec", "operator-set file", "graph file", "database", "model file")
+KINDS = ("operator spec", "operator-set file", "graph file", "database", "model file", "environment")
 
 
 def fuzz(max_examples: int):
@@ -505,3 +505,18 @@ def test_found_database_lines(capsys, tmp_path, name, field, value):
     for flags in ((), ("--json",)):
         code, _, err = run(capsys, "database", "db", "show", db, *flags)
         assert code == 0 and f"{os.path.join(db, name)}:1: " in err, err
+
+
+@pytest.mark.parametrize("name, value, words", [
+    ("TVM_NUM_THREADS", "abc", "TVM_NUM_THREADS='abc': expected a positive number of threads"),
+    ("TVM_NUM_THREADS", "0", "TVM_NUM_THREADS='0': expected a positive number of threads"),
+    ("ETO_CPU_CACHE_BYTES", "x", "ETO_CPU_CACHE_BYTES='x': expected a size in bytes"),
+    ("ETO_CPU_CACHE_BYTES", "-5", "ETO_CPU_CACHE_BYTES='-5': expected a size in bytes"),
+])
+def test_found_environment_values(capsys, monkeypatch, name, value, words):
+    """A bad environment value is bad input (exit 2, the variable, its value and what it takes named),
+    not "a bug in eto" (exit 3)."""
+    monkeypatch.setenv(name, value)
+    code, _, err = run(capsys, "environment", "plan", "--opset", "quickstart")
+    assert_named_error(code, err, words)
+    assert "internal error" not in err

@@ -16,6 +16,7 @@ import sys
 import traceback
 from typing import TYPE_CHECKING, Callable
 
+from tuner.analysis.host import EnvironmentValueError
 from tuner.measure import stop
 from tuner.measure.options import OptionError
 from eto.errors import InputError
@@ -40,7 +41,7 @@ class CLIError(Exception):
 #: what a user's input or environment causes, never a bug: bad input, exit code 2 (a ``ValueError``
 #: that is none of these is a bug, like any other exception)
 USER_ERRORS = (CLIError, InputError, OptionError, ModelImportError, DatabaseError, MissingExtraError,
-               FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+               EnvironmentValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
 
 
 def check_target(db: "Database", target: "Target", *, fatal: bool) -> None:

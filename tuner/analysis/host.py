@@ -13,6 +13,26 @@ import re
 from dataclasses import dataclass
 
 
+class EnvironmentValueError(ValueError):
+    """An environment variable set to a value eto cannot use: the message names the variable, the value
+    and what it takes. Bad input, not a bug (the command line exits 2)."""
+
+
+def env_int(name: str, what: str, *, minimum: int = 0) -> int | None:
+    """The integer value of the environment variable ``name`` (None where unset or blank), at least
+    ``minimum``; :class:`EnvironmentValueError` otherwise, saying it takes ``what``."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        raise EnvironmentValueError(f"{name}={text!r}: expected {what}; set it so or unset it")
+    return value
+
+
 def physical_cores() -> int:
     """Physical cores (psutil), else logical ones: TVM's pool and the builder run one worker per core."""
     try:
@@ -32,13 +52,8 @@ def num_threads() -> int:
     TVM runs a single thread here when the variable is unset (checked in DESIGN.md), so tuning
     and measurement set it explicitly from this value; a target without ``num-cores`` means it too.
     """
-    env = os.environ.get("TVM_NUM_THREADS")
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            raise ValueError(f"TVM_NUM_THREADS must be an integer, got {env!r}") from None
-    return physical_cores()
+    threads = env_int("TVM_NUM_THREADS", "a positive number of threads", minimum=1)
+    return threads if threads is not None else physical_cores()
 
 
 @functools.lru_cache(maxsize=None)

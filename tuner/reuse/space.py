@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import bisect
 import math
-import os
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Literal, Sequence
 
 from tuner.reuse.cost_model import bshape_cost, tshape_cost
 from tuner.analysis.features import Kind, LoopNest, TileConfig, cached_property
-from tuner.analysis.host import cpu_cache_bytes, num_threads, vector_bits, vector_registers
+from tuner.analysis.host import cpu_cache_bytes, env_int, num_threads, vector_bits, vector_registers
 from tuner.analysis.gathers import MAX_UNROLLED_GATHERS, unrolled_gathers
 from tuner.reuse.panel import panel_configs
 from tuner.analysis.tiling import (MAX_INNERMOST, accumulators, achievable_products, divisors, factorizations,
@@ -78,13 +77,8 @@ def target_limits(kind: Kind, target: "Target | None" = None) -> dict[str, int]:
         return {"max_threads": int(attrs.get("max_threads_per_block", GPU_MAX_THREADS)),
                 "max_shared_bytes": int(attrs.get("max_shared_memory_per_block", 48 * 1024))}
     cores = int(attrs["num-cores"]) if "num-cores" in attrs else num_threads()
-    env = os.environ.get(CACHE_ENV, "").strip()
-    if env:
-        try:
-            cache = int(env)
-        except ValueError:
-            raise ValueError(f"{CACHE_ENV}={env!r}: expected a size in bytes (0: the paper's BShape cost)") from None
-    else:
+    cache = env_int(CACHE_ENV, "a size in bytes (0: the paper's BShape cost)")
+    if cache is None:
         cache = cpu_cache_bytes(2) or DEFAULT_CACHE_BYTES
     return {"cores": cores, "cache_bytes": max(cache, 0), "native_lanes": vector_bits() // 32,
             "registers": vector_registers()}
