@@ -75,16 +75,16 @@ def informative(module: Any, shape: tuple[int, ...], *, batch: int = 4) -> Any:
     its input on a random batch. Why: with untrained statistics a deep network shrinks its input at every
     layer (MobileNets' outputs fell to 1e-9, EfficientNet's to 1e-14) or loses it (GoogLeNet's and
     DeepLabv3's outputs did not change with the input), and a built model that computed nothing would
-    still match PyTorch. See :func:`eto.models.examples._calibrate_batch_norms`."""
+    still match PyTorch. See :func:`eto.models.examples.calibrate_batch_norms`."""
     import torch
 
-    from eto.models.examples import _calibrate_batch_norms
+    from eto.models.examples import calibrate_batch_norms
 
     with torch.no_grad():
         for param in module.parameters():
             if param.dim() >= 2 and not param.any():
                 param.normal_(0.0, 0.02)
-    return _calibrate_batch_norms(module, shape, batch)
+    return calibrate_batch_norms(module, shape, batch)
 
 
 class _FirstOutput:

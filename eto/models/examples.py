@@ -161,11 +161,11 @@ def example(name: str, seed: int = 0):
         raise ValueError(f"unknown example model {name!r}; choose from {', '.join(EXAMPLES)}")
     factory, shape = EXAMPLES[name]
     torch.manual_seed(seed)
-    module = _calibrate_batch_norms(factory(), shape)
+    module = calibrate_batch_norms(factory(), shape)
     return module, torch.randn(*shape)
 
 
-def _calibrate_batch_norms(module, shape: tuple[int, ...], batch: int = 4):
+def calibrate_batch_norms(module, shape: tuple[int, ...], batch: int = 4):
     """Each batch norm's running statistics set to those of its input on a random batch.
 
     Why: with PyTorch's default initialisation and untrained statistics (mean 0, variance 1), every
