@@ -1,4 +1,4 @@
-"""Clock hygiene shared by the benchmarks (BENCHMARKS.md, "Clocks you can trust").
+"""Clock hygiene shared by the benchmarks (experiments/README.md, "How we measure").
 
 Two things every timed comparison needs: the one-time costs of a process (imports such as
 ``tvm.s_tir.tensor_intrin``, xgboost and scipy.optimize, the builder's worker pool, the runner's first

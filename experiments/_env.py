@@ -1,4 +1,4 @@
-"""What every experiment records about the machine it ran on (BENCHMARKS.md asks for it)."""
+"""What every experiment records about the machine it ran on (experiments/README.md, "How we measure", asks for it)."""
 
 from __future__ import annotations
 

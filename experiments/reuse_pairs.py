@@ -15,7 +15,7 @@ One run, one machine, three results (paper sections 3, 5 and 6.1):
    one whose B, T or M ratio to β's best lies in the paper's range ([r1, r2] for B, [1, r2] for T
    and M); the same for widened ranges, to show which CPU ranges the data supports.
 
-Clocks (BENCHMARKS.md, "Clocks you can trust"):
+Clocks (experiments/README.md, "How we measure"):
 
 - Every invocation is a new run, with a run id (``run-<timestamp>``) and its own folder under
   ``--work`` (default ``experiments/work/reuse_pairs_<scale>``), so no time ratio ever uses a

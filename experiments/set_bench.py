@@ -7,7 +7,7 @@ operator (``eto tune --method ansor``), and eto with the reuse pair selector, N 
 root and the reuse tuner for the rest (``eto tune``), both with that seed. MetaSchedule's result
 varies a lot between seeds, so every number is given per seed and as median, min and max.
 
-Clocks (BENCHMARKS.md, "Clocks you can trust"): the process's one-time costs (tensor_intrin,
+Clocks (experiments/README.md, "How we measure"): the process's one-time costs (tensor_intrin,
 xgboost and scipy.optimize imports, a tiny MetaSchedule run, a tiny plan) are paid before any clock; each
 run gets a fresh measurer whose worker pools are started before its clock; design-space generation
 is on both clocks. A seed counts only when both its runs are finished, and both come from one

@@ -1,4 +1,4 @@
-"""Built-in operator sets against the paper's Table 2 and ../shared/reference/operator-sets.md."""
+"""Built-in operator sets against the paper's Table 2 (the operator shapes of ResNet-50, MobileNetV2 and BERT-Base)."""
 
 from collections import Counter
 

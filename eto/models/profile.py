@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from eto.errors import InputError
 from eto.models.roofline import Peak, fp32_peak, memory_bandwidth, reached_peak
 from eto.models.tasks import SCHEDULED
 from eto.models.winograd import fold_transform_calls
@@ -240,7 +241,8 @@ def profile_model(model: "RelaxModel | str | os.PathLike[str]",
 
     threads, target = use_threads(), parse_target(target)
     if target.kind.name != "llvm":
-        raise ValueError(f"a profile times a CPU build against the CPU's roofline, not a {target.kind.name} build")
+        raise InputError(f"a profile times a CPU build against the CPU's roofline, not a {target.kind.name} build: "
+                         "give a CPU target (--target cpu)")
     if isinstance(database, (str, os.PathLike)):
         database = Database(os.fspath(database), readonly=True)
     if isinstance(model, (str, os.PathLike)):  # a file: in the layout the database tuned it in

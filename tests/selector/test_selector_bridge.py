@@ -1,6 +1,6 @@
 """Definition 5 (bridge operators): hand examples and the paper's operator sets.
 
-Loop nests are from /work/shared/reference/operator-sets.md (the paper's Table 2 models):
+Loop nests are the paper's Table 2 models' (ResNet-50's, eto.operators.opsets):
 conv2d ``[N, CO, OH, OW, CI, KH, KW]``, depthwise ``[N, C, OH, OW, KH, KW]``, batch_matmul
 ``[b, i, j, k]``; N = 1.
 """

@@ -49,7 +49,7 @@ def physical_cores() -> int:
 def num_threads() -> int:
     """Threads TVM should use: ``TVM_NUM_THREADS`` if set, else the physical cores.
 
-    TVM runs a single thread here when the variable is unset (checked in DESIGN.md), so tuning
+    TVM runs a single thread here when the variable is unset (docs/architecture.md, "Toolchain facts"), so tuning
     and measurement set it explicitly from this value; a target without ``num-cores`` means it too.
     """
     threads = env_int("TVM_NUM_THREADS", "a positive number of threads", minimum=1)

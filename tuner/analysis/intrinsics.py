@@ -1,7 +1,7 @@
 """The tensor intrinsics MetaSchedule's rules can name, registered without the 25 s import.
 
 Building a ``TuneContext`` runs ``import tvm.s_tir.tensor_intrin``, which parses every target's
-intrinsics as TVMScript: ~30 s here, 19 s of it for CUDA's tensor-core intrinsics (DESIGN.md). The
+intrinsics as TVMScript: ~30 s here, 19 s of it for CUDA's tensor-core intrinsics (docs/architecture.md, "Toolchain facts"). The
 default rules for a CPU target name only its architecture's dot-product intrinsics
 (``dot_16x4_vnni`` / ``dot_16x4_avx512`` on x86, ``dot_4x4_*`` on Arm); CUDA's name the
 tensor-core ones (``wmma_*``). :func:`register_tensor_intrinsics` registers those of the target at
