@@ -84,7 +84,7 @@ def informative(module: Any, shape: tuple[int, ...], *, batch: int = 4) -> Any:
         for param in module.parameters():
             if param.dim() >= 2 and not param.any():
                 param.normal_(0.0, 0.02)
-    return calibrate_batch_norms(module, shape, batch)
+    return calibrate_batch_norms(module.eval(), shape, batch).eval()  # eval: no dropout, where there is no norm too
 
 
 class _FirstOutput:
