@@ -112,16 +112,13 @@ def _operator_set(what: Tunable, *, target: "str | Target", dims: Mapping[str, i
     from eto.models.fast_math import fast_math as approximate
     from eto.models.layout import layout_from_database
     from eto.models.tasks import model_tasks
-    from eto.store.models import ModelLayout
-    from eto.target import parse_target, target_key
+    from eto.target import parse_target
 
     target = parse_target(target)
     model = layout_from_database(approximate(_relax_model(what, dims), fast_math), database, target, layout,
                                  building=False)
     tasks = model_tasks(model, target)
-    choice = tasks.layout
-    return tasks.opset, ModelLayout(model.name, target_key(target), choice.asked, choice.resolved, choice.winograd,
-                                    choice.direct)
+    return tasks.opset, tasks.layout.entry(model.name, target)
 
 
 def tune(
@@ -217,6 +214,7 @@ def retune(
 
     opts = _options(options, flat_options)
     target = parse_target(target)
+    db = None
     if isinstance(what, (list, tuple)):
         shapes = list(what)
     elif sizes is None:
@@ -225,13 +223,15 @@ def retune(
                                            and not os.fspath(what).endswith(MODEL_SUFFIXES)):
         shapes = vary(what if isinstance(what, OperatorSet) else os.fspath(what), dim, list(sizes))
     else:  # a model: each size in the layout the database tuned it in (recorded for eto.build at that size)
-        sized = [(v, *_operator_set(what, target=target, dims={dim: v}, fast_math=False, layout=None,
-                                    database=database)) for v in sizes]
+        db = _database(database)
+        sized = [(v, *_operator_set(what, target=target, dims={dim: v}, fast_math=False, layout=None, database=db))
+                 for v in sizes]
         shapes = [(v, opset) for v, opset, _ in sized]
         for _, _, entry in sized:
-            record_layout(_database(database).path, entry)
+            record_layout(db.path, entry)
     with deadline.until(opts.time_budget):  # from here, as eto retune: the instant programs count too
-        return run(shapes, target, _database(database), opts, dim=dim, instant_only=instant_only, log=log)
+        db = db if db is not None else _database(database)
+        return run(shapes, target, db, opts, dim=dim, instant_only=instant_only, log=log)
 
 
 @dataclass(frozen=True)

@@ -134,14 +134,13 @@ def tasks_opset(model: "RelaxModel", target: "Target", *, fast_math: bool = Fals
     """The fused tasks Relax compiles for ``model`` (:mod:`eto.models.tasks`), ``fast_math`` applied
     first, its convolutions in ``layout`` (None: as the database ``db`` last tuned the model, else
     ``auto``), and the layout line the database records for them, under ``record_as`` (default: the
-    model's name; ``eto retune`` of a model's sizes records them under the model's); the tasks without a catalogue type
-    (TASK operators, tuned after the plan) and those left alone are named on stderr, after ``label``."""
+    model's name; ``eto retune`` of a model's sizes records them under the model's); the tasks without a
+    catalogue type (TASK operators, tuned after the plan) and those left alone are named on stderr, after
+    ``label``."""
     from eto.models.fast_math import fast_math as approximate
     from eto.models.layout import layout_from_database
     from eto.models.tasks import SCHEDULED, model_tasks
     from eto.models.winograd import SCHEDULED_BY
-    from eto.store.models import ModelLayout
-    from eto.target import target_key
 
     looked_up = approximate(model, fast_math)._replace(name=record_as or model.name)
     chosen = layout_from_database(looked_up, db, target, layout, building=False)._replace(name=model.name)
@@ -159,9 +158,7 @@ def tasks_opset(model: "RelaxModel", target: "Target", *, fast_math: bool = Fals
         log.info(f"{label}: {len(functions)} tasks without a catalogue type are tuned by the backend "
                  f"(--function-trials each) or reused from the same task at another size: "
                  f"{', '.join(t.name for t in functions)}")
-    entry = ModelLayout(record_as or model.name, target_key(target), choice.asked, choice.resolved, choice.winograd,
-                        choice.direct)
-    return tasks.opset, entry
+    return tasks.opset, choice.entry(record_as or model.name, target)
 
 
 def tuning_opset(args: argparse.Namespace, target: "Target") -> "tuple[OperatorSet, ModelLayout | None]":

@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
 
     from eto.store.database import Database
+    from eto.store.models import ModelLayout
 
 #: The layouts a model's convolutions can be tuned and built in.
 Layout = Literal["auto", "NCHW", "NHWC", "NHWC-winograd"]
@@ -111,6 +112,13 @@ class LayoutChoice:
     winograd: tuple[str, ...] = ()
     direct: tuple[str, ...] = ()  # convolutions Winograd could compute, left direct (``auto`` only)
     conversion: LayoutConversion | None = None
+
+    def entry(self, model: str, target: "Target") -> "ModelLayout":
+        """The line a database records for ``model`` compiled so for ``target`` (:mod:`eto.store.models`)."""
+        from eto.store.models import ModelLayout
+        from eto.target import target_key
+
+        return ModelLayout(model, target_key(target), self.asked, self.resolved, self.winograd, self.direct)
 
     def describe(self) -> str:
         text = self.resolved if self.asked == self.resolved else f"{self.asked}: {self.resolved}"

@@ -86,7 +86,8 @@ def channels_last(mod: "tvm.IRModule") -> "tuple[tvm.IRModule, LayoutConversion]
             return mod, LayoutConversion(total, 0, 0, f"all {len(wanted)} left as written: Relax's ConvertLayout "
                                                        f"fails on this model whatever is converted ({failure})")
         chosen = frozenset(convertible(wanted, works))
-        why = f"{len(wanted) - len(chosen)} left as written: Relax's ConvertLayout fails on the operators after them ({failure})"
+        why = (f"{len(wanted) - len(chosen)} left as written: Relax's ConvertLayout fails on the operators after "
+               f"them ({failure})")
     converted = done[chosen]
     added = _count_calls(converted, "relax.permute_dims") - _count_calls(mod, "relax.permute_dims")
     return converted, LayoutConversion(total, len(chosen), added, why)
