@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from types import SimpleNamespace
@@ -93,12 +95,104 @@ def test_the_deadline_stops_new_work_and_an_outer_one_stays():
     deadline.check()
 
 
-def test_passed_on_turns_the_error_cpp_made_of_it_back():
-    with deadline.until(0.0), pytest.raises(deadline.DeadlineReached):
+def test_nested_deadlines_in_threads_that_end_out_of_order_stay_each_its_own():
+    """Subtrees tuned side by side (scale-out) each nest a root's share in the run's deadline. With one
+    deadline for the process, A's share set first and ended first, B's end restored A's share as the run's."""
+    a_in, both_in, a_out = threading.Event(), threading.Barrier(2), threading.Event()
+    seen: dict[str, list[float]] = {"a": [], "b": []}
+
+    def root(name: str, share: float) -> None:
+        if name == "b":
+            assert a_in.wait(10)  # B's share is set inside A's
+        with deadline.until(share):
+            a_in.set()
+            both_in.wait(10)
+            seen[name].append(deadline.left())
+            if name == "b":
+                assert a_out.wait(10)  # A's block ends first, B's after
+                seen[name].append(deadline.left())
+        a_out.set()
+        seen[name].append(deadline.left())  # the run's again
+
+    with deadline.until(100.0):
+        threads = [threading.Thread(target=deadline.carried(root), args=a) for a in (("a", 10.0), ("b", 20.0))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(20)
+        assert 95 < deadline.left() <= 100, "the run's deadline is another thread's share"
+    assert [len(seen["a"]), len(seen["b"])] == [2, 3]
+    assert 5 < seen["a"][0] <= 10 and 95 < seen["a"][1] <= 100
+    assert 15 < seen["b"][0] <= 20 and 15 < seen["b"][1] <= 20, "B's own share is not its deadline"
+    assert 95 < seen["b"][2] <= 100
+    assert not deadline.active()
+
+
+def test_work_handed_to_a_thread_carries_the_deadline_and_leaves_none_behind():
+    with ThreadPoolExecutor(1) as pool:
+        with deadline.until(50.0):
+            assert pool.submit(deadline.left).result() == math.inf  # a thread starts without the run's
+            assert 45 < pool.submit(deadline.carried(deadline.left)).result() <= 50
+        assert pool.submit(deadline.left).result() == math.inf  # nor keeps it for its next work
+
+
+def test_scaled_out_subtrees_run_under_the_run_deadline(monkeypatch):
+    """Each device's worker tunes its roots and derives their subtrees within the run's deadline."""
+    from eto.operators.opsets import load_opset
+    from eto.planning.planner import plan_operator_set
+    from eto.runs import pipeline
+
+    planned = plan_operator_set(load_opset("resnet50"), TuneOptions.of(trials=1000, bridges="none", cost="analytic",
+                                                                       top_k=None))
+    seen: list[tuple[str, float]] = []
+    monkeypatch.setattr(pipeline, "_derive_one", lambda *_a, **_k: seen.append(("derive", deadline.left())))
+    run = SimpleNamespace(target=None, say=lambda _m: None, polish_roots=lambda *_a: None,
+                          database=SimpleNamespace(attempted=lambda *_a: False),
+                          options=SimpleNamespace(time_budget=60.0),
+                          backend=lambda *_a: seen.append(("root", deadline.left())))
+    with deadline.until(60.0):
+        pipeline._tune_plan(planned, run, None, ["device 0", "device 1"])
+        assert 50 < deadline.left() <= 60
+    assert {kind for kind, _ in seen} == {"root", "derive"}
+    assert all(50 < s <= 60 for _, s in seen), seen
+
+
+@pytest.mark.parametrize("error", [RuntimeError("boom"), ValueError("bad value"), KeyError("key")])
+def test_an_error_past_the_deadline_comes_out_of_passed_on_as_itself(error):
+    """A real failure late in a run is reported as what it is, not as the end of the time budget."""
+    with deadline.until(0.05), pytest.raises(type(error)) as caught:
         with deadline.passed_on():
-            raise RuntimeError("DeadlineReached: the time budget is spent (from a PackedFunc)")
+            time.sleep(0.06)
+            assert deadline.left() < 0
+            raise error
+    assert caught.value is error
+
+
+def test_passed_on_turns_the_error_cpp_made_of_the_deadline_back():
+    carried = RuntimeError(f"Traceback (most recent call last):\n  ...\nRuntimeError: {deadline.DeadlineReached()}")
+    with deadline.until(0.05), pytest.raises(deadline.DeadlineReached) as caught:
+        with deadline.passed_on():
+            time.sleep(0.06)
+            raise carried
+    assert caught.value.__cause__ is carried
+    with deadline.until(0.0), pytest.raises(deadline.DeadlineReached), deadline.passed_on():
+        raise AssertionError("not entered past the deadline")
     with pytest.raises(RuntimeError, match="other"), deadline.passed_on():  # no deadline: the error as it is
         raise RuntimeError("other")
+
+
+def test_the_deadline_raised_in_a_callback_through_tvms_ffi_comes_back_and_other_errors_as_they_are():
+    """TVM's FFI keeps a Python exception's message, not its type: DeadlineReached comes back a RuntimeError."""
+    import tvm_ffi
+
+    checks, fails = tvm_ffi.convert(deadline.check), tvm_ffi.convert(lambda: int("x"))  # C++ calling Python
+    with deadline.until(0.05), pytest.raises(deadline.DeadlineReached) as caught, deadline.passed_on():
+        time.sleep(0.06)
+        checks()
+    assert type(caught.value.__cause__) is RuntimeError
+    with deadline.until(0.05), pytest.raises(ValueError, match="invalid literal"), deadline.passed_on():
+        time.sleep(0.06)
+        fails()
 
 
 def test_priority_is_share_times_headroom_halved_per_step():

@@ -285,8 +285,8 @@ def _tune_plan(planned: OperatorPlan, run: RunContext, derivation: Derivation,
     groups = balance_subtrees(plan, len(measurers))
     run.say(f"scale-out: {sum(map(len, groups))} operators in {len(plan.subtrees())} subtrees "
             f"on {len(measurers)} devices")
-    with ThreadPoolExecutor(len(measurers)) as pool:
-        for f in [pool.submit(tune_names, g, m) for g, m in zip(groups, measurers) if g]:
+    with ThreadPoolExecutor(len(measurers)) as pool:  # each worker under the run's deadline, nesting its own
+        for f in [pool.submit(deadline.carried(tune_names), g, m) for g, m in zip(groups, measurers) if g]:
             f.result()
 
 
