@@ -35,10 +35,9 @@ RUNTIMES = ("eto", "onnxruntime", "pytorch")
 
 
 def _inputs(name: str):
-    from eto.models.corpus import corpus
+    from eto.models.corpus import make_model
 
-    (entry,) = corpus("small", [name])
-    return entry.make("small")
+    return make_model(name, "small")
 
 
 def time_runtime(runtime: str, name: str, artifact: str, threads: int, repeat: int) -> list[float]:
@@ -76,7 +75,7 @@ def time_runtime(runtime: str, name: str, artifact: str, threads: int, repeat: i
     return times
 
 
-def _export(name: str, path: str) -> None:
+def export_onnx(name: str, path: str) -> None:
     import torch
 
     module, inputs = _inputs(name)
@@ -84,7 +83,7 @@ def _export(name: str, path: str) -> None:
         torch.onnx.export(module, inputs, path, dynamo=False, opset_version=17)
 
 
-def _eto(*argv: str, log) -> float:
+def run_eto(*argv: str, log) -> float:
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "eto", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True)
@@ -101,10 +100,10 @@ def bench_model(name: str, budget: float, rounds: int, repeat: int, threads: int
     row: dict = {"model": name, "budget_s": budget, "threads": threads, "rounds": rounds, "repeat": repeat}
     with open(os.path.join(work, f"{name}.log"), "a") as log:
         if not os.path.exists(onnx_path):
-            _export(name, onnx_path)
-        row["tune_s"] = round(_eto("tune", "--model", onnx_path, "--db", db, "--time-budget", str(budget), "-q",
+            export_onnx(name, onnx_path)
+        row["tune_s"] = round(run_eto("tune", "--model", onnx_path, "--db", db, "--time-budget", str(budget), "-q",
                                    log=log), 1)
-        row["build_s"] = round(_eto("build", "--model", onnx_path, "--db", db, "-o", lib, "--json", log=log), 1)
+        row["build_s"] = round(run_eto("build", "--model", onnx_path, "--db", db, "-o", lib, "--json", log=log), 1)
     with open(os.path.join(db, "eto_models.json")) as f:
         row["layout"] = json.loads(f.readlines()[-1])
     artifacts = {"eto": lib, "onnxruntime": onnx_path, "pytorch": ""}

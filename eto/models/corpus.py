@@ -194,4 +194,17 @@ def corpus(scale: Scale = "small", names: "list[str] | None" = None) -> list[Cor
     return [m for m in MODELS if scale == "small" or scale in m.scales]
 
 
-__all__ = ["MODELS", "CorpusModel", "Scale", "corpus", "torchvision"]
+def make_model(name: str, scale: Scale = "small") -> tuple[Any, tuple]:
+    """A model's module and inputs by name: a corpus model, or a torchvision classification model outside
+    the corpus (``resnet34``, ``resnet101``, ``efficientnet_b1`` ...) made the way the corpus makes its own,
+    so a model zoo can hold a family's other sizes."""
+    known = {m.name: m for m in MODELS}
+    if name in known:
+        return known[name].make(scale)
+    if not callable(getattr(torchvision().models, name, None)):
+        raise ValueError(f"unknown model {name!r}: a corpus model ({', '.join(known)}) or a torchvision "
+                         "classification model")
+    return _vision(name)(scale)
+
+
+__all__ = ["MODELS", "CorpusModel", "Scale", "corpus", "make_model", "torchvision"]

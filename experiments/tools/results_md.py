@@ -397,6 +397,26 @@ def corpus_bench(d: dict) -> list[str]:
          "vs ONNX Runtime (per round)", "vs PyTorch"], rows)
 
 
+def zoo_bench(d: dict) -> list[str]:
+    rows = []
+    for r in d["rows"]:
+        if not r["priors"]:
+            rows.append([r["family"], f"`{r['model']}`", "-", s(r["alone_s"]), "(first)", "-", "-", "-", "-"])
+            continue
+        rows.append([r["family"], f"`{r['model']}`", str(len(r["priors"])), s(r["alone_s"]),
+                     f"{s(r['zoo_s'])} ({r['time_ratio']:.2f})",
+                     f"{r['same_in_prior']} + {r['reused_from_prior']} of {r['tasks']}", f"{r['alone_ms']:.2f}",
+                     f"{r['zoo_ms']:.2f}", f"{x(r['zoo_speed'])} ({x(r['zoo_speed_rounds'][0])}-"
+                     f"{x(r['zoo_speed_rounds'][1])})"])
+    totals = "; ".join(f"{f}: {s(c['alone_s'])} alone, {s(c['zoo_s'])} with priors"
+                       for f, c in d["summary"]["cumulative"].items())
+    return [f"- each model tuned alone and with every earlier model's database as `--prior` (`eto tune --model "
+            f"--trials {d['trials']}`), both builds timed in processes of their own, {d['rounds']} rounds; "
+            f"cumulative tuning time: {totals}", ""] + table(
+        ["family", "model", "priors", "tuning alone", "with priors (ratio)", "tasks from a prior (same + reused)",
+         "alone ms", "with priors ms", "speed with priors (per round)"], rows)
+
+
 KINDS: list[tuple[Callable[[dict], bool], Callable[[dict], list[str]]]] = [
     (lambda d: "share_phi_nonempty" in (d.get("summary") or {}), reuse_opportunity),
     (lambda d: d.get("benchmark") == "reuse_pairs", reuse_pairs),
@@ -414,6 +434,7 @@ KINDS: list[tuple[Callable[[dict], bool], Callable[[dict], list[str]]]] = [
     (lambda d: d.get("experiment") == "time_curve", time_curve),
     (lambda d: d.get("experiment") == "corpus", corpus),
     (lambda d: d.get("experiment") == "corpus_bench", corpus_bench),
+    (lambda d: d.get("experiment") == "zoo_bench", zoo_bench),
 ]
 
 

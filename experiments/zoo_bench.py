@@ -1,0 +1,219 @@
+"""E13: a model zoo tuned in sequence, each model with every earlier model's database as ``--prior``,
+against the same model tuned alone from an empty database at the same settings.
+
+    python -m experiments.zoo_bench --family resnet=resnet18,resnet34,resnet50 --trials 32 [--rounds 5]
+                                    [--family mobile=mobilenet_v2,mobilenet_v3_large,efficientnet_b0]
+
+Models are corpus models or torchvision classification models (:func:`eto.models.corpus.make_model`:
+random weights, no download), exported to ONNX as E12 exports them (:mod:`experiments.corpus_bench`).
+For each family, in order, each model is tuned twice with ``eto tune --model M.onnx --trials N`` and
+the default layout: *alone*, into an empty database, and in the *zoo*, into an empty database with
+every earlier model's zoo database as ``--prior`` (the first model's zoo run is its alone run). Each
+row gives both wall times (the whole ``eto tune`` process, as a user waits for it), the tasks a prior
+covered (the same task already tuned in a prior, or reused from a prior's program), and both built
+models timed side by side, each in a process of its own, alternating over ``--rounds`` rounds (as E12
+times runtimes). The family's cumulative tuning time with and without priors is plotted.
+
+Results: ``experiments/results/zoo_bench_<families>_N<trials>_<cpu>.json`` and a PNG beside it. Each
+finished model goes to ``<work>/zoo_bench.jsonl`` at once, so an interrupted run goes on from there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from experiments.corpus_bench import HERE, export_onnx
+
+ROUND_ORDER = ("alone", "zoo")
+
+
+def tune(onnx_path: str, db: str, priors: list[str], trials: int, log) -> tuple[float, dict]:
+    """``eto tune`` of a model into ``db``: its wall seconds and its JSON report."""
+    argv = ["tune", "--model", onnx_path, "--db", db, "--trials", str(trials), "--json"]
+    for prior in priors:
+        argv += ["--prior", prior]
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "eto", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+    seconds = time.perf_counter() - start
+    log.write(proc.stderr[-20000:])
+    log.flush()
+    if proc.returncode not in (0, 1):  # 1: an operator failed (named in the log); the others are tuned
+        raise RuntimeError(f"eto tune exited {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}")
+    return seconds, json.loads(proc.stdout)
+
+
+def prior_keys(priors: list[str]) -> set[str]:
+    """Keys of every operator the prior databases hold a program of."""
+    from eto.store.database import Database
+
+    return {p.op.key for path in priors for p in Database(path, readonly=True).programs()}
+
+
+def covered(report: dict, keys: set[str]) -> dict[str, int]:
+    """The model's tasks a prior covered: already tuned there (copied into the database), or tuned by a
+    reuse of a prior's program."""
+    rows = report["operators"]
+    same = sum(r["key"] in keys for r in rows)
+    reused = sum(r["key"] not in keys and r["method"].startswith("reuse") and r["source"] in keys for r in rows)
+    return {"tasks": len(rows), "same_in_prior": same, "reused_from_prior": reused}
+
+
+def build(onnx_path: str, db: str, lib: str, log) -> None:
+    proc = subprocess.run([sys.executable, "-m", "eto", "build", "--model", onnx_path, "--db", db, "-o", lib],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log.write(proc.stderr[-5000:])
+    if proc.returncode != 0:
+        raise RuntimeError(f"eto build exited {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}")
+
+
+def time_side_by_side(name: str, libs: dict[str, str], rounds: int, repeat: int, threads: int) -> dict:
+    """Each library in a process of its own (:func:`experiments.corpus_bench.time_runtime`), the order
+    alternating every round; medians of the rounds' medians and the per-round ratio range."""
+    medians: dict[str, list[float]] = {label: [] for label in libs}
+    env = {**os.environ, "TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+    labels = list(libs)
+    for k in range(rounds):
+        for label in labels[k % 2:] + labels[:k % 2]:
+            proc = subprocess.run([sys.executable, "-m", "experiments.corpus_bench", "--time", "eto", name,
+                                   libs[label], "--threads", str(threads), "--repeat", str(repeat)],
+                                  stdout=subprocess.PIPE, text=True, env=env, cwd=os.path.dirname(HERE), check=True)
+            medians[label].append(statistics.median(json.loads(proc.stdout.strip().splitlines()[-1])))
+    ratios = [a / z for a, z in zip(medians["alone"], medians["zoo"])]
+    return {**{f"{label}_ms": statistics.median(v) * 1e3 for label, v in medians.items()},
+            **{f"{label}_rounds_ms": [x * 1e3 for x in v] for label, v in medians.items()},
+            "zoo_speed": statistics.median(medians["alone"]) / statistics.median(medians["zoo"]),
+            "zoo_speed_rounds": [min(ratios), max(ratios)]}
+
+
+def bench_model(family: str, name: str, earlier: list[str], args: argparse.Namespace) -> dict:
+    """One model of a family: tuned alone and in the zoo (priors: the earlier models' zoo databases)."""
+    folder = os.path.join(args.work, family)
+    os.makedirs(folder, exist_ok=True)
+    onnx_path = os.path.join(folder, f"{name}.onnx")
+    alone_db, zoo_db = (os.path.join(folder, f"{name}-{kind}-db") for kind in ("alone", "zoo"))
+    priors = [os.path.join(folder, f"{m}-zoo-db" if k else f"{m}-alone-db") for k, m in enumerate(earlier)]
+    row: dict = {"family": family, "model": name, "priors": earlier, "trials": args.trials}
+    with open(os.path.join(folder, f"{name}.log"), "a") as log:
+        if not os.path.exists(onnx_path):
+            export_onnx(name, onnx_path)
+        row["alone_s"], alone = tune(onnx_path, alone_db, [], args.trials, log)
+        row["alone_candidates"] = sum(r["candidates"] for r in alone["operators"])
+        if earlier:
+            row["zoo_s"], zoo = tune(onnx_path, zoo_db, priors, args.trials, log)
+            row["zoo_candidates"] = sum(r["candidates"] for r in zoo["operators"] if r["status"] == "tuned")
+            row.update(covered(zoo, prior_keys(priors)))
+            libs = {kind: os.path.join(folder, f"{name}-{kind}.so") for kind in ROUND_ORDER}
+            build(onnx_path, alone_db, libs["alone"], log)
+            build(onnx_path, zoo_db, libs["zoo"], log)
+            row.update(time_side_by_side(name, libs, args.rounds, args.repeat, args.threads))
+            row["time_ratio"] = row["zoo_s"] / row["alone_s"]
+        else:
+            row["zoo_s"], row["zoo_candidates"] = row["alone_s"], row["alone_candidates"]
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| family | model | priors | tuning s alone | tuning s with priors (ratio) | tasks from a prior | "
+             "alone ms | with priors ms | speed with priors (per round) |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if not r["priors"]:
+            lines.append(f"| {r['family']} | {r['model']} | - | {r['alone_s']:.0f} | (first) | - | - | - | - |")
+            continue
+        lines.append(f"| {r['family']} | {r['model']} | {len(r['priors'])} | {r['alone_s']:.0f} | "
+                     f"{r['zoo_s']:.0f} ({r['time_ratio']:.2f}) | "
+                     f"{r['same_in_prior']} same + {r['reused_from_prior']} reused of {r['tasks']} | "
+                     f"{r['alone_ms']:.2f} | {r['zoo_ms']:.2f} | {r['zoo_speed']:.2f}x "
+                     f"({r['zoo_speed_rounds'][0]:.2f}-{r['zoo_speed_rounds'][1]:.2f}) |")
+    for family in dict.fromkeys(r["family"] for r in rows):
+        mine = [r for r in rows if r["family"] == family]
+        alone, zoo = sum(r["alone_s"] for r in mine), sum(r["zoo_s"] for r in mine)
+        lines.append(f"\n{family}: cumulative tuning {alone:.0f} s alone, {zoo:.0f} s with priors ({zoo / alone:.2f})")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    families = list(dict.fromkeys(r["family"] for r in rows))
+    fig, axes = plt.subplots(1, len(families), figsize=(5 * len(families), 3.6), squeeze=False)
+    for ax, family in zip(axes[0], families):
+        mine = [r for r in rows if r["family"] == family]
+        steps = range(1, len(mine) + 1)
+        for key, label in (("alone_s", "each model alone"), ("zoo_s", "with the earlier models as --prior")):
+            total, ys = 0.0, []
+            for r in mine:
+                total += r[key]
+                ys.append(total / 60)
+            ax.plot(steps, ys, marker="o", label=label)
+        ax.set_xticks(list(steps), [r["model"] for r in mine], rotation=20, fontsize=8)
+        ax.set_ylabel("cumulative tuning time (min)")
+        ax.set_title(f"{family}: {mine[0]['trials']} trials per backend root")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m experiments.zoo_bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--family", action="append", required=True, metavar="NAME=M1,M2,...",
+                   help="a family's models in the order they are tuned (repeatable)")
+    p.add_argument("--trials", type=int, default=32, help="eto tune's --trials (backend trials per root)")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--repeat", type=int, default=20, help="timed runs per process")
+    p.add_argument("--threads", type=int, default=int(os.environ.get("TVM_NUM_THREADS") or 2))
+    p.add_argument("--work", default=os.path.join(HERE, "work", "zoo_bench"))
+    p.add_argument("--out")
+    args = p.parse_args(argv)
+    families = [(f.split("=", 1)[0], [m for m in f.split("=", 1)[1].split(",") if m]) for f in args.family
+                if "=" in f]
+    if len(families) != len(args.family) or not all(models for _, models in families):
+        p.error("--family takes NAME=MODEL,MODEL,...")
+    from eto.target import cpu_info
+
+    from experiments._env import environment
+
+    tag = f"zoo_bench_{'_'.join(f for f, _ in families)}_N{args.trials}_{cpu_info().mcpu}"
+    out = args.out or os.path.join(HERE, "results", f"{tag}.json")
+    os.makedirs(args.work, exist_ok=True)
+    log = os.path.join(args.work, f"{tag}.jsonl")
+    rows: list[dict] = []
+    if os.path.exists(log):
+        with open(log) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    for family, models in families:
+        for k, name in enumerate(models):
+            if any(r["family"] == family and r["model"] == name for r in rows):
+                continue
+            row = bench_model(family, name, models[:k], args)
+            rows.append(row)
+            with open(log, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(f"{family}/{name}: alone {row['alone_s']:.0f} s, with priors {row['zoo_s']:.0f} s", flush=True)
+    later = [r for r in rows if r["priors"]]
+    summary = {"time_ratio_max": max((r["time_ratio"] for r in later), default=None),
+               "zoo_speed_min": min((r["zoo_speed"] for r in later), default=None),
+               "cumulative": {f: {"alone_s": sum(r["alone_s"] for r in rows if r["family"] == f),
+                                  "zoo_s": sum(r["zoo_s"] for r in rows if r["family"] == f)} for f, _ in families}}
+    with open(out, "w") as f:
+        json.dump({"experiment": "zoo_bench", "environment": environment(), "scale": "small",
+                   "trials": args.trials, "rounds": args.rounds, "repeat": args.repeat, "summary": summary,
+                   "rows": rows}, f, indent=1)
+    plot(rows, os.path.splitext(out)[0] + ".png")
+    print(table(rows))
+    print(f"wrote {out}")
+    return 0 if all(math.isfinite(r["zoo_s"]) for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

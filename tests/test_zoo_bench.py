@@ -1,0 +1,56 @@
+"""E13's bookkeeping (experiments/zoo_bench.py): which tasks a prior covered, the table and the results
+page, on reports written by hand (the tuning itself is eto tune's, tested elsewhere)."""
+
+from __future__ import annotations
+
+import pytest
+
+from experiments import zoo_bench
+from experiments.tools import results_md
+
+
+def _row(key: str, method: str = "reuse", source: str | None = None, status: str = "tuned", candidates: int = 10):
+    return {"name": key, "key": key, "status": status, "method": method, "source": source, "candidates": candidates}
+
+
+def test_covered_counts_tasks_in_a_prior_and_reuses_of_its_programs():
+    report = {"operators": [
+        _row("A", "backend", status="cached"),   # the same task is in the prior (copied into the database)
+        _row("B", "reuse", source="A"),          # reused from the prior's A
+        _row("C", "reuse", source="B"),          # reused from this model's own B: not the prior's
+        _row("D", "backend"),                    # a root of its own
+        _row("E", "reuse+improve", source="P"),  # a reuse of a prior-only program, improved after
+    ]}
+    assert zoo_bench.covered(report, {"A", "P"}) == {"tasks": 5, "same_in_prior": 1, "reused_from_prior": 2}
+    assert zoo_bench.covered(report, set()) == {"tasks": 5, "same_in_prior": 0, "reused_from_prior": 0}
+
+
+def _result() -> dict:
+    first = {"family": "resnet", "model": "resnet18", "priors": [], "trials": 8, "alone_s": 100.0,
+             "alone_candidates": 50, "zoo_s": 100.0, "zoo_candidates": 50}
+    second = {"family": "resnet", "model": "resnet34", "priors": ["resnet18"], "trials": 8, "alone_s": 120.0,
+              "zoo_s": 20.0, "time_ratio": 20.0 / 120.0, "tasks": 12, "same_in_prior": 9, "reused_from_prior": 2,
+              "alone_ms": 10.0, "zoo_ms": 10.5, "zoo_speed": 10.0 / 10.5, "zoo_speed_rounds": [0.9, 1.0]}
+    return {"experiment": "zoo_bench", "trials": 8, "rounds": 3, "rows": [first, second],
+            "summary": {"cumulative": {"resnet": {"alone_s": 220.0, "zoo_s": 120.0}}}}
+
+
+def test_table_and_results_page_give_each_models_numbers():
+    d = _result()
+    text = zoo_bench.table(d["rows"])
+    assert "| resnet | resnet34 | 1 | 120 | 20 (0.17) | 9 same + 2 reused of 12 | 10.00 | 10.50 | 0.95x (0.90-1.00) |" in text
+    assert "resnet: cumulative tuning 220 s alone, 120 s with priors (0.55)" in text
+    page = "\n".join(results_md.zoo_bench(d))
+    assert "`resnet34`" in page and "9 + 2 of 12" in page and "resnet: 220 s alone, 120 s with priors" in page
+
+
+def test_plot_is_written(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "zoo.png"
+    zoo_bench.plot(_result()["rows"], str(path))
+    assert path.stat().st_size > 1000
+
+
+def test_family_flag_must_name_models():
+    with pytest.raises(SystemExit):
+        zoo_bench.main(["--family", "resnet"])
