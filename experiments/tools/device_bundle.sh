@@ -4,7 +4,7 @@
 # sources, as an xz tarball (about 60 MB) split in two parts (a call carries at most 64 MiB with the
 # repository's own 11.5 MB), and the FFI and xgboost-cpu wheels (about 9 MB, with the second part).
 # The machine has PyTorch, numpy, scipy, networkx, psutil, cloudpickle, matplotlib and nvcc. Usage,
-# then the two calls (one after the other, while the machine is warm; stop 57's, in experiments/README):
+# then the two calls (one after the other, while the machine is warm; see experiments/README.md, "On a GPU: running on a lent machine"):
 #
 #   bash experiments/tools/device_bundle.sh
 #   run(carry=[".dev/tvm.part00"]):  mkdir -p /tmp/parts /tmp/site && cp .dev/tvm.part00 /tmp/parts/

@@ -6,7 +6,7 @@ all 9.4 MB of weights; at seq 192 and 256 it happened on the other: all L rows i
 (level 2 of SSRSRS, inside the outer reduction loop), the threads splitting only the vectorised
 columns, so a k-chunk of a column panel of the weights sits in registers while every row passes.
 Replayed at every length that family runs 23-26 us per row against 41-47 for MetaSchedule's own
-programs at 128 and 384 (experiments/README.md, "panel_family.py"). It wins only as a whole -- the
+programs at 128 and 384 (docs/findings.md, "panel_family.py"). It wins only as a whole -- the
 rows whole, an inner column tile of one or two vectors in one or two registers, an inner reduction
 chunk, and an unroll that covers them -- and each part alone is slower than β's tiles, so
 Algorithm 1's rounds, which change one decision at a time from β's program, do not reach it.
