@@ -252,7 +252,8 @@ class Model:
 
     @property
     def missing(self) -> tuple[str, ...]:
-        """The tunable tasks the database had no program for (they run TVM's default schedule)."""
+        """The tunable tasks on TVM's default schedule: the database had no program for them, or one that
+        did not apply (warned about with TVM's error)."""
         return tuple(t.name for t in self.built.missing)
 
     def save(self, path: "str | os.PathLike[str]") -> None:

@@ -17,7 +17,8 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from tuner.analysis.host import cpu_cache_bytes, cpu_flags, num_threads, physical_cores, vector_bits
-from tuner.analysis.features import Kind as TargetKind, kind_of
+from tuner.analysis.kinds import Kind as TargetKind, is_cpu, is_cuda, kind_of
+from tuner.tvm_errors import TVM_ERRORS, error_line
 
 from eto.errors import InputError
 
@@ -105,7 +106,7 @@ def detect_mcpu() -> str:
 
         name = str(codegen.llvm_get_system_cpu())
         return name if name and name != "generic" else "generic"
-    except Exception:  # pragma: no cover - only without an LLVM-enabled TVM
+    except TVM_ERRORS:  # pragma: no cover - only without an LLVM-enabled TVM (no such function)
         return "generic"
 
 
@@ -198,20 +199,19 @@ def parse_target(spec: "str | Target") -> "Target":
     if s.startswith("{"):
         try:
             return Target(json.loads(s))
-        except Exception as exc:  # noqa: BLE001 -- bad JSON, or TVM's own error types for a bad target
-            why = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
-            raise InputError(f"target {spec!r}: {why}") from None
+        except TVM_ERRORS as exc:  # bad JSON (a ValueError), or TVM's error for a bad target
+            raise InputError(f"target {spec!r}: {error_line(exc)}") from None
     raise InputError(f"unknown target {spec!r}: use 'cpu', 'cuda', a TVM tag like 'nvidia/nvidia-a100' or a JSON dict")
 
 
 def hardware_info(target: "str | Target") -> HardwareInfo:
     """The hardware description of a target, from TVM's target attributes where it has them."""
     t = parse_target(target)
-    if t.kind.name == "llvm":
+    if is_cpu(t):
         cores = int(t.attrs["num-cores"]) if "num-cores" in t.attrs else None
         mcpu = str(t.attrs["mcpu"]) if "mcpu" in t.attrs else None
         return cpu_info(cores, mcpu)
-    if t.kind.name == "cuda":
+    if is_cuda(t):
         a = t.attrs
         # TVM drops the tag name when it expands a tag; keep the one the caller gave.
         tag = str(t.tag) if t.tag else ""

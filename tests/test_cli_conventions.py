@@ -164,8 +164,10 @@ def test_build_json_says_what_was_written_applied_and_missing(capsys, tmp_path, 
                                op=SimpleNamespace(name=f"op_{name}", key=f"KEY({name})"))
 
     applied, missing, instant = task("conv", 300, 2), task("dense", 100), task("bmm", 200)
+    failed = task("pool", 50)  # a stored program that did not apply: build_model warned, with TVM's error
     left = SimpleNamespace(name="reshape", weight=1, reason="no loop nest")
-    built = SimpleNamespace(applied=(applied, instant), missing=(missing,), instant=(instant,),
+    built = SimpleNamespace(applied=(applied, instant), missing=(missing, failed), instant=(instant,),
+                            fallbacks=((failed, "its trace does not replay: no"),), unprogrammed=(missing,),
                             target='{"kind": "llvm"}',
                             tasks=SimpleNamespace(left_alone=(left,)), applied_flops_share=0.8,
                             executable=SimpleNamespace(export_library=lambda path: open(path, "w").close()))
@@ -178,10 +180,14 @@ def test_build_json_says_what_was_written_applied_and_missing(capsys, tmp_path, 
     assert report["output"] == str(tmp_path / "m.so") and report["model"] == "tiny"
     assert report["target"] == {"kind": "llvm"}
     assert [t["name"] for t in report["applied"]] == ["conv", "bmm"] and report["applied"][1]["instant"]
-    assert report["missing"] == [{"name": "dense", "op": "op_dense", "key": "KEY(dense)", "calls": 1, "flops": 100}]
+    assert report["missing"] == [{"name": "dense", "op": "op_dense", "key": "KEY(dense)", "calls": 1, "flops": 100},
+                                 {"name": "pool", "op": "op_pool", "key": "KEY(pool)", "calls": 1, "flops": 50,
+                                  "error": "its trace does not replay: no"}]
     assert report["applied_flops_share"] == 0.8 and report["instant"] == ["bmm"]
     assert report["left_alone"] == [{"name": "reshape", "calls": 1, "reason": "no loop nest"}]
-    assert "eto: warning: dense" in err and "2 of 3 tunable tasks" in err
+    assert "eto: warning: dense" in err and "eto: warning: pool" not in err
+    assert "2 of 4 tunable tasks run programs from" in err
+    assert "(80.0% of their FLOPs), 1 on TVM's default schedule as their program did not apply (pool)" in err
 
 
 # -- 4: --help ----------------------------------------------------------------------------------------

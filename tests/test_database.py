@@ -1,6 +1,8 @@
 """The program database: MetaSchedule-readable files, metadata, corrupt lines, crashes, merging."""
 
 import json
+import re
+import warnings
 
 import pytest
 
@@ -77,6 +79,65 @@ def test_corrupt_lines_are_reported_and_skipped(tmp_path, target):
     assert any(r.startswith(f"{RECORDS}:3: ") for r in reasons), reasons
     assert any(r.startswith(f"{META}:2: ") and "unknown operator type 'NOPE'" in r for r in reasons), reasons
     assert len(again) == 2  # both good programs survive
+
+
+def test_a_load_says_how_many_lines_it_skipped_and_why(tmp_path, target):
+    """Opening a database with lines it cannot read warns once, with their count per file and the first one's
+    reason (a library caller is told too, not only a command that lists ``problems``); the good records load."""
+    op = Operator.create("DENSE", M=4, N=8, K=16)
+    path = tmp_path / "db"
+    for m in (4, 5):
+        Database(path).commit(op.replace(M=m), target, make_records(op.replace(M=m), [[m * 1e-6]], target),
+                              method="backend", candidates=1, seconds=1)
+    with open(path / RECORDS, "a") as f:
+        f.write("[0, this is not json]\n[7]\n")
+    with open(path / META, "a") as f:
+        f.write("not json\n")
+    with pytest.warns(RuntimeWarning) as caught:
+        again = Database(path)
+    assert [str(w.message) for w in caught] == [
+        f"{path}: 3 lines it cannot read skipped: 2 in {RECORDS} (line 3: not a [workload, record] tuning record, "
+        f"...); 1 in {META} (line 3: unreadable metadata (not a JSON object))"]
+    assert len(again) == 2 and again.best(op, target).latency_s == pytest.approx(4e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(Database(path, warn=False).problems) == 3  # a caller that lists them itself (eto db show)
+
+
+def test_a_record_tvm_cannot_read_is_named_with_its_line(tmp_path, target):
+    """A record line of the right JSON shape that TVM cannot read (another TVM version's, or damaged) loads, but
+    asking for its TuningRecord raises UnreadableRecord (bad input, exit 2) naming the file and line."""
+    from eto.store.errors import UnreadableRecord
+
+    op = Operator.create("DENSE", M=4, N=8, K=16)
+    path = tmp_path / "db"
+    Database(path).commit(op, target, make_records(op, [[1e-6]], target), method="backend", candidates=1, seconds=1)
+    wl, rec = json.loads((path / RECORDS).read_text())
+    (path / RECORDS).write_text(json.dumps([wl, ["not a trace", *rec[1:]]]) + "\n")
+    best = Database(path).best(op, target)
+    with pytest.raises(UnreadableRecord, match=rf"^{path / RECORDS}:1: TVM \S+ cannot read this program \(.+\): "
+                       "another TVM version wrote it, or the line is damaged; tune its operator again$"):
+        best.tuning_record
+
+
+def test_a_checkpointed_program_tvm_cannot_read_is_counted(tmp_path, target):
+    """A rerun reads an interrupted run's programs back; one TVM cannot read costs that seed, and a warning
+    counts them and gives the first one's error (it was dropped without a word)."""
+    from eto.store.database import PROGRESS
+
+    op = Operator.create("DENSE", M=4, N=8, K=16)
+    path = tmp_path / "db"
+    Database(path).checkpoint(op, target, make_records(op, [[3e-6], [2e-6]], target), method="backend", trials=2,
+                              seconds=1.0)
+    batch = json.loads((path / PROGRESS).read_text())
+    batch["records"][0][1][0] = "not a trace"
+    (path / PROGRESS).write_text(json.dumps(batch) + "\n")
+    progress = Database(path).progress(op, target)
+    assert progress.trials == 2
+    with pytest.warns(RuntimeWarning, match=rf"^1 of 2 checkpointed programs of {re.escape(op.key)} skipped: "
+                      rf"{path / PROGRESS}: TVM \S+ cannot read this program \(.+\)"):
+        programs = progress.programs()
+    assert [secs for _, secs in programs] == [2e-6]
 
 
 def test_interrupted_write_is_repaired_without_losing_it(tmp_path, target):

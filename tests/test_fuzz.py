@@ -29,7 +29,7 @@ from eto.operators.opsets import builtin_opset
 
 CASES: Counter[str] = Counter()
 TRACEBACKS: Counter[str] = Counter()
-KINDS = ("operator spec", "operator-set file", "graph file", "database", "model file", "environment")
+KINDS = ("operator spec", "operator-set file", "graph file", "database", "model file", "environment", "traffic file")
 
 
 def fuzz(max_examples: int):
@@ -482,6 +482,21 @@ def test_found_files(capsys, tmp_path, kind, data, argv, words):
         assert str(path) in err
 
 
+@pytest.mark.parametrize("data, words", [
+    (b'{"12": 1e400}', "size 12 with count inf"),
+    (b'{"12": -1}', "size 12 with count -1"),
+    (b'{"0": 5}', "size 0 with count 5"),
+    (b'{"12": 0}', "no requests at any size"),
+])
+def test_found_traffic_files(capsys, tmp_path, data, words):
+    """``eto dispatch --traffic``: a count that reads as infinite (1e400) passed the command's check and was
+    "a bug in eto" (exit 3); every bad entry is named."""
+    path = write(tmp_path, "traffic.json", data)
+    code, _, err = run(capsys, "traffic file", "dispatch", "--op", "BMM(B=1,M=16,N=16,K=16)", "--symbolic", "M=seq",
+                       "--sizes", "1,8,16", "--db", tmp_path, "--traffic", path)
+    assert_named_error(code, err, f"--traffic {path}: {words}; sizes must be positive")
+
+
 @MODEL_EXTRAS
 def test_found_model_files(capsys, tmp_path):
     path = write(tmp_path, "m.onnx", b"PK\x03\x04")  # torch.export logged a traceback of its own
@@ -507,6 +522,34 @@ def test_found_database_lines(capsys, tmp_path, name, field, value):
         assert code == 0 and f"{os.path.join(db, name)}:1: " in err, err
 
 
+def seed_db(tmp_path: Path, extra: dict[str, list[bytes]] | None = None) -> Path:
+    """The seed database, with ``extra`` lines appended to its files."""
+    files = {n: ([json.dumps(line).encode() for line in lines] + (extra or {}).get(n, []), False)
+             for n, lines in SEED_DB.items()}
+    return write_db(tmp_path, files)
+
+
+def test_found_skipped_lines_are_counted(capsys, tmp_path):
+    """A command that reads a damaged database (here eto plan) says how many lines it skipped, per file, and
+    why; it used to skip them without a word."""
+    db = seed_db(tmp_path, {RECORDS: [b"oops"], "eto_meta.json": [b"{"]})
+    code, _, err = run(capsys, "database", "plan", "--opset", "quickstart", "--db", db)
+    assert code == 0, err
+    assert (f"eto: warning: {db}: 2 lines it cannot read skipped: 1 in {RECORDS} (line 3: not a [workload, record] "
+            "tuning record); 1 in eto_meta.json (line 3: unreadable metadata (not a JSON object))") in err, err
+
+
+def test_found_unreadable_programs(capsys, tmp_path):
+    """Records of the right JSON shape that TVM cannot read (another TVM version's, or damaged): eto db export
+    names each and is bad input where none is left (exit 2), not "a bug in eto" (exit 3)."""
+    db = seed_db(tmp_path)
+    code, _, err = run(capsys, "database", "db", "export", db, tmp_path / "out")
+    assert_named_error(code, err, f"{db}: TVM cannot read any of its 2 best programs")
+    for line in (1, 2):
+        assert f"{os.path.join(db, RECORDS)}:{line}: TVM " in err and "cannot read this program (" in err, err
+    assert "internal error" not in err
+
+
 @pytest.mark.parametrize("name, value, words", [
     ("TVM_NUM_THREADS", "abc", "TVM_NUM_THREADS='abc': expected a positive number of threads"),
     ("TVM_NUM_THREADS", "0", "TVM_NUM_THREADS='0': expected a positive number of threads"),
@@ -520,3 +563,4 @@ def test_found_environment_values(capsys, monkeypatch, name, value, words):
     code, _, err = run(capsys, "environment", "plan", "--opset", "quickstart")
     assert_named_error(code, err, words)
     assert "internal error" not in err
+

@@ -544,7 +544,7 @@ def test_a_stored_program_applies_to_the_same_function_with_other_block_names():
     import tvm
     from tvm.s_tir.schedule import Schedule
 
-    from eto.models.build import _block_names, portable_trace
+    from eto.models.build import NotPortable, _block_names, portable_trace
 
     tuned, other = _mean("lv200_red"), _mean("lv375_red")
     trace = _schedule(tuned, "lv200_red").trace
@@ -559,7 +559,8 @@ def test_a_stored_program_applies_to_the_same_function_with_other_block_names():
 
     x = te.placeholder((1, 8, 8, 16), name="x")
     relu = tvm.IRModule({"main": te.create_prim_func([x, te.compute(x.shape, lambda *i: te.max(x(*i), 0.0))])})
-    assert portable_trace(trace, tuned, relu) is None  # another function: no program rather than a wrong one
+    with pytest.raises(NotPortable, match=r"its blocks \[root, lv200_red, T_divide\] are not the function's \[root, compute\]"):
+        portable_trace(trace, tuned, relu)  # another function: no program rather than a wrong one
     # the same block names in a function of another structure (an ONNX file's classifier against the
     # torch.export file's): the trace does not replay, so no program, not a build that fails
     y = te.placeholder((1, 8, 16), name="x")
@@ -568,7 +569,8 @@ def test_a_stored_program_applies_to_the_same_function_with_other_block_names():
     flat = tvm.IRModule({"main": te.create_prim_func([y, te.compute(red.shape, lambda *i: red(*i) / 8.0,
                                                                      name="T_divide")])})
     assert _block_names(flat) == _block_names(tuned)
-    assert portable_trace(trace, tuned, flat) is None
+    with pytest.raises(NotPortable, match="its trace does not replay: "):
+        portable_trace(trace, tuned, flat)
 
 
 @pytest.mark.slow

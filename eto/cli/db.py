@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
 def _show(args: argparse.Namespace) -> int:
     from eto.store.database import Database
 
-    db = Database(args.db, readonly=True)
+    db = Database(args.db, readonly=True, warn=False)  # each problem is listed below
     programs = db.programs() if args.all else db.best_programs()
     if args.json:
         print(json.dumps({
@@ -49,16 +49,25 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    """The best program per operator and target as TVMScript, and as a shared library with --lib."""
+    """The best program per operator and target as TVMScript, and as a shared library with --lib; a program
+    TVM cannot read is skipped with a warning naming it (bad input where none is left)."""
     from eto.store.database import Database
+    from eto.store.errors import UnreadableRecord
 
     best = Database(args.db, readonly=True).best_programs(args.target)
     if not best:
         raise CLIError(f"{args.db}: no programs{'' if args.target is None else ' for target ' + args.target}")
     os.makedirs(args.out, exist_ok=True)
     suffixes = _target_suffixes({p.target for p in best})
-    index = [_export_program(p, args.out, _file_name(p.op.name) + suffixes[p.target], lib=args.lib)
-             for p in sorted(best, key=lambda p: (p.op.key, p.target))]
+    index, unreadable = [], []
+    for p in sorted(best, key=lambda p: (p.op.key, p.target)):
+        try:
+            index.append(_export_program(p, args.out, _file_name(p.op.name) + suffixes[p.target], lib=args.lib))
+        except UnreadableRecord as exc:
+            unreadable.append(exc)
+            log.warning(f"{p.op.name}: not exported: {exc}")
+    if unreadable and not index:
+        raise CLIError(f"{args.db}: TVM cannot read any of its {len(best)} best programs; the first: {unreadable[0]}")
     with open(os.path.join(args.out, "index.json"), "w") as f:
         json.dump(index, f, indent=1)
     log.info(f"exported {len(index)} programs to {args.out}")
@@ -111,7 +120,7 @@ def _merge(args: argparse.Namespace) -> int:
     dest = Database(args.dest)
     total = {"results": 0, "records": 0, "orphans": 0, "problems": 0}
     for src in args.sources:
-        counts = dest.merge_from(Database(src, readonly=True))
+        counts = dest.merge_from(Database(src, readonly=True, warn=False))  # its problems are counted below
         for k, v in counts.items():
             total[k] += v
         log.info(f"{src}: {counts['results']} results, {counts['records']} records, "

@@ -21,7 +21,7 @@ from tuner.measure import stop
 from tuner.measure.options import OptionError
 from eto.errors import InputError
 from eto.models import MissingExtraError, ModelImportError
-from eto.store.database import DatabaseError
+from eto.store.errors import DatabaseError
 from eto.cli.progress import log
 
 if TYPE_CHECKING:  # pragma: no cover

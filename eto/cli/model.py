@@ -36,8 +36,6 @@ def _load(args: argparse.Namespace):
     if not os.path.isdir(args.db):
         raise CLIError(f"--db {args.db}: no such database directory")
     db = Database(args.db, readonly=True)
-    for p in db.problems:
-        log.warning(f"{os.path.join(args.db, str(p))} (skipped)")
     target = parse_target(args.target)
     check_target(db, target, fatal=True)
     from eto.models.layout import layout_from_database
@@ -51,7 +49,7 @@ def _build(args: argparse.Namespace) -> int:
 
     model, db, target = _load(args)
     built = eto.api.build(model, database=db, target=target).built
-    for t in built.missing:
+    for t in built.unprogrammed:  # a fallback's warning, with TVM's error, came from the build
         log.warning(f"{t.name} ({t.op}, {t.weight} call(s)) has no program in {args.db}: TVM's default schedule")
     for t in built.tasks.left_alone:
         log.info(f"{t.name}: default schedule ({t.reason})")
@@ -59,8 +57,10 @@ def _build(args: argparse.Namespace) -> int:
         log.info(f"{len(built.instant)} task(s) run instant programs, not tuned yet (eto retune without "
                  f"--instant-only tunes them): {', '.join(t.name for t in built.instant)}")
     built.executable.export_library(args.output)
+    failed = (f", {len(built.fallbacks)} on TVM's default schedule as their program did not apply "
+              f"({', '.join(t.name for t, _ in built.fallbacks)})") if built.fallbacks else ""
     log.info(f"{model.name}: {len(built.applied)} of {len(built.applied) + len(built.missing)} tunable tasks run "
-             f"programs from {args.db} ({built.applied_flops_share:.1%} of their FLOPs), "
+             f"programs from {args.db} ({built.applied_flops_share:.1%} of their FLOPs){failed}, "
              f"{len(built.tasks.left_alone)} other tasks default-scheduled; wrote {args.output}")
     if args.json:
         print(json.dumps(build_json(model.name, built, args.output), indent=1))
@@ -69,14 +69,16 @@ def _build(args: argparse.Namespace) -> int:
 
 def build_json(name: str, built: "BuiltModel", output: str) -> dict:
     """What ``eto build --json`` prints: the library written, each tunable task applied (from the database)
-    or missing (TVM's default schedule), the share of their FLOPs applied, the tasks left alone."""
+    or missing (TVM's default schedule; with ``error`` where its stored program did not apply), the share of
+    their FLOPs applied, the tasks left alone."""
     def task(t) -> dict:
         return {"name": t.name, "op": t.op.name, "key": t.op.key, "calls": t.weight, "flops": t.flops}
 
     instant = {t.name for t in built.instant}
+    errors = {t.name: why for t, why in built.fallbacks}
     return {"model": name, "output": output, "target": json.loads(str(built.target)),  # a Target's text: its JSON
             "applied": [{**task(t), "instant": t.name in instant} for t in built.applied],
-            "missing": [task(t) for t in built.missing],
+            "missing": [{**task(t), **({"error": errors[t.name]} if t.name in errors else {})} for t in built.missing],
             "applied_flops_share": built.applied_flops_share,
             "instant": sorted(instant),
             "left_alone": [{"name": t.name, "calls": t.weight, "reason": t.reason} for t in built.tasks.left_alone]}
@@ -102,7 +104,7 @@ def _bench(args: argparse.Namespace) -> int:
     onnx_file = args.onnx or (None if zipfile.is_zipfile(args.model) else args.model)  # .pt2 files are zips
     try:
         session = onnxruntime_session(onnx_file, num_threads()) if onnx_file else None
-    except Exception as e:  # noqa: BLE001 -- ONNX Runtime cannot run this model: the other baselines still can
+    except Exception as e:  # noqa: BLE001 -- ONNX Runtime's errors derive from Exception: the other baselines run
         if args.onnx:
             raise CLIError(f"--onnx {args.onnx}: ONNX Runtime cannot load it: {e}") from None
         log.warning(f"ONNX Runtime cannot run {onnx_file} ({e}); benchmarking without it")

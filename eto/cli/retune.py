@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 from typing import TYPE_CHECKING
 
+from tuner.analysis.kinds import is_cpu
 from tuner.measure.options import DEFAULT_TRIALS
 from eto.operators.opsets import OperatorSet, parse_vary, vary
 from eto.report import format_table
@@ -52,8 +54,6 @@ def _retune_in(args: argparse.Namespace) -> int:
         base: str | OperatorSet = args.opset if args.opset and not (args.op or args.model) else operators_from_args(args)
         shapes = vary(base, dim, values)
     db = Database(args.db)
-    for p in db.problems:
-        log.warning(f"{os.path.join(args.db, str(p))} (skipped)")
     check_target(db, target, fatal=True)  # else every shape would go to the backend, unasked
     for entry in layouts:  # each size's layout, under the model's name: eto build --dim reads it
         record_layout(db.path, entry)
@@ -127,7 +127,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     from eto.target import parse_target
 
     target = parse_target(args.target)
-    if target.kind.name != "llvm":
+    if not is_cpu(target):
         raise CLIError(f"eto dispatch measures on this machine's CPU; --target {args.target} is {target.kind.name}")
     traffic = _traffic(args.traffic) if args.traffic else None
     db = Database(args.db, readonly=True)
@@ -161,8 +161,11 @@ def _traffic(path: str) -> dict[int, float]:
     except (OSError, ValueError, AttributeError, TypeError) as exc:
         raise CLIError(f"--traffic {path}: expected a JSON object of size -> requests, e.g. "
                        f'{{"12": 840, "128": 95}} ({exc})') from None
-    if any(k < 1 or not v >= 0 for k, v in traffic.items()) or not any(traffic.values()):
-        raise CLIError(f"--traffic {path}: sizes must be positive and counts non-negative, with some requests")
+    bad = next(((k, v) for k, v in traffic.items() if k < 1 or not 0 <= v < math.inf), None)
+    if bad is not None or not any(traffic.values()):
+        what = f"size {bad[0]} with count {bad[1]:g}" if bad else "no requests at any size"
+        raise CLIError(f"--traffic {path}: {what}; sizes must be positive and counts finite and non-negative, "
+                       "with some requests")
     return traffic
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from typing import TYPE_CHECKING, Sequence
 
 from eto.report import format_table
@@ -22,16 +21,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def _open_database(path: str, priors: Sequence[str] = ()) -> "Database":
-    """:func:`eto.api.open_database`, its messages logged; a missing prior is bad input."""
+    """:func:`eto.api.open_database`, its messages logged (a warning counts the lines it could not read);
+    a missing prior is bad input."""
     from eto.api import open_database
 
     try:
-        db = open_database(path, priors, log=log.info)
+        return open_database(path, priors, log=log.info)
     except FileNotFoundError as exc:
         raise CLIError(f"--prior {exc.filename}: no such database directory") from None
-    for p in db.problems:
-        log.warning(f"{os.path.join(path, str(p))} (skipped)")
-    return db
 
 
 def _tune(args: argparse.Namespace) -> int:

@@ -116,7 +116,7 @@ def bench_model(model: "RelaxModel", target: "Target", *, database: "Database | 
         builds[name] = build_model(model, db, target, tasks=tasks)
         recorded = recorded_tuning(db, target, keys)
         tuning[name], notes[name] = recorded.seconds, recorded.note
-    for t in builds["eto"].missing if "eto" in builds else ():
+    for t in builds["eto"].unprogrammed if "eto" in builds else ():  # a fallback's warning came from the build
         log(f"warning: {t.name} ({t.op}) has no program in the database: default schedule")
     if ms_trials:
         ms_db, tuning["metaschedule"] = tune_metaschedule(tasks, target, ms_trials, ms_work_dir, search=ms_search,

@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
+from tuner.tvm_errors import TVM_ERRORS
+
 from eto.operators import Operator
 from eto.models.mapping import relax_type
 from eto.models.prepack import like_template
@@ -53,7 +55,7 @@ def bridge_task(anchor: Operator, template: Operator, target: "Target | None" = 
         if own is None or _signature(own.prim_func()) != _signature(template.prim_func()):
             return None
         op = _rebuild(anchor, template, target)
-    except Exception:  # noqa: BLE001 -- TVM rejected the rebuilt function: no bridge
+    except TVM_ERRORS:  # TVM rejected the rebuilt function (an op, a layout or a fusion it refuses): no bridge
         return None
     if op is None or _signature(op.prim_func(), shapes=False) != _signature(template.prim_func(), shapes=False):
         return None

@@ -5,9 +5,10 @@ operator's fastest stored program (one eto's correctness gate passed; an instant
 ``eto retune`` stores first, where no tuned one is faster), and the model is compiled as MetaSchedule's
 ``compile_relax`` compiles one (:func:`compile_fused`): ``MetaScheduleApplyDatabase`` replaces every
 function it finds in the database, the rest keep TVM's default schedules; on CPUs the programs'
-weights are pre-packed at build time. A program tuned on another model's copy of a
-function serves this one even where their block names differ (:func:`portable_trace`). The tasks that got no program are named, with their
-share of the model's tunable FLOPs, so a stale or partial database is never silent.
+weights are pre-packed at build time. A program tuned on another model's copy of a function serves this
+one even where their block names differ (:func:`portable_trace`). The tasks that got no program are
+named, with their share of the model's tunable FLOPs, and so are those whose program did not apply, with
+TVM's error (:attr:`BuiltModel.fallbacks`), so a stale or partial database is never silent.
 """
 
 from __future__ import annotations
@@ -18,7 +19,11 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from tuner.analysis.kinds import is_cpu
+from tuner.tvm_errors import TVM_ERRORS, error_line
+
 from eto.store.database import PREDICTED
+from eto.store.errors import UnreadableRecord
 from eto.target import warn_target_mismatch
 from eto.models.prepack import task_symbol
 from eto.models.tasks import ModelTask, ModelTasks, model_tasks
@@ -39,9 +44,17 @@ class BuiltModel:
     executable: Any  # tvm.relax.VMExecutable
     tasks: ModelTasks
     applied: tuple[ModelTask, ...]  # tunable tasks that run a stored program
-    missing: tuple[ModelTask, ...]  # tunable tasks with no stored program: default schedule
+    missing: tuple[ModelTask, ...]  # tunable tasks on TVM's default schedule: no stored program, or a failed one
     target: "Target"
     instant: tuple[ModelTask, ...] = ()  # of ``applied``: those running an instant program (not tuned yet)
+    #: of ``missing``: those whose stored program did not apply, each with why (TVM's error)
+    fallbacks: tuple[tuple[ModelTask, str], ...] = ()
+
+    @property
+    def unprogrammed(self) -> tuple[ModelTask, ...]:
+        """The tunable tasks the database holds no program for (``missing`` less the fallbacks)."""
+        failed = {t.name for t, _ in self.fallbacks}
+        return tuple(t for t in self.missing if t.name not in failed)
 
     @property
     def applied_flops_share(self) -> float:
@@ -106,7 +119,9 @@ class BuiltModel:
 def build_model(model: "RelaxModel", database: "Database | None", target: "Target", *,
                 tasks: ModelTasks | None = None) -> BuiltModel:
     """Compile ``model`` for ``target`` with ``database``'s programs (None: TVM's defaults only), in the
-    layout ``model`` names (:func:`eto.models.layout.layout_from_database` gives it the database's)."""
+    layout ``model`` names (:func:`eto.models.layout.layout_from_database` gives it the database's).
+    A task whose stored program does not apply keeps TVM's default schedule, with a warning naming the
+    task and TVM's error: one stale program costs its task's speed, not the build."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.database import TuningRecord
@@ -115,7 +130,7 @@ def build_model(model: "RelaxModel", database: "Database | None", target: "Targe
         warn_target_mismatch(database, target)
     tasks = tasks or model_tasks(model, target)
     ms_db = ms.database.MemoryDatabase()
-    applied, missing, instant = [], [], []
+    applied, missing, instant, fallbacks = [], [], [], []
     for t in tasks.tasks:
         if t.op is None:
             continue
@@ -124,12 +139,14 @@ def build_model(model: "RelaxModel", database: "Database | None", target: "Targe
         if best is None:
             missing.append(t)
             continue
-        rec = best.tuning_record
-        trace = portable_trace(rec.trace, rec.workload.mod, t.mod)
-        if trace is None:
-            warnings.warn(f"{t.name}: the stored program for {t.op.name} does not apply to this model's "
-                          "function (TVM's default schedule instead)", RuntimeWarning, stacklevel=2)
+        try:
+            rec = best.tuning_record
+            trace = portable_trace(rec.trace, rec.workload.mod, t.mod)
+        except (UnreadableRecord, NotPortable) as exc:
+            warnings.warn(f"{t.name}: TVM's default schedule instead of the stored program for {t.op.name}: {exc}",
+                          RuntimeWarning, stacklevel=2)
             missing.append(t)
+            fallbacks.append((t, str(exc)))
             continue
         if best.method == PREDICTED:
             instant.append(t)
@@ -137,7 +154,7 @@ def build_model(model: "RelaxModel", database: "Database | None", target: "Targe
                                                 ArgInfo.from_prim_func(t.mod["main"])))
         applied.append(t)
     ex = compile_fused(ms_db, tasks.fused, target)
-    return BuiltModel(ex, tasks, tuple(applied), tuple(missing), target, tuple(instant))
+    return BuiltModel(ex, tasks, tuple(applied), tuple(missing), target, tuple(instant), tuple(fallbacks))
 
 
 def compile_fused(ms_db: Any, fused: "tvm.IRModule", target: "Target") -> Any:
@@ -180,14 +197,19 @@ def _lowering(target: "Target") -> list:
                 t.ComputePrimValue(), t.VMShapeLower(), t.AttachGlobalSymbol()]
 
 
-def portable_trace(trace: "Trace", tuned: "tvm.IRModule", mod: "tvm.IRModule") -> "Trace | None":
+class NotPortable(Exception):
+    """A stored program's trace that does not apply to a model's function: the message says why."""
+
+
+def portable_trace(trace: "Trace", tuned: "tvm.IRModule", mod: "tvm.IRModule") -> "Trace":
     """``trace``, tuned on ``tuned``, as it applies to ``mod``, the same function from another model.
 
     A stored program is found by its function's structure, but its trace names the blocks it
     schedules, and some block names come from the model's variables (a mean's ``lv200_red`` in a
     ``torch.export`` file is ``lv375_red`` in the ONNX file of the same network). Where the names
     differ, the trace's block names are mapped by position (the functions are structurally equal,
-    so their blocks come in the same order) and replayed on ``mod``; None if it still does not apply.
+    so their blocks come in the same order) and replayed on ``mod``; :class:`NotPortable` (with TVM's
+    error where the replay failed) if it still does not apply.
     The trace is replayed even where the names agree: one operator can come from two functions with
     the same block names and another structure (an ONNX file's classifier against the torch.export
     file's), and a trace that does not replay would fail the whole build. O(instructions + blocks)."""
@@ -195,7 +217,7 @@ def portable_trace(trace: "Trace", tuned: "tvm.IRModule", mod: "tvm.IRModule") -
 
     old, new = _block_names(tuned), _block_names(mod)
     if old != new and (len(old) != len(new) or len(set(old)) != len(old)):
-        return None
+        raise NotPortable(f"its blocks [{', '.join(old)}] are not the function's [{', '.join(new)}]")
     rename = dict(zip(old, new))
     insts, decisions = trace.as_json()
     insts = [[kind, inputs, [rename.get(a, a) if isinstance(a, str) else a for a in attrs], outputs]
@@ -203,8 +225,8 @@ def portable_trace(trace: "Trace", tuned: "tvm.IRModule", mod: "tvm.IRModule") -
     sch = Schedule(mod)
     try:
         Trace.apply_json_to_schedule([insts, decisions], sch)
-    except Exception:  # noqa: BLE001 -- TVM raises its own error kinds for a trace that does not replay
-        return None
+    except TVM_ERRORS as exc:  # a schedule primitive that refuses the function (a split of another extent)
+        raise NotPortable(f"its trace does not replay: {error_line(exc)}") from None
     return trace if old == new else sch.trace
 
 
@@ -245,4 +267,4 @@ def _tensor(a: np.ndarray, dev) -> Any:
 def _device(target: "Target"):
     import tvm
 
-    return tvm.cpu() if target.kind.name == "llvm" else tvm.cuda()
+    return tvm.cpu() if is_cpu(target) else tvm.cuda()

@@ -32,6 +32,7 @@ import math
 from typing import TYPE_CHECKING
 
 from eto.models.load import RelaxModel
+from tuner.analysis.kinds import is_cpu
 
 if TYPE_CHECKING:  # pragma: no cover
     import tvm
@@ -53,7 +54,7 @@ def vector_erf(target: "Target") -> list["Pass"]:
     """The pass that computes a model's float32 erf (GELU's) with TVM's polynomial, on CPUs (else none)."""
     import tvm
 
-    if target.kind.name != "llvm":
+    if not is_cpu(target):
         return []
 
     @tvm.transform.module_pass(opt_level=0, name="EtoVectorErf")

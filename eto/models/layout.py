@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Literal, Mapping, Sequence, get_args
 from eto.errors import InputError
 from eto.models.load import RelaxModel
 from eto.models.nhwc import LayoutConversion, channels_last
+from tuner.analysis.kinds import is_cpu
 
 if TYPE_CHECKING:  # pragma: no cover
     import tvm
@@ -133,7 +134,7 @@ def resolve(layout: str, target: "Target | None") -> str:
     tile NCHW convolutions). Any other layout as it is."""
     if layout != "auto":
         return layout
-    return "auto" if target is None or target.kind.name == "llvm" else "NCHW"
+    return "auto" if target is None or is_cpu(target) else "NCHW"
 
 
 def convert_layout(mod: "tvm.IRModule", layout: str, *, target: "Target | None" = None,

@@ -90,7 +90,7 @@ def onnx_to_relax(model: Any, *, name: str | None = None,
     folded_how = "constant-folded by ONNX Runtime, then via tvm.relax.frontend.onnx"
     try:
         mod = _from_onnx(proto, shape_dict)
-    except Exception as exc:  # TVM raises many types for models it cannot import
+    except Exception as exc:  # noqa: BLE001 -- the frontend raises any type for a graph it cannot import: named below
         folded = _constant_folded(proto) if not shape_dict else None
         try:
             if folded is None:
@@ -157,16 +157,18 @@ def _constant_folded(proto):
         try:
             ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
             return onnx.load(opts.optimized_model_filepath)
-        except Exception:  # noqa: BLE001 -- ONNX Runtime cannot read it either: the importer's error stands
+        except Exception:  # noqa: BLE001 -- ONNX Runtime's errors derive from Exception: the importer's error stands
             return None
 
 
 def _parse_onnx(data: bytes, label: str):
     onnx = _require_onnx()
+    from google.protobuf.message import DecodeError
+
     proto = onnx.ModelProto()
     try:
         proto.ParseFromString(data)
-    except Exception as exc:  # google.protobuf.message.DecodeError and friends
+    except DecodeError as exc:  # the only error protobuf raises for bytes that are not a ModelProto
         raise ModelFileError(f"{label}: not an ONNX model or a torch.export .pt2 archive "
                              f"(protobuf parse failed: {_first_line(exc) or type(exc).__name__})") from None
     return proto
@@ -185,7 +187,7 @@ def _load_onnx_file(path: str):
         onnx = _require_onnx()
         try:
             onnx.load_external_data_for_model(proto, os.path.dirname(os.path.abspath(path)))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 -- OSError, ValueError or onnx's ValidationError (an Exception itself)
             raise ModelFileError(f"{path}: cannot read its external weight files: {_first_line(exc)}") from None
     return proto
 
@@ -224,7 +226,7 @@ def exported_program_to_relax(ep: Any, *, name: str = "model", decompose: bool =
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             mod = from_exported_program(ep, keep_params_as_input=True, run_ep_decomposition=decompose)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 -- as the ONNX frontend: any type, for a program it cannot convert
         raise ModelImportError(f"{name}: TVM's Relax PyTorch frontend could not convert the program: "
                                f"{type(exc).__name__}: {_first_line(exc)}") from exc
     return RelaxModel(mod, name, f"{source} via torch.export + tvm.relax.frontend.torch.from_exported_program")
@@ -239,7 +241,7 @@ def _load_pt2(path: str):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return torch.export.load(path)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 -- unpickling a damaged archive raises any type: a file error
         raise ModelFileError(
             f"{path}: a zip archive but not a readable torch.export .pt2 program ({type(exc).__name__}: "
             f"{_first_line(exc)}); a module saved with torch.save must be loaded in Python and passed to "

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tuner.analysis.kinds import is_cpu
+
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.ir.transform import Pass
     from tvm.target import Target
@@ -42,7 +44,7 @@ PREPACKED = "_prepacked"
 
 def prepacks(target: "Target") -> bool:
     """Whether a model's weights are pre-packed for ``target``: on CPUs."""
-    return target.kind.name == "llvm"
+    return is_cpu(target)
 
 
 def before_tuning(target: "Target") -> list["Pass"]:

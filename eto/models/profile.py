@@ -36,6 +36,7 @@ from eto.models.tasks import SCHEDULED
 from eto.models.winograd import fold_transform_calls
 from eto.operators.channels_last import nchw_shapes
 from eto.report import format_table
+from tuner.analysis.kinds import is_cpu
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
@@ -240,7 +241,7 @@ def profile_model(model: "RelaxModel | str | os.PathLike[str]",
     from eto.target import parse_target, use_threads
 
     threads, target = use_threads(), parse_target(target)
-    if target.kind.name != "llvm":
+    if not is_cpu(target):
         raise InputError(f"a profile times a CPU build against the CPU's roofline, not a {target.kind.name} build: "
                          "give a CPU target (--target cpu)")
     if isinstance(database, (str, os.PathLike)):
@@ -253,8 +254,8 @@ def profile_model(model: "RelaxModel | str | os.PathLike[str]",
     built = build_model(model, database, target)
     tasks = built.tasks
     if built.missing:
-        log(f"{len(built.missing)} task(s) without a program in the database run TVM's default schedules: "
-            + ", ".join(t.name for t in built.missing))
+        log(f"{len(built.missing)} task(s) run TVM's default schedules, without a program in the database or with "
+            "one that did not apply: " + ", ".join(t.name for t in built.missing))
     peak = Peak(fp32_peak(threads), threads, f"measured: TVM FMA kernel, {threads} thread(s)", memory_bandwidth(),
                 "measured: a one-thread numpy copy")
     with tempfile.TemporaryDirectory(prefix="eto-profile-") as tmp:
@@ -286,7 +287,7 @@ def _ort_session(path: "str | os.PathLike[str] | None", threads: int, folder: st
         opts.add_session_config_entry("session.force_spinning_stop", "1")
         opts.enable_profiling, opts.profile_file_prefix = True, os.path.join(folder, "ort")
         return ort.InferenceSession(os.fspath(path), sess_options=opts, providers=["CPUExecutionProvider"]), []
-    except Exception as e:  # noqa: BLE001 -- not installed, or it cannot run this model: eto's columns still stand
+    except Exception as e:  # noqa: BLE001 -- no ONNX Runtime, or its own error (an Exception): eto's columns stand
         why = "pip install onnxruntime" if isinstance(e, ImportError) else f"it cannot run {os.fspath(path)}: {e}"
         return None, [f"no ONNX Runtime ({why}): its columns are left out"]
 

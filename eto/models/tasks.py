@@ -188,10 +188,11 @@ def _static(mod: "tvm.IRModule") -> bool:
 
 def _pads(mod: "tvm.IRModule") -> bool:
     from tvm import s_tir
+    from tvm.s_tir.schedule import ScheduleError
 
     try:
         s_tir.Schedule(mod).get_sblock("pad_temp")
-    except Exception:  # noqa: BLE001 -- no such block
+    except ScheduleError:  # no such block
         return False
     return True
 

@@ -32,7 +32,8 @@ def runner_ups(beta: Operator, source, database: Database, target, k: int = RUNN
     candidates, at 0.10 and 0.24 of MetaSchedule's throughput (set benchmark, N = 200). β's
     runner-ups with other inner tiles lead round T beside β's own tiles, and the rounds after T keep
     the winner's inner tiles (:meth:`tuner.reuse.space.ReuseSpace.m_round`). O(r) in β's r programs."""
-    from tuner.analysis.features import kind_of, program_features
+    from tuner.analysis.features import program_features
+    from tuner.analysis.kinds import kind_of
 
     if source is None:
         return []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tuner.analysis.kinds import is_cpu
 from tuner.measure import deadline
 
 from eto.operators import Operator
@@ -77,7 +78,7 @@ def finish(opset: OperatorSet, run: RunContext, measurer: "Measurer") -> int:
 
 def _here(run: RunContext, measurer: "Measurer") -> bool:
     """Instant programs are checked and timed in this process: a CPU target measured on this machine."""
-    return run.target.kind.name == "llvm" and checkable_here(measurer, run.target)
+    return is_cpu(run.target) and checkable_here(measurer, run.target)
 
 
 __all__ = ["INSTANT_S", "MAX_RESERVE_SHARE", "SEARCH_IN_FLIGHT_S", "finish", "finishable", "reserve"]

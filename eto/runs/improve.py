@@ -31,6 +31,7 @@ import math
 from collections import Counter
 from typing import TYPE_CHECKING, Literal, Mapping, Sequence
 
+from tuner.analysis.kinds import is_cpu
 from tuner.measure import deadline
 from tuner.measure.timing import timing_of
 
@@ -171,7 +172,7 @@ def self_reuse_due(best: "ProgramRecord", results: Sequence[Mapping], polished: 
 
 def _roofline(run: RunContext) -> tuple[float | None, float | None]:
     """The cores' fp32 peak and memory bandwidth, measured now (CPU targets; None elsewhere)."""
-    if run.target.kind.name != "llvm":
+    if not is_cpu(run.target):
         return None, None
     from eto.target import use_threads
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tuner.analysis.kinds import is_cpu
 from tuner.measure.timing import DEFAULT_TIMING, Timing
 
 from eto.errors import InputError
@@ -89,7 +90,7 @@ def instant(op: Operator, database: Database, target: "Target", *, ranker: "Lear
 
     start = time.perf_counter()
     use_threads()  # timed in this process: on the threads tuning measures with
-    if target.kind.name != "llvm" or str(target.attrs.get("mtriple", "") or ""):
+    if not is_cpu(target) or str(target.attrs.get("mtriple", "") or ""):
         raise InputError(f"instant programs are checked and timed on this machine's CPU, not on {target.kind.name}")
     src = source or nearest_source(op, database, target)
     if src is None:

@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from tuner.analysis.kinds import is_cpu
 from tuner.measure import stop
 from tuner.measure.faults import kill_point
 from tuner.measure.trajectory import median_secs
+from tuner.tvm_errors import TVM_ERRORS, error_line
 
 from eto.operators import Operator
 
@@ -32,7 +34,7 @@ def check_record(op: Operator, record: "TuningRecord", target: "Target", *, seed
     """Build ``record``'s program for the CPU, run it on random inputs, compare with numpy."""
     from tuner.measure.apply import build, run_once, scheduled_module
 
-    if target.kind.name != "llvm":
+    if not is_cpu(target):
         raise ValueError(f"numpy checks run on the CPU; {target.kind.name} programs are checked by the tuner")
     lib = build(scheduled_module(record), target)
     inputs = op.random_inputs(seed)
@@ -65,7 +67,7 @@ def gate(op: Operator, records: Sequence["TuningRecord"], target: "Target", *, l
     of each dropped program). O(checks) builds.
     """
     ordered = sorted(records, key=lambda r: median_secs(r.run_secs))
-    if target.kind.name != "llvm" or not local:  # checked where they run (see tuner.measure.measurer)
+    if not is_cpu(target) or not local:  # checked where they run (see tuner.measure.measurer)
         return ordered, {"checked": None}
     rejected: list[dict] = []
     tol = tolerance(op)
@@ -74,10 +76,9 @@ def gate(op: Operator, records: Sequence["TuningRecord"], target: "Target", *, l
         kill_point("gate.check")
         try:
             c = check_record(op, rec, target, atol=tol)
-        except Exception as exc:  # noqa: BLE001 -- a program that cannot be checked is not trusted
+        except TVM_ERRORS as exc:  # a program TVM cannot build or run here is not trusted: rejected, with why
             stop.check()  # unless the error is a stop (SIGINT, SIGTERM) TVM's C++ passed on: no verdict
-            text = str(exc).strip()
-            return f"could not be checked: {text.splitlines()[-1][:200] if text else repr(exc)}"
+            return f"could not be checked: {error_line(exc, 200)}"
         return None if c.ok else f"output differs from numpy (max abs error {c.max_abs_error:.3g})"
 
     def reject(rec, error: str) -> None:

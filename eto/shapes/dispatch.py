@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 import numpy as np
 
 from tuner.analysis.symbolic import KINDS, Kind, choose_buckets, symbolic_module, tile_multiples, traffic_weights
+from tuner.tvm_errors import TVM_ERRORS, error_line
 
 from eto.errors import InputError
 from eto.store.database import Database
@@ -379,8 +380,8 @@ def build_dispatch(op: Operator, symbolic: Mapping[str, str], database: Database
         try:
             fn = compile_dispatch(op, symbolic, [(sizes[-1], c)], target)
             check(fn, [sizes[0], sizes[-1]])
-        except Exception as exc:  # a program whose trace does not replay symbolically, or is wrong
-            skipped.append(f"{c.name}: {str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else type(exc).__name__}")
+        except TVM_ERRORS as exc:  # no symbolic replay, a wrong result (ValueError), TVM's refusal: named, skipped
+            skipped.append(f"{c.name}: {error_line(exc, 200)}")
             say(f"skipped {c.name}: {skipped[-1]}")
             continue
         row = tuple(fn.time(inputs[s], min_repeat_ms=min_repeat_ms) for s in sizes)

@@ -137,7 +137,7 @@ class ProgramCache:
                      TuneOptions.of(trials=self.trials), measurer=self.measurer, log=self.log)
                 self.get(op)  # swap the tuned program in when it is faster
                 self.log(f"tuned {op.name}: {self._served[op].program.latency_s * 1e6:.1f} us")
-            except Exception as exc:  # noqa: BLE001 -- a failed tuning keeps the served program
+            except Exception as exc:  # noqa: BLE001 -- any failure of a run: logged, kept in errors; the program stays
                 self.errors[op] = str(exc)
                 self.log(f"tuning {op.name} failed: {exc}")
             finally:

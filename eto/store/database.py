@@ -16,9 +16,10 @@ Writes are append-only (:mod:`eto.store.jsonlines`: one ``write`` and one fsync 
 records before the metadata line that references them, under an exclusive lock. A process killed
 at any point leaves complete lines plus at most one partial last line, which the next writer moves
 to ``corrupt_lines.txt`` (reported, never silently dropped). A corrupt line anywhere is
-reported with file and line number and skipped.
+reported with file and line number and skipped, and a warning at open counts them.
 
-Reading needs no TVM: lines are parsed as JSON; TuningRecords are built only when asked for. Each
+Reading needs no TVM: lines are parsed as JSON; TuningRecords are built only when asked for (one TVM
+cannot read is an :class:`~eto.store.errors.UnreadableRecord` naming its file and line). Each
 file is read once: a reload (before every write, so once per measured candidate) parses only
 the lines appended since the last one, so its cost does not grow with the database.
 """
@@ -30,6 +31,7 @@ import math
 import os
 import threading
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
@@ -37,8 +39,12 @@ from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
 from tuner.measure.faults import kill_point
 from tuner.measure.stop import deferred
 from tuner.measure.trajectory import median_secs
+from tuner.tvm_errors import TVM_ERRORS, error_line
 
-from eto.store.jsonlines import Tail, append_lines, count_lines, cut_at, dumps, parse, raw_line, record_json
+from eto.store.checkpoints import Progress, progress_batch_ok
+from eto.store.errors import DatabaseError, UnreadableRecord
+from eto.store.jsonlines import (Problem, Tail, append_lines, count_lines, cut_at, dumps, parse, raw_line, record_json,
+                                 skipped_lines)
 from eto.operators import Operator
 from eto.target import target_key
 
@@ -92,50 +98,12 @@ class ProgramRecord:
         return self._db.tuning_record(self.line)
 
 
-@dataclass(frozen=True)
-class Problem:
-    """A line eto could not use."""
-
-    file: str
-    line: int  # 1-based, as editors show it
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}: {self.reason}"
-
-
-@dataclass(frozen=True)
-class Progress:
-    """An interrupted run's durable checkpoints: trials, seconds and measured programs so far."""
-
-    trials: int = 0
-    seconds: float = 0.0
-    latencies: tuple[float, ...] = ()
-    trajectory: tuple = ()  # [seconds, trial, best latency] points, the run's own clock
-    _entries: tuple = field(default=(), repr=False)  # [workload line, record JSON] per program
-    _db: "Database | None" = field(default=None, compare=False, repr=False)
-
-    def programs(self) -> list[tuple["TuningRecord", float]]:
-        """The programs as (MetaSchedule TuningRecord, seconds); one TVM cannot read is skipped."""
-        from tvm.s_tir.meta_schedule.database import TuningRecord
-
-        out = []
-        for (wl, rec), secs in zip(self._entries, self.latencies):
-            try:
-                out.append((TuningRecord.from_json(rec, self._db.workload(wl)), secs))  # type: ignore[union-attr]
-            except Exception:  # noqa: BLE001 -- a damaged line costs its program, not the run
-                continue
-        return out
-
-
-class DatabaseError(ValueError):
-    """A database that cannot be used at all (not a directory, unreadable)."""
-
-
 class Database:
-    """An eto database directory (created if missing unless ``readonly``)."""
+    """An eto database directory (created if missing unless ``readonly``). Lines it cannot read are
+    skipped and listed in :attr:`problems`; ``warn``: a warning counts them when it opens (False: the
+    caller lists them itself)."""
 
-    def __init__(self, path: str | os.PathLike, *, readonly: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike, *, readonly: bool = False, warn: bool = True) -> None:
         self.path = os.fspath(path)
         self.readonly = readonly
         if os.path.exists(self.path) and not os.path.isdir(self.path):
@@ -148,6 +116,8 @@ class Database:
         self._mutex = threading.RLock()
         self._reset()
         self.reload()
+        if warn and self.problems:
+            warnings.warn(f"{self.path}: {skipped_lines(self.problems)}", RuntimeWarning, stacklevel=2)
 
     # -- loading --------------------------------------------------------------------------
     def _file(self, name: str) -> str:
@@ -230,7 +200,7 @@ class Database:
         progress = []
         for i, text in new[PROGRESS]:
             obj = parse(text)
-            if _progress_batch_ok(obj, len(workloads)):
+            if progress_batch_ok(obj, len(workloads)):
                 progress.append(obj)
             elif text is not None:
                 problems.append(Problem(PROGRESS, i + 1, "not a progress batch"))
@@ -295,7 +265,7 @@ class Database:
                             sum(float(m.get("seconds", 0.0)) for m in batches),
                             tuple(float(e[2]) for e in entries),
                             tuple(pt for m in batches for pt in m.get("trajectory", ())),
-                            tuple((e[0], e[1]) for e in entries), self)
+                            tuple((e[0], e[1]) for e in entries), self, key)
 
     def checkpoint(self, op: Operator, target: "str | Target", records: Sequence["TuningRecord"], *,
                    method: Method, trials: int, seconds: float, trajectory: Sequence = ()) -> None:
@@ -352,10 +322,24 @@ class Database:
         return self._workload_objs[index]
 
     def tuning_record(self, line: int) -> "TuningRecord":
+        """The record on ``line`` (0-based) of database_tuning_record.json; :class:`UnreadableRecord` if TVM
+        cannot read it."""
+        wl, rec = self._records[line]
+        return self.read_record(wl, rec, f"{RECORDS}:{line + 1}")
+
+    def read_record(self, workload: int, record: list, where: str = PROGRESS) -> "TuningRecord":
+        """A record's JSON (on ``workload``'s line) as a TuningRecord; ``where``: its file and line (a checkpoint's
+        entries have no line of their own), named in the :class:`UnreadableRecord` raised when TVM cannot read
+        it. The load checked its shape only."""
+        import tvm
         from tvm.s_tir.meta_schedule.database import TuningRecord
 
-        wl, rec = self._records[line]
-        return TuningRecord.from_json(rec, self.workload(wl))
+        try:
+            return TuningRecord.from_json(record, self.workload(workload))
+        except TVM_ERRORS as exc:  # another TVM version's record, or a damaged one that is still JSON
+            raise UnreadableRecord(f"{self._file(where)}: TVM {tvm.__version__} cannot read this program "
+                                   f"({error_line(exc)}): another TVM version wrote it, or the line is damaged; "
+                                   "tune its operator again") from None
 
     # -- writing --------------------------------------------------------------------------
     @contextmanager
@@ -489,12 +473,3 @@ class Database:
             self.reload()
         return copied
 
-
-def _progress_batch_ok(obj: Any, workloads: int) -> bool:
-    """Whether a progress line is a batch eto wrote: typed fields, records on known workloads."""
-    if not (isinstance(obj, dict) and all(isinstance(obj.get(k), str) for k in ("op_key", "target", "method"))
-            and isinstance(obj.get("trials"), int) and isinstance(obj.get("seconds"), (int, float))
-            and isinstance(obj.get("records", []), list) and isinstance(obj.get("trajectory", []), list)):
-        return False
-    return all(isinstance(e, list) and len(e) == 3 and isinstance(e[0], int) and 0 <= e[0] < workloads
-               and isinstance(e[2], (int, float)) for e in obj.get("records", []))

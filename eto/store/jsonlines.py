@@ -53,6 +53,30 @@ class Tail:
         return lines, problems
 
 
+@dataclass(frozen=True)
+class Problem:
+    """A line eto could not use."""
+
+    file: str
+    line: int  # 1-based, as editors show it
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.reason}"
+
+
+def skipped_lines(problems: Sequence[Problem]) -> str:
+    """How many lines were skipped, per file, and the first one's reason in each: one message however
+    many lines are damaged (each is listed by ``eto db show``)."""
+    by_file: dict[str, list[Problem]] = {}
+    for p in problems:
+        by_file.setdefault(p.file, []).append(p)
+    parts = [f"{len(ps)} in {name} (line {ps[0].line}: {ps[0].reason}{', ...' if len(ps) > 1 else ''})"
+             for name, ps in by_file.items()]
+    n = len(problems)
+    return f"{n} line{'s' * (n != 1)} it cannot read skipped: {'; '.join(parts)}"
+
+
 def append_lines(path: str, lines: Sequence[str]) -> None:
     """Append ``lines`` (newlines inside them become spaces) with a single write and one fsync."""
     data = "".join(line.replace("\n", " ") + "\n" for line in lines).encode("utf-8")

@@ -29,7 +29,9 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal, Sequence
+from typing import TYPE_CHECKING, Sequence
+
+from tuner.analysis.kinds import Kind
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.ir import IRModule
@@ -37,9 +39,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
 
     from tuner.analysis.sketch import Sketch
-
-Kind = Literal["cpu", "cuda"]
-
 
 class cached_property:  # noqa: N801 (named as the functools one it replaces)
     """``functools.cached_property`` without Python 3.11's per-class lock (a measurable share of ResNet-50's
@@ -58,11 +57,6 @@ class cached_property:  # noqa: N801 (named as the functools one it replaces)
             return self
         value = obj.__dict__[self.name] = self.func(obj)
         return value
-
-
-def kind_of(target: "Target") -> Kind:
-    """``"cuda"`` or ``"cpu"``: which tile structure (and which B/T/M) the target's programs have."""
-    return "cuda" if target.kind.name == "cuda" else "cpu"
 
 
 @functools.lru_cache(maxsize=1 << 18)
@@ -204,7 +198,7 @@ def major_extents(mod: "IRModule") -> tuple[int, ...] | None:
     What tells a learned ranker whether it has seen workloads of α's shape."""
     try:
         return loop_nest_of(mod, major_block(mod)).extents
-    except Exception:  # not a loop nest the reader knows (dynamic extents, no blocks)
+    except (ValueError, TypeError, RuntimeError):  # no blocks; a symbolic extent (int() of a Var); TVM's refusal
         return None
 
 

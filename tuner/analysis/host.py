@@ -41,7 +41,7 @@ def physical_cores() -> int:
         n = psutil.cpu_count(logical=False)
         if n:
             return int(n)
-    except Exception:  # pragma: no cover
+    except (ImportError, OSError):  # pragma: no cover - no psutil, or /sys and /proc unreadable
         pass
     return os.cpu_count() or 1
 

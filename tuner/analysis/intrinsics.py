@@ -17,6 +17,8 @@ import platform
 import sys
 from typing import TYPE_CHECKING
 
+from tuner.analysis.kinds import is_cuda
+
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
 
@@ -45,7 +47,7 @@ def register_tensor_intrinsics(target: "Target | None" = None) -> None:
         sys.modules[PACKAGE] = package
         setattr(tvm.s_tir, "tensor_intrin", package)
     modules = ["arm_cpu" if _is_arm() else "x86"]
-    if target is not None and target.kind.name == "cuda":
+    if target is not None and is_cuda(target):
         modules.append("cuda")
     for name in modules:
         importlib.import_module(f"{PACKAGE}.{name}")

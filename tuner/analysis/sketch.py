@@ -29,6 +29,8 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from tuner.tvm_errors import TVM_ERRORS
+
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.ir import IRModule
     from tvm.s_tir import Schedule
@@ -312,6 +314,14 @@ class Sketch:
         sch = Schedule(mod)
         Trace.apply_json_to_schedule([self.insts, [[i, d] for i, d in sorted(merged.items())]], sch)
         return sch
+
+    def applied(self, mod: "IRModule", decisions: Mapping[int, Any]) -> "Schedule | None":
+        """:meth:`apply`, or None where a schedule primitive refuses a decision (a tile that does not
+        divide, a vector lane count the loop cannot take): a candidate that does not exist."""
+        try:
+            return self.apply(mod, decisions)
+        except TVM_ERRORS:  # the primitives' refusals (ScheduleError, or a check failed in TVM's C++)
+            return None
 
     def tile_decisions(self) -> tuple[list[list[int]], list[list[int]]]:
         t = self.main_tiles

@@ -23,6 +23,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Mapping, Sequence
 
+from tuner.tvm_errors import TVM_ERRORS, error_line
+
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.ir import IRModule
     from tvm.s_tir.meta_schedule.database import TuningRecord
@@ -48,8 +50,8 @@ def symbolic_module(func: "PrimFunc", record: "TuningRecord") -> "IRModule":
     trace = record.trace
     try:
         symbolic = [rv for rv, _ in _symbolic_loops(sch, trace)]
-    except Exception as exc:  # a block the trace names is not in func
-        raise ValueError(f"the program's trace does not fit the function: {_last_line(exc)}") from None
+    except TVM_ERRORS as exc:  # a block the trace names is not in func
+        raise ValueError(f"the program's trace does not fit the function: {error_line(exc)}") from None
     insts, decisions = [], {}
     literal: list = []  # (ExprRV, literal factor): pairs, since an ExprRV's == builds an expression
     for inst in trace.insts:
@@ -68,8 +70,8 @@ def symbolic_module(func: "PrimFunc", record: "TuningRecord") -> "IRModule":
         insts.append(inst)
     try:
         Trace(insts, decisions).apply_to_schedule(sch, remove_postproc=False)
-    except Exception as exc:  # TVM raises its own error types for a trace that does not fit
-        raise ValueError(f"the program's trace does not replay on the symbolic function: {_last_line(exc)}") from None
+    except TVM_ERRORS as exc:  # a primitive that refuses the symbolic loops
+        raise ValueError(f"the program's trace does not replay on the symbolic function: {error_line(exc)}") from None
     return sch.mod
 
 
@@ -92,11 +94,6 @@ def tile_multiples(func: "PrimFunc", record: "TuningRecord") -> dict[str, int]:
             inner = math.prod(int(f) for f in record.trace.decisions[inst][1:])
             out[name] = math.lcm(out[name], inner)
     return out
-
-
-def _last_line(exc: BaseException) -> str:
-    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else type(exc).__name__
 
 
 def _symbolic_loops(sch, trace) -> list[tuple]:

@@ -25,6 +25,7 @@ from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuild
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 from tuner.analysis.host import physical_cores
+from tuner.analysis.kinds import is_cpu
 from tuner.measure.faults import hang_point
 from tuner.measure.workers import bind_to_parent, stop_pool
 
@@ -72,7 +73,7 @@ def _warm_up(target: "Target", out_dir: str) -> None:
 def _warm_job(target: "Target", out_dir: str) -> None:
     """Worker job sent ahead of the first builds (:meth:`PersistentBuilder.warm`): TVM's import, and for
     CPU targets :func:`_warm_up`'s LLVM set-up."""
-    if target.kind.name == "llvm":
+    if is_cpu(target):
         _warm_up(target, out_dir)
 
 

@@ -31,6 +31,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.builder import BuilderInput
 from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig, RunnerInput
 
+from tuner.analysis.kinds import is_cpu
 from tuner.measure import deadline, stop
 from tuner.measure.builder import PersistentBuilder, one_line
 from tuner.analysis.host import physical_cores
@@ -258,7 +259,7 @@ class Measurer:
         """eto's searches' build timeout for ``target`` (``config.search_build_timeout_s``: LLVM builds
         on a persistent builder), or None: the builder's own."""
         short = self.config.search_build_timeout_s
-        ok = short is not None and target.kind.name == "llvm" and isinstance(self.builder, PersistentBuilder)
+        ok = short is not None and is_cpu(target) and isinstance(self.builder, PersistentBuilder)
         return short if ok else None
 
     def measure(self, mods: Sequence["IRModule"], target: "Target", *, screen: bool = False,
@@ -294,7 +295,7 @@ class Measurer:
                 results[i] = MeasureResult(None, str(b.error_msg), "build", seconds[i])
                 continue
             args = ArgInfo.from_entry_func(mod, remove_preproc=True)
-            device = "cpu" if target.kind.name == "llvm" else target.kind.name
+            device = "cpu" if is_cpu(target) else target.kind.name
             inputs.append(RunnerInput(b.artifact_path, device, args))
             where.append(i)
         for i, r in enumerate(results):

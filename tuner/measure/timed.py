@@ -19,6 +19,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import PyBuilder
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture
 
+from tuner.analysis.kinds import is_cpu
 from tuner.measure import deadline, stop
 from tuner.measure.faults import kill_point
 from tuner.measure.measurer import BuildCut
@@ -209,7 +210,7 @@ class TimedRunner(PyRunner):
         """Run the candidates of a chunk just built (artifact path, candidate) now."""
         from tvm.s_tir.meta_schedule.runner import RunnerInput
 
-        device = "cpu" if target.kind.name == "llvm" else target.kind.name
+        device = "cpu" if is_cpu(target) else target.kind.name
         inputs = [RunnerInput(path, device, c.args_info) for path, c in built]
         for inp, result in zip(inputs, self._each(inputs)):
             self.done[str(inp.artifact_path)] = result

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
+from tuner.analysis.kinds import is_cpu
+
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
 
@@ -47,7 +49,7 @@ def measure_config(timing: Timing, target: "Target") -> "MeasureConfig":
     from tuner.measure.options import check_choice
 
     check_choice("timing", timing, Timing)
-    if timing == "hot" or target.kind.name != "llvm":
+    if timing == "hot" or not is_cpu(target):
         return MeasureConfig()
     return MeasureConfig(number=1, repeat=COLD_REPEAT, min_repeat_ms=0, enable_cpu_cache_flush=True,
                          screen_repeat=COLD_SCREEN_REPEAT, screen_min_repeat_ms=0)

@@ -85,10 +85,13 @@ def kill_tree(pid: int) -> None:
     """SIGKILL ``pid`` and its descendants (children first found, then the process)."""
     try:
         import psutil
-
-        children = psutil.Process(pid).children(recursive=True)
-    except Exception:  # noqa: BLE001 - no psutil, or the process is gone: the process alone
+    except ImportError:  # no psutil: the process alone
         children = []
+    else:
+        try:
+            children = psutil.Process(pid).children(recursive=True)
+        except psutil.Error:  # the process is gone, or not ours to look into: the process alone
+            children = []
     for p in [*children, None]:
         try:
             os.kill(pid if p is None else p.pid, signal.SIGKILL)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from tuner.analysis.features import LoopNest, TileConfig, major_extents
 from tuner.analysis.intrinsics import register_tensor_intrinsics
+from tuner.tvm_errors import TVM_ERRORS
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.ir import IRModule
@@ -235,7 +236,7 @@ class LearnedRanker:
             try:
                 sch = Schedule(mod)
                 rec.trace.apply_to_schedule(sch, remove_postproc=False)
-            except Exception:  # a record of another TVM version or a damaged trace: not worth failing for
+            except TVM_ERRORS:  # a record of another TVM version or a damaged trace: one example less to learn from
                 continue
             g = groups.setdefault(key[0], (mod, [], []))
             g[1].append(sch)

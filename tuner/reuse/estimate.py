@@ -21,7 +21,8 @@ import sys
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from tuner.analysis.features import Kind, LoopNest, TileConfig, align_loops
+from tuner.analysis.features import LoopNest, TileConfig, align_loops
+from tuner.analysis.kinds import Kind
 from tuner.reuse.leads import lead_tiles
 from tuner.reuse.options import ReuseOptions
 from tuner.reuse.space import (DEFAULT_STRATEGY, GPU_MAX_THREADS, GPU_MIN_THREADS, ReuseSpace, Strategy,

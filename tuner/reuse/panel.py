@@ -37,7 +37,8 @@ import itertools
 import math
 from typing import Sequence
 
-from tuner.analysis.features import Kind, LoopNest, TileConfig
+from tuner.analysis.features import LoopNest, TileConfig
+from tuner.analysis.kinds import Kind
 
 #: Vectors per inner column tile (SSRSRS level 3), inner column tiles per row (level 2), inner
 #: reduction chunks: the panel's register block is (tiles x vectors) wide and runs a chunk per step.

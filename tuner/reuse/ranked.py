@@ -12,6 +12,7 @@ import math
 from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
 
 from tuner.analysis.host import physical_cores
+from tuner.analysis.kinds import is_cuda
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.target import Target
@@ -38,7 +39,7 @@ def default_top_k(target: "Target") -> int:
     experiments/README.md "On a GPU"), so a batch as wide as the builder costs about what one
     candidate does.
     """
-    if target.kind.name != "cuda":
+    if not is_cuda(target):
         return DEFAULT_TOP_K
     return max(DEFAULT_TOP_K, physical_cores())
 

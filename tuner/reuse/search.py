@@ -36,7 +36,8 @@ from tuner.analysis.gathers import bounded_unroll
 from tuner.reuse.registers import covering_unroll, register_tiles
 from tuner.reuse.panel import blocked_lead, unroll_covering
 from tuner.reuse.ranked import DEFAULT_TOP_K, MIN_GAIN, resolve_top_k
-from tuner.analysis.features import Kind, LoopNest, TileConfig
+from tuner.analysis.features import LoopNest, TileConfig
+from tuner.analysis.kinds import Kind, kind_of
 from tuner.reuse.session import ReuseResult, Candidate, SearchMeasure, SearchSession, trace_key
 from tuner.reuse.options import ReuseOptions
 from tuner.reuse.space import DEFAULT_STRATEGY, RangeName, ReuseSpace, Strategy, default_ranges, target_limits
@@ -65,7 +66,7 @@ class ReuseTuner:
         from tvm.ir import IRModule
         from tvm.s_tir import meta_schedule as ms
 
-        from tuner.analysis.features import align_loops, kind_of, loop_nest_of, program_features
+        from tuner.analysis.features import align_loops, loop_nest_of, program_features
         from tuner.analysis.sketch import Sketch
         from tuner.analysis.subsketch import SubSketches
 
@@ -152,9 +153,8 @@ class ReuseTuner:
         return None
 
     def _replay(self, sketch: "Sketch", decisions: dict[int, Any]):
-        try:
-            sch = sketch.apply(self.alpha_mod, decisions)
-        except Exception:  # a decision the schedule primitives refuse
+        sch = sketch.applied(self.alpha_mod, decisions)
+        if sch is None:  # a decision the schedule primitives refuse: no candidate
             return None
         sch.enter_postproc()
         for p in self.postprocs:

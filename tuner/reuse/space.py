@@ -27,7 +27,8 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Literal, Sequence
 
 from tuner.reuse.cost_model import bshape_cost, tshape_cost
-from tuner.analysis.features import Kind, LoopNest, TileConfig, cached_property
+from tuner.analysis.features import LoopNest, TileConfig, cached_property
+from tuner.analysis.kinds import Kind
 from tuner.analysis.host import cpu_cache_bytes, env_int, num_threads, vector_bits, vector_registers
 from tuner.analysis.gathers import MAX_UNROLLED_GATHERS, unrolled_gathers
 from tuner.reuse.panel import panel_configs
