@@ -94,10 +94,14 @@ def bridge_operators(
     type occurs with several sketch keys or loop structures).  Order: by hop, then reuse class,
     then extents.
 
+    Pairs of two ``tuned`` operators (a prior database's) get no bridge: a bridge of a prior and a
+    requested operator is closer to both, and a database of P stored operators would otherwise add
+    O(P²) bridges to every plan.
+
     Complexity: each hop compares only pairs that involve at least one operator added by the
-    previous hop (pairs of older operators produced their bridges already), vectorized per reuse
-    class: O(Σ_hops |new| · |pool| · k) numpy work, plus one ``sketch_check`` call per distinct
-    candidate.
+    previous hop (pairs of older operators produced their bridges already; the first hop's, an
+    operator not tuned), vectorized per reuse class: O(Σ_hops |new| · |pool| · k) numpy work, plus
+    one ``sketch_check`` call per distinct candidate.
     """
     if hops != "all" and (isinstance(hops, bool) or not isinstance(hops, int) or hops < 0):
         raise ValueError(f"hops must be a non-negative int or 'all', got {hops!r}")
@@ -115,7 +119,7 @@ def bridge_operators(
         with_sketch = len(classes_per_type[template.type]) > 1
         pool = np.array([ops[i].extents for i in idx], dtype=np.int64)
         known: set[tuple[int, ...]] = set(map(tuple, pool.tolist()))
-        new = pool
+        new = pool[[not ops[i].tuned for i in idx]]  # two tuned operators need no bridge between them
         hop = 0
         while len(new) and (hops == "all" or hop < hops):
             hop += 1

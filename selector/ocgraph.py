@@ -92,8 +92,9 @@ def build_oc_graph(
     when that is more than the reuse's).
 
     Raises ValueError for duplicate or reserved names and for negative or NaN costs (naming the
-    edge).  A reuse cost of ``math.inf`` leaves the edge out.  Time: O(n² k) for the pairs
-    (vectorized) plus one ``cost_fn`` call per pair.
+    edge).  A reuse cost of ``math.inf`` leaves the edge out, and a ``tuned`` operator gets no reuse
+    edge (it is free from the root).  Time: O(n² k) for the pairs (vectorized) plus one ``cost_fn``
+    call per pair whose α is not tuned.
     """
     ops = list(ops)
     terminals = [op for op in ops if not op.bridge]
@@ -106,7 +107,10 @@ def build_oc_graph(
             raise ValueError(f"duplicate operator name {op.name!r}")
         seen.add(op.name)
 
-    pairs = [(everything[a], everything[b]) for a, b in reuse_pair_indices(everything).tolist()]
+    # no reuse edge into a tuned operator: its root edge costs 0, so no tree is cheaper through one, and
+    # a growing prior database (every stored operator a tuned node) would add O(P^2) estimates for nothing
+    pairs = [(everything[a], everything[b]) for a, b in reuse_pair_indices(everything).tolist()
+             if not everything[a].tuned]
     prefetch = getattr(cost_fn, "prefetch", None)
     if prefetch is not None and pairs:
         prefetch(pairs)  # before the root edges: ``backend_cost`` may read what it fetched

@@ -254,7 +254,8 @@ def _select(request: SelectionRequest, known: Optional[TreeSolution] = None) -> 
     tuned = request.tuned
     hops = _hops(request.bridges)
     ops = tuple(replace(op, tuned=True) if op.name in tuned else op for op in request.ops)
-    extra = bridge_operators(ops, hops=hops, sketch_check=request.sketch_check) if hops else []
+    # bridges of the request as made (a replan's newly tuned operators keep theirs, which it may name)
+    extra = bridge_operators(request.ops, hops=hops, sketch_check=request.sketch_check) if hops else []
     extra = [replace(b, tuned=True) if b.name in tuned else b for b in extra]
     unknown = set(tuned) - {op.name for op in ops} - {b.name for b in extra}
     if unknown:

@@ -79,6 +79,58 @@ def test_duplicate_and_reserved_names():
 
 # -- tuned (prior database) operators -------------------------------------------------------------
 
+def _zoo(seed: int, priors: int):
+    """A few requested matmuls and ``priors`` stored ones of the same kind, at random sizes."""
+    import random
+
+    rng = random.Random(seed)
+    size = lambda: [rng.choice([1, 2]), rng.choice([64, 128]), rng.choice([64, 256, 768]), rng.choice([64, 768])]  # noqa: E731
+    asked = [bmm(f"op{i}", size()) for i in range(4)]
+    stored = [bmm(f"prior:{i}", size(), tuned=True) for i in range(priors)]
+    return asked, stored
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_prior_gets_no_reuse_edge_and_the_plan_stays_optimal(seed):
+    """No estimate is asked for a reuse *into* a stored operator (free from the root), and the plan is as
+    cheap as one over the graph with those edges: stored operators given cost 0 but not marked tuned."""
+    asked, stored = _zoo(seed, 6)
+    cost = lambda a, b: 1.0 + sum(abs(x - y) for x, y in zip(a.extents, b.extents)) / 100  # noqa: E731
+    asks = []
+
+    def counted(alpha, beta):
+        asks.append(alpha.name)
+        return cost(alpha, beta)
+
+    G = build_oc_graph(asked + stored, cost_fn=counted, backend_cost=1000)
+    assert not any(name.startswith("prior:") for name in asks)
+    assert all(not v.startswith("prior:") or u == ROOT for u, v in G.edges)
+    plan = select_reuse_pairs(asked + stored, cost_fn=cost, backend_cost=1000, bridges="none", solver="exact")
+    free = {op.name for op in stored}
+    untagged = [LoopNestOp(name=o.name, type=o.type, sketch=o.sketch, space=o.space, reduction=o.reduction)
+                for o in asked + stored]
+    full = select_reuse_pairs(untagged, cost_fn=cost, backend_cost=lambda o: 0.0 if o.name in free else 1000.0,
+                              bridges="none", solver="exact")
+    assert plan.total_cost == pytest.approx(full.total_cost)
+
+
+def test_two_priors_get_no_bridge_between_them_but_a_prior_and_a_request_do():
+    a = bmm("prior:a", [1, 128, 768, 64], tuned=True)
+    b = bmm("prior:b", [1, 64, 256, 768], tuned=True)
+    assert bridge_operators([a, b]) == []
+    assert [o.extents for o in bridge_operators([bmm("a", [1, 128, 768, 64]), b])] == [(1, 64, 256, 64)]
+    new = bmm("new", [1, 256, 64, 768])
+    assert {o.extents for o in bridge_operators([a, b, new])} == {(1, 128, 64, 64), (1, 64, 64, 768)}
+
+
+def test_replan_keeps_a_bridge_whose_operators_are_all_tuned_now():
+    ops = [bmm("a", [1, 128, 768, 64]), bmm("b", [1, 64, 256, 768])]
+    plan = select_reuse_pairs(ops, cost_fn=lambda a, b: 5.0, backend_cost=100)
+    (bridge,) = [b.name for b in plan.bridges]
+    again = replan(plan, tuned=["a", "b", bridge])  # names the bridge: it must still be made
+    assert [b.name for b in again.bridges] == [bridge] and again.order == ()
+
+
 def test_tuned_operators_are_free_sources():
     prior = bmm("prior", [1, 128, 768, 768], tuned=True)
     new = [bmm("ffn1", [1, 128, 3072, 768]), bmm("ffn2", [1, 128, 768, 3072])]
