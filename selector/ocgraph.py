@@ -74,6 +74,13 @@ def check_cost(value: object, edge: str, *, allow_inf: bool = False) -> float:
     return cost
 
 
+def open_reuse_pairs(ops: Sequence[LoopNestOp]) -> list[tuple[LoopNestOp, LoopNestOp]]:
+    """The reuse pairs (α, β) the OC graph gets an edge for: every one whose α is not tuned. A tuned
+    operator's root edge costs 0, so no tree is cheaper through a reuse into it, and a prior database
+    of P stored operators (each a tuned node) would otherwise ask O(P²) estimates for nothing. O(n² k)."""
+    return [(ops[a], ops[b]) for a, b in reuse_pair_indices(ops).tolist() if not ops[a].tuned]
+
+
 def build_oc_graph(
     ops: Iterable[LoopNestOp],
     *,
@@ -92,9 +99,8 @@ def build_oc_graph(
     when that is more than the reuse's).
 
     Raises ValueError for duplicate or reserved names and for negative or NaN costs (naming the
-    edge).  A reuse cost of ``math.inf`` leaves the edge out, and a ``tuned`` operator gets no reuse
-    edge (it is free from the root).  Time: O(n² k) for the pairs (vectorized) plus one ``cost_fn``
-    call per pair whose α is not tuned.
+    edge).  A reuse cost of ``math.inf`` leaves the edge out; a tuned α gets none (:func:`open_reuse_pairs`).
+    Time: O(n² k) for the pairs (vectorized) plus one ``cost_fn`` call per pair.
     """
     ops = list(ops)
     terminals = [op for op in ops if not op.bridge]
@@ -107,10 +113,7 @@ def build_oc_graph(
             raise ValueError(f"duplicate operator name {op.name!r}")
         seen.add(op.name)
 
-    # no reuse edge into a tuned operator: its root edge costs 0, so no tree is cheaper through one, and
-    # a growing prior database (every stored operator a tuned node) would add O(P^2) estimates for nothing
-    pairs = [(everything[a], everything[b]) for a, b in reuse_pair_indices(everything).tolist()
-             if not everything[a].tuned]
+    pairs = open_reuse_pairs(everything)
     prefetch = getattr(cost_fn, "prefetch", None)
     if prefetch is not None and pairs:
         prefetch(pairs)  # before the root edges: ``backend_cost`` may read what it fetched

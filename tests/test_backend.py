@@ -54,6 +54,33 @@ class Module:
 """
 
 
+def _recording(measurer):
+    """``measurer`` with its builder's work recorded: (the measurer, the (structural hash, built) of each
+    candidate it was given). MetaSchedule's cost model learns from every candidate that built (its
+    UpdateCostModel drops a failed build, and a run with neither an error nor a time, which a run here
+    never gives; a failed run joins as 1e10 s): a loaded machine's build timeout is what varies its data."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.builder import PyBuilder
+    from tvm_ffi import structural_hash
+
+    from tuner.measure.measurer import Measurer
+
+    built = []
+
+    @derived_object
+    class Recorder(PyBuilder):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def build(self, inputs):
+            results = self.inner.build(inputs)
+            built.extend((structural_hash(i.mod), r.error_msg is None) for i, r in zip(inputs, results))
+            return results
+
+    return Measurer(Recorder(measurer.builder), measurer.runner, measurer.config), built
+
+
 def _sabotage(mod, how):
     from tvm import tirx
     from tvm.ir import IRModule
@@ -326,13 +353,9 @@ def test_warm_start_programs_join_the_search_database_and_train_its_model(target
     skips what its database holds, but it did regenerate and measure one warm program again in a
     CI run, so that is not asserted.)"""
     from tvm.ir import IRModule
-    from tvm_ffi import structural_hash
-    from tvm.ir.utils import derived_object
     from tvm.s_tir import meta_schedule as ms
-    from tvm.s_tir.meta_schedule.builder import PyBuilder
 
     from tuner.measure.backend import BackendTask, light_search, tune_backend
-    from tuner.measure.measurer import Measurer
 
     op = Operator.create("DENSE", M=32, N=32, K=32)
     ctx = ms.TuneContext(mod=IRModule({"main": op.prim_func()}), target=target, space_generator="post-order-apply",
@@ -345,26 +368,14 @@ def test_warm_start_programs_join_the_search_database_and_train_its_model(target
     secs = [r.median for r in measurer.measure([s.mod for s in schs], target)]
     assert schs and all(math.isfinite(s) for s in secs)
     task = BackendTask("warm", op.prim_func())
-    built = []
-
-    @derived_object
-    class Recorder(PyBuilder):
-        def __init__(self, inner):
-            super().__init__()
-            self.inner = inner
-
-        def build(self, inputs):
-            built.extend(structural_hash(i.mod) for i in inputs)
-            return self.inner.build(inputs)
-
     cost_model = ms.CostModel.create("xgb", num_tuning_cores=1)
-    recording = Measurer(Recorder(measurer.builder), measurer.runner, measurer.config)
+    recording, built = _recording(measurer)
     (res,) = tune_backend([task], target, BackendOptions(trials=4, num_trials_per_iter=4, search=light_search(), seed=0), measurer=recording, warm_start=[list(zip(schs, secs))], cost_model=cost_model)
     assert res.candidates == 4 and len(built) == 4
     assert res.best_latency <= min(secs)  # the warm programs are in the search's database
-    # The model saw the warm programs, then the trials that built and ran (MetaSchedule's UpdateCostModel
-    # drops a failed build; one trial was dropped in a loaded CI run): more than the 4 trials alone can give.
-    assert len(schs) + 4 >= cost_model.data_size > 4
+    # The model saw the warm programs, then every trial that built (a loaded CI run's build timeout
+    # dropped one once): exactly that many, not only the trials
+    assert cost_model.data_size == len(schs) + sum(ok for _, ok in built), (len(schs), built)
     with pytest.raises(ValueError, match="warm_start has 2 entries for 1 tasks"):
         tune_backend([task], target, BackendOptions(trials=4), measurer=measurer, warm_start=[[], []])
 
@@ -389,12 +400,13 @@ def test_a_task_tuned_alone_is_ranked_by_a_trained_model_from_its_second_batch(t
 
     monkeypatch.setattr(ms.CostModel, "create", staticmethod(spy))
     op = Operator.create("DENSE", M=32, N=32, K=64)
-    (res,) = tune_backend([BackendTask("alone", op.prim_func())], target, BackendOptions(trials=8, num_trials_per_iter=4, search=light_search(), seed=0), measurer=measurer)
-    assert res.candidates == 8 and len(created) == 1
+    recording, built = _recording(measurer)
+    (res,) = tune_backend([BackendTask("alone", op.prim_func())], target, BackendOptions(trials=8, num_trials_per_iter=4, search=light_search(), seed=0), measurer=recording)
+    assert res.candidates == 8 == len(built) and len(created) == 1
     model = created[0]
-    # A candidate whose run fails on a loaded machine is dropped from the model's data (seen in CI: 7 of 8),
-    # so the model holds at least the warm-up's worth, not exactly every trial.
-    assert model.num_warmup_samples == warmup_samples(4) == 4 and 4 <= model.data_size <= 8
+    # the model holds every trial that built: 8 unless a loaded machine's build timeout failed one (CI: 7)
+    assert model.num_warmup_samples == warmup_samples(4) == 4
+    assert model.data_size == sum(ok for _, ok in built) >= 4, built
     mod = IRModule({"main": op.prim_func()})
     ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply", search_strategy="replay-trace",
                          task_name="alone", num_threads=1, rand_state=1)

@@ -1,6 +1,7 @@
 """The main job: select reuse pairs, tune roots with the backend and the rest by reuse, store."""
 
 import json
+import math
 import os
 import statistics
 from pathlib import Path
@@ -111,7 +112,7 @@ def test_eto_tune_reuses_and_every_program_matches_numpy(capsys, tmp_path):
     assert len(Database(db_dir).results()) == results
 
 
-def test_roots_are_polished_and_a_root_left_unpolished_by_a_kill_is_polished_next(tmp_path):
+def test_roots_are_polished_and_a_root_left_unpolished_by_a_kill_is_polished_next(tmp_path, monkeypatch):
     """A plan root's program is polished by a self-reuse (eto.runs.polish): its row counts both searches,
     the polish's records sit on the backend's scale (the database's best is the program that won side
     by side), and a root whose run stopped before its polish is polished by the next run, not tuned
@@ -123,14 +124,14 @@ def test_roots_are_polished_and_a_root_left_unpolished_by_a_kill_is_polished_nex
     one = OperatorSet.from_layers("one", [op])
     kw = dict(trials=8, num_trials_per_iter=8, seed=0)
     with Measurer.local(MeasureConfig(), warm=target) as m:  # one for the five runs: its workers start once
-        _polish_runs(tmp_path, target, op, one, kw, m)
+        _polish_runs(tmp_path, target, op, one, kw, m, monkeypatch)
 
 
-def _polish_runs(tmp_path, target, op, one, kw, m):
+def _polish_runs(tmp_path, target, op, one, kw, m, monkeypatch):
     import shutil
 
     from eto.runs.pipeline import tune
-    from eto.runs.polish import needs_polish, record_scale
+    from eto.runs.polish import needs_polish
     from eto.runs.tuning import tune_with_backend
     from tuner.measure.options import BackendOptions
     from tuner.measure.backend import light_search
@@ -140,7 +141,22 @@ def _polish_runs(tmp_path, target, op, one, kw, m):
                       extra={op: {"root": True, "estimated_seconds": 5.0}}, measurer=m)
     assert needs_polish(db, op, target)
     shutil.copytree(tmp_path / "killed", tmp_path / "off")  # the same root, for the default below
-    report = tune(one, target, db, TuneOptions.of(search=light_search(), bridges="none", polish=True, **kw), measurer=m)
+    recorded = db.best(op, target).latency_s  # the backend's best as its record has it
+    remeasure, timed = m.remeasure, []
+
+    def side_by_side(mods, tgt, **kwargs):
+        """The polish's side-by-side timing (the backend's best, the polish's best): both timed for real,
+        known times reported, so the outcome is known: the backend's program now runs 1.25x faster than its
+        record (drift, within MAX_DRIFT: the polish moves onto the record's scale), the polished one 2x
+        faster than that."""
+        timed.append(remeasure(mods, tgt, **kwargs))
+        return [recorded / 1.25, recorded / 2.5]
+
+    with monkeypatch.context() as patch:
+        patch.setattr(m, "remeasure", side_by_side)
+        report = tune(one, target, db, TuneOptions.of(search=light_search(), bridges="none", polish=True, **kw),
+                      measurer=m)
+    assert len(timed) == 1 and all(0 < t < math.inf for t in timed[0])
     (row,) = report.rows  # (8 < 32 trials)
     # the estimate counts the run's set-up and planning as measured
     assert 0 < report.setup_seconds <= report.estimated_seconds and report.setup_seconds < report.seconds
@@ -152,15 +168,16 @@ def _polish_runs(tmp_path, target, op, one, kw, m):
     assert polish["candidates"] > 0 and polish["source"] == op.key
     assert row.candidates == backend["candidates"] + polish["candidates"]
     assert row.seconds == pytest.approx(backend["seconds"] + polish["seconds"])
-    side = polish["polish"]  # both best programs re-measured side by side; the polish's moved to the backend's scale
+    side = polish["polish"]  # both best programs re-measured side by side: the times reported above
+    assert side == {"backend_latency_s": pytest.approx(recorded / 1.25),
+                    "polished_latency_s": pytest.approx(recorded / 2.5), "improved": True}
     best_backend, best_polish = (min(e["latency_s"] for e in r["records"]) for r in (backend, polish))
-    # (unless the backend's program now runs over 2x off its record: then the polish is stored as timed now)
-    scale = record_scale(best_backend, side["backend_latency_s"])
-    assert scale in (1.0, best_backend / side["backend_latency_s"])
-    assert best_polish == pytest.approx(side["polished_latency_s"] * scale)
-    assert side["improved"] == (best_polish < best_backend)
-    assert row.latency_s == min(best_backend, best_polish)
-    assert row.method == ("polish" if side["improved"] else "backend")
+    assert best_backend == recorded
+    # the polished program on the record's scale: recorded / 2.5 timed now, x 1.25 (the record's time over
+    # the backend program's now) = half the backend's record; it won
+    assert best_polish == pytest.approx(recorded / 2)
+    assert row.latency_s == pytest.approx(recorded / 2) and row.method == "polish"
+    assert db.best(op, target).method == "polish"
     assert check_record(op, db.best(op, target).tuning_record, target).ok
 
     ms_db = Database(tmp_path / "metaschedule")

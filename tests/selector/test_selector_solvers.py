@@ -48,6 +48,28 @@ def brute_force(G, root, T, S):
     return best
 
 
+def cheapest_tree_without_steiner(G, root, T):
+    """The cheapest arborescence on root + terminals (no Steiner node), by trying every choice of each
+    terminal's parent (at most 5^5 here); inf if there is none. networkx's minimum_spanning_arborescence
+    is no oracle for it: 3.6 raises "No minimum spanning arborescence in G" on some graphs that have one
+    (seen on 5-terminal instances of random_instance)."""
+    choices = [[u for u in (root, *T) if u != t and G.has_edge(u, t)] for t in T]
+    best = math.inf
+    for parents in itertools.product(*choices):
+        parent = dict(zip(T, parents))
+        if all(_reaches(parent, t, root) for t in T):
+            best = min(best, sum(G.edges[parent[t], t]["weight"] for t in T))
+    return best
+
+
+def _reaches(parent, v, root):
+    for _ in range(len(parent) + 1):
+        if v == root:
+            return True
+        v = parent[v]
+    return False  # a cycle
+
+
 def assert_valid_tree(G, root, terminals, sol):
     parents = {}
     for u, v in sol.edges:
@@ -112,7 +134,7 @@ def test_edmonds_array_interface_reports_unreachable():
 
 @pytest.mark.slow  # seconds: many MIP solves
 def test_exact_equals_brute_force_and_approx_within_guarantee():
-    checked = 0
+    checked = without_steiner = 0
     for G, T, S in instances(seed=2022, count=120):
         opt = brute_force(G, "r", T, S)
         exact = steiner_exact(G, "r", T, time_limit=30)
@@ -127,20 +149,36 @@ def test_exact_equals_brute_force_and_approx_within_guarantee():
         dist = nx.single_source_dijkstra_path_length(G, "r")
         assert approx.cost <= sum(dist[t] for t in T) + 1e-9
         assert approx.cost <= len(T) * opt + 1e-9
-        # never worse than the best tree without Steiner nodes, when one exists
-        H = G.subgraph(["r", *T]).copy()
-        H.remove_edges_from(list(H.in_edges("r")))
-        try:
-            no_steiner = nx.minimum_spanning_arborescence(H).size(weight="weight")
+        # never worse than the best tree without Steiner nodes, which exists where every terminal is
+        # reachable from the root through terminals alone
+        no_steiner = cheapest_tree_without_steiner(G, "r", T)
+        H = G.subgraph(["r", *T])
+        assert (no_steiner < math.inf) == (set(T) <= nx.descendants(H, "r"))
+        if no_steiner < math.inf:
             assert approx.cost <= no_steiner + 1e-9
-        except nx.NetworkXException:
-            pass
+            without_steiner += 1
         assert approx.lower_bound is not None and approx.lower_bound <= opt + 1e-9
         assert dual_ascent_bound(G, "r", T) <= opt + 1e-9
         auto = solve(G, "r", T)
         assert auto.cost == pytest.approx(opt) and auto.optimal
         checked += 1
-    assert checked >= 100
+    assert checked >= 100 and without_steiner >= 100, (checked, without_steiner)  # 109 of 120 have one
+
+
+#: Instances of random_instance (seed -> its sizes drawn as below) where the heuristic's tree, on the
+#: triangle-reduced graph, costs more than the best tree without Steiner nodes, which is on the unreduced
+#: one: only the solver's fallback to that tree keeps its guarantee. Found by searching seeds 0-8958 (1 in
+#: ~1800 of them; the 120 instances above never need the fallback).
+FALLBACK_SEEDS = (772, 2787, 6656, 8015, 8958)
+
+
+@pytest.mark.parametrize("seed", FALLBACK_SEEDS)
+def test_approx_is_never_worse_than_the_best_tree_without_steiner_nodes(seed):
+    rng = random.Random(seed)
+    G, T, _ = random_instance(rng, rng.randint(2, 5), rng.randint(2, 8), rng.choice([0.15, 0.35, 0.7]))
+    approx = steiner_approx(G, "r", T)
+    assert_valid_tree(G, "r", T, approx)
+    assert approx.cost <= cheapest_tree_without_steiner(G, "r", T) + 1e-9
 
 
 def test_arborescence_solver_equals_brute_force_without_steiner_nodes():
