@@ -161,6 +161,36 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def plot(rows: list[dict], path: str) -> None:
+    """eto's speed over ONNX Runtime's and PyTorch's per model (bars: medians; whiskers: the per-round range)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(rows) + 2), 3.6))
+    width = 0.38
+    for k, (other, label) in enumerate((("onnxruntime", "vs ONNX Runtime"), ("pytorch", "vs PyTorch eager"))):
+        xs = [i + (k - 0.5) * width for i in range(len(rows))]
+        mids = [r[f"vs_{other}"] for r in rows]
+        lows = [m - r[f"vs_{other}_rounds"][0] for m, r in zip(mids, rows)]
+        highs = [r[f"vs_{other}_rounds"][1] - m for m, r in zip(mids, rows)]
+        ax.bar(xs, mids, width, yerr=[lows, highs], capsize=3, label=label)
+    ax.axhline(1.0, color="k", lw=0.8)
+    geo = math.exp(statistics.mean(math.log(r["vs_onnxruntime"]) for r in rows)) if rows else float("nan")
+    ax.set_xticks(range(len(rows)), [r["model"] for r in rows], rotation=20, fontsize=8)
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_ylabel("eto's speed over the runtime's (x)")
+    ax.set_title(f"E12: eto tune --model, default layout, {rows[0]['budget_s']:g} s each; geomean vs ONNX Runtime "
+                 f"{geo:.2f}x" if rows else "E12", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m experiments.corpus_bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--models", help="comma-separated corpus model names")
@@ -212,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
                                "geomean_vs_pytorch": math.exp(statistics.mean(math.log(r["vs_pytorch"]) for r in rows))
                                if rows else None},
                    "rows": rows}, f, indent=1)
+    if rows:
+        plot(rows, os.path.splitext(out)[0] + ".png")
     print(table(rows))
     return 0
 
