@@ -18,21 +18,20 @@ import re
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
-from tvm.ir.utils import derived_object
 from tvm_ffi import get_global_func, register_global_func
 from tvm.s_tir import meta_schedule as ms
-from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from tuner.measure import deadline, stop
 from tuner.measure.faults import kill_point
 from tuner.measure.finalists import settle_records
 from tuner.analysis.intrinsics import register_tensor_intrinsics
-from tuner.measure.measurer import Measurer, run_error_message
+from tuner.measure.measurer import Measurer
 from tuner.measure.options import BackendOptions
+from tuner.measure.progress import ProgressCallback, TaskProgress
 from tuner.measure.timed import BatchClock, Measured, TimedBuilder, TimedRunner
 from tuner.measure.trajectory import TrajectoryPoint, median_secs, time_to_reach, trials_to_reach
 
@@ -82,72 +81,6 @@ class BackendResult:
 
     def trials_to_reach(self, latency: float) -> int | None:
         return trials_to_reach(self.trajectory, latency)
-
-
-@dataclass
-class _TaskProgress:
-    name: str
-    budget: int
-    trials: int = 0
-    failed: int = 0
-    seconds: float = 0.0
-    best: float = math.inf
-    trajectory: list[TrajectoryPoint] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    reported: bool = False
-    phases: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # search, build, run
-
-
-@derived_object
-class _ProgressCallback(PyMeasureCallback):
-    """Runs after MetaSchedule's own callbacks (so the batch is already in its database)."""
-
-    def __init__(self, progress: list[_TaskProgress], start: float, clock: BatchClock,
-                 finish: Callable[[int], None], on_batch: Callable[[str, int, int, float], None] | None,
-                 on_measured: "Callable[[int, list, int, float], None] | None" = None, each: Measured | None = None):
-        super().__init__()
-        self.progress = progress
-        self.start = start
-        self.clock = clock
-        self.finish = finish
-        self.on_batch = on_batch
-        self.on_measured = on_measured
-        self.each = each  # reports each candidate as it is measured; a batch it could not match, here
-
-    @stop.interruptible()
-    def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
-        p = self.progress[task_id]
-        timing = self.clock.take(measure_candidates[0].sch.mod) if measure_candidates else None
-        if timing is None:
-            timing = (0.0, time.perf_counter(), (0.0, 0.0, 0.0))
-        p.seconds += timing[0]
-        p.phases = [a + b for a, b in zip(p.phases, timing[2])]
-        at = timing[1] - self.start
-        measured = []
-        for c, b, r in zip(measure_candidates, builder_results, runner_results):
-            p.trials += 1
-            latency = median_secs(r.run_secs)
-            if b.error_msg is not None or r.error_msg is not None or math.isinf(latency):
-                p.failed += 1
-                if len(p.errors) < 5:
-                    p.errors.append(str(b.error_msg).strip().splitlines()[-1][:300] if b.error_msg is not None
-                                    else run_error_message(r.error_msg))
-                continue
-            measured.append((c, r.run_secs))
-            p.best = min(p.best, latency)
-            p.trajectory.append(TrajectoryPoint(at, p.trials, p.best))
-        if self.on_measured is not None and not (self.each is not None and self.each.reported(task_id)):
-            kill_point("backend.measured")
-            self.on_measured(task_id, measured, len(measure_candidates), timing[0])
-        if not p.trajectory or p.trajectory[-1].trial != p.trials:
-            p.trajectory.append(TrajectoryPoint(at, p.trials, p.best))
-        if self.on_batch is not None:
-            self.on_batch(p.name, p.trials, p.budget, p.best)
-        if p.trials >= p.budget and not p.reported:
-            self.finish(task_id)
-        # the callers' work on this batch (checkpoint, correctness gate) is not the next batch's cost
-        self.clock.last_end = time.perf_counter()
-        deadline.check()  # before the next batch's search, which takes seconds before anything is built
 
 
 #: MetaSchedule's own "in a Jupyter kernel?" check, kept before :func:`_notebook_tables` replaces it
@@ -271,10 +204,47 @@ def tune_backend(
     ``on_measured(name, records, trials, seconds)``: each candidate as soon as it is measured (the
     program if it ran, one trial and its seconds; a batch's failed builds together, no program), so a
     caller can make progress durable before the task ends: a batch is then built and run in chunks
-    (:mod:`tuner.measure.timed`), so a kill loses the chunk being built or run. ``warm_start`` entries may also be TuningRecords (a
-    resumed run's own batches), stored with their run times. ``short_builds``: :meth:`Measurer.search_build_timeout` (eto's roots)."""
+    (:mod:`tuner.measure.timed`), so a kill loses the chunk being built or run. ``warm_start`` entries
+    may also be TuningRecords (a resumed run's own batches), stored with their run times.
+    ``short_builds``: :meth:`Measurer.search_build_timeout` (eto's roots)."""
     if not tasks:
         raise ValueError("no tasks to tune")
+    search = _set_up(tasks, target, options, measurer, prior=prior, warm_start=warm_start, cost_model=cost_model,
+                     work_dir=work_dir, num_threads=num_threads, verbose=verbose)
+    progress = [TaskProgress(t.name, options.trials) for t in tasks]
+    results: list[BackendResult | None] = [None] * len(tasks)
+
+    def finish(i: int) -> None:
+        res = _finished(search, i, progress[i], measurer, top_k=top_k, finalists=finalists)
+        results[i] = res
+        if on_result is not None:
+            on_result(res)
+
+    _tune_tasks(search, options, measurer, progress, finish, on_batch=on_batch, on_measured=on_measured,
+                short_builds=short_builds, work_dir=work_dir)
+    for i in [i for i, r in enumerate(results) if r is None]:  # the search space ran out before the budget
+        finish(i)
+    return results  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class _Search:
+    """A MetaSchedule search ready for its first batch (:func:`_set_up`)."""
+
+    tasks: Sequence[BackendTask]
+    target: "Target"
+    contexts: list
+    database: "MSDatabase"
+    cost_model: "ms.CostModel"
+    batch: int  # candidates per batch
+
+
+def _set_up(tasks: Sequence[BackendTask], target: "Target", options: BackendOptions, measurer: Measurer, *,
+            prior: "MSDatabase | None", warm_start: "Sequence[Sequence] | None", cost_model: "ms.CostModel | None",
+            work_dir: str | None, num_threads: int | None, verbose: bool) -> _Search:
+    """A context per task (:func:`_contexts`), a database holding ``prior``'s programs and the warm start's,
+    and the cost model (default :func:`default_cost_model`) trained on the warm start: all before the
+    search's clock starts, so a task's seconds are its batches'."""
     register_tensor_intrinsics(target)  # what a TuneContext would import, without its 25 s
     threads = num_threads or int(os.environ.get("TVM_NUM_THREADS", "0") or 0) or measurer.config.num_threads or 1
     contexts = _contexts(tasks, target, strategy=options.search, seed=options.seed, threads=threads, work_dir=work_dir,
@@ -286,39 +256,45 @@ def tune_backend(
     batch = min(options.num_trials_per_iter, options.trials)
     cost_model = cost_model or default_cost_model(threads, batch)
     _warm_start(contexts, tasks, warm_start or [[] for _ in tasks], database, cost_model, target)
-    progress = [_TaskProgress(t.name, options.trials) for t in tasks]
-    results: list[BackendResult | None] = [None] * len(tasks)
+    return _Search(tasks, target, contexts, database, cost_model, batch)
 
-    def finish(i: int) -> None:
-        p, t0 = progress[i], time.perf_counter()
-        p.reported = True
-        records = settle_records(_best_first(database, contexts[i].mod, top_k), measurer, target, finalists)
-        res = BackendResult(p.name, tuple(records), p.trials, p.failed, p.seconds + time.perf_counter() - t0,
-                            tuple(p.trajectory), tuple(p.errors), tuple(p.phases))
-        results[i] = res
-        if on_result is not None:
-            on_result(res)
 
+def _finished(search: _Search, i: int, p: TaskProgress, measurer: Measurer, *, top_k: int | None,
+              finalists: int) -> BackendResult:
+    """Task ``i``'s result: its best programs settled (:func:`settle_records`), the settling on its clock;
+    marked reported, so a later batch does not finish it again."""
+    t0 = time.perf_counter()
+    p.reported = True
+    records = settle_records(_best_first(search.database, search.contexts[i].mod, top_k), measurer, search.target,
+                             finalists)
+    return BackendResult(p.name, tuple(records), p.trials, p.failed, p.seconds + time.perf_counter() - t0,
+                         tuple(p.trajectory), tuple(p.errors), tuple(p.phases))
+
+
+def _tune_tasks(search: _Search, options: BackendOptions, measurer: Measurer, progress: list[TaskProgress],
+                finish: Callable[[int], None], *, on_batch: Callable[[str, int, int, float], None] | None,
+                on_measured: "Callable[[str, list[TuningRecord], int, float], None] | None", short_builds: bool,
+                work_dir: str | None) -> None:
+    """MetaSchedule's task scheduler over the tasks, each batch timed (:mod:`tuner.measure.timed`) and
+    counted (:class:`~tuner.measure.progress.ProgressCallback`), a task finished once its budget is measured."""
     scheduler = ms.task_scheduler.TaskScheduler.create(options.scheduler)
     clock = BatchClock()
-    measured = None if on_measured is None else partial(_as_records, database, contexts, target, tasks, on_measured)
+    measured = None if on_measured is None else partial(_as_records, search.database, search.contexts, search.target,
+                                                        search.tasks, on_measured)
     each = None if measured is None else Measured(scheduler, clock, partial(_one_measured, measured))
-    callback = _ProgressCallback(progress, clock.last_end, clock, finish, on_batch, measured, each)
+    callback = ProgressCallback(progress, clock.last_end, clock, finish, on_batch, measured, each)
     runner = TimedRunner(measurer.runner, clock, each)
     with contextlib.nullcontext(work_dir) if work_dir else tempfile.TemporaryDirectory(prefix="eto-ms-") as scratch, \
             deadline.passed_on(), stop.deferred():
         ms.tune.tune_tasks(
-            tasks=contexts, task_weights=[t.weight for t in tasks], work_dir=scratch,
-            max_trials_global=options.trials * len(tasks), max_trials_per_task=options.trials,
-            num_trials_per_iter=batch,
+            tasks=search.contexts, task_weights=[t.weight for t in search.tasks], work_dir=scratch,
+            max_trials_global=options.trials * len(search.tasks), max_trials_per_task=options.trials,
+            num_trials_per_iter=search.batch,
             builder=TimedBuilder(measurer.builder, clock,
-                                 measurer.search_build_timeout(target) if short_builds else None, each, runner),
-            runner=runner, database=database, cost_model=cost_model,
+                                 measurer.search_build_timeout(search.target) if short_builds else None, each, runner),
+            runner=runner, database=search.database, cost_model=search.cost_model,
             measure_callbacks=ms.MeasureCallback.create("default") + [callback], task_scheduler=scheduler,
         )
-    for i in [i for i, r in enumerate(results) if r is None]:  # the search space ran out before the budget
-        finish(i)
-    return results  # type: ignore[return-value]
 
 
 def _best_first(database, mod, top_k: int | None) -> list:

@@ -49,7 +49,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, kw_only=True)
 class MeasureConfig:
-    """How candidates are timed. ``repeat`` medians are what eto compares (noise: the same program measured 615-1113 us across runner calls on 2 threads here)."""
+    """How candidates are timed. ``repeat`` medians are what eto compares (noise: the same program
+    measured 615-1113 us across runner calls on 2 threads here)."""
 
     number: int = 3
     repeat: int = 5

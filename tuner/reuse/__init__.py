@@ -1,6 +1,7 @@
 """The reuse-based tuner (paper section 5): α's program derived from β's best one.
 
 * :mod:`~tuner.reuse.search` -- Algorithm 1, the hierarchical B/T/M search (:func:`~tuner.reuse.search.reuse_tune`);
+* :mod:`~tuner.reuse.rounds` -- which best candidate each round after T starts from (per B, or overall);
 * :mod:`~tuner.reuse.space` -- its space: B/T/M windows and GetBShape / GetTShape / GetLShape;
 * :mod:`~tuner.reuse.session` -- one search's bookkeeping and its :class:`~tuner.reuse.session.ReuseResult`;
 * :mod:`~tuner.reuse.leads`, :mod:`~tuner.reuse.registers`, :mod:`~tuner.reuse.cachesets`,

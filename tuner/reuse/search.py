@@ -36,6 +36,7 @@ from tuner.analysis.gathers import bounded_unroll
 from tuner.reuse.registers import covering_unroll, register_tiles
 from tuner.reuse.panel import blocked_lead, unroll_covering
 from tuner.reuse.ranked import DEFAULT_TOP_K, MIN_GAIN, resolve_top_k
+from tuner.reuse.rounds import best_after_rounds, sub_sketch_rounds
 from tuner.analysis.features import LoopNest, TileConfig
 from tuner.analysis.kinds import Kind, kind_of
 from tuner.reuse.session import ReuseResult, Candidate, SearchMeasure, SearchSession, trace_key
@@ -201,13 +202,8 @@ class ReuseTuner:
         (:meth:`~tuner.reuse.cost_model.LearnedRanker.knows`), else in a seeded random order it learns from.
         Without a ranker (or ``top_k=None``) every candidate is measured, as in the paper.
 
-        Round T is led by β's kept tiles and their variants (:func:`tuner.reuse.leads.lead_tiles`: the
-        inner tiles β's extents capped doubled, a native-width vector tile, register rows that
-        collide in L1 cut to its ways), and ``seeds``, tile
-        configurations from elsewhere (α's instant program, other operators', β's runner-ups), all
-        measured first. When a lead with inner tiles other than β's wins, round T's candidates take
-        its inner tiles instead of β's (beyond the paper: a small bridge's inner tiles can be far from
-        right for a large α, see :func:`eto.planning.lead_sources.runner_ups`). Round "stage" follows round T once
+        Round T (:meth:`_round_t`) is led by β's kept tiles and ``seeds``, tile configurations from elsewhere
+        (α's instant program, other operators', β's runner-ups). Round "stage" follows round T once
         (:meth:`_stage_round`); on CPU round "panel"
         (:mod:`tuner.reuse.panel`) follows round T once, from its best; a seed that is one of its
         configurations leads that round, not round T.
@@ -217,51 +213,43 @@ class ReuseTuner:
         if not self.has_mlt:  # section 5.2: β's decisions transferred, then sub-sketch rounds
             measured = run([self._cand(None)], "transfer")
         else:  # β's kept tiles and the seeds first (measured first, all of them), then round T's
-            kept = self.space.kept_lead()
-            panels = set(self.space.panel_round())  # a seed that is one (α's instant program) leads that round
-            lead: list[TileConfig] = []
-            for c in [*lead_tiles(self.space), *seeds]:
-                if c not in lead and c not in panels and self._fits(c):
-                    lead.append(c)
-            block = register_tiles(self.space)  # measured with an unroll limit that covers its block
-            unroll = {block: covering_unroll(block, self.alpha.space, self.unroll_values)} if block else {}
-            measured = run([self._cand(c, unroll=unroll.get(c)) for c in lead], "T", first=len(lead)) if lead else []
-            won = min((c for c in measured if math.isfinite(c.latency)), key=lambda c: c.latency, default=None)
-            # a lead with inner (register, vector) tiles other than β's won: round T takes them
-            like = won.cfg if won is not None and won.cfg != kept else None
-            t_round = [c for c in self.space.t_round(like=like) if c not in lead]
-            measured += run([self._cand(c) for c in t_round], "T", won.latency if won is not None else math.inf)
-        if not measured and self.has_mlt:
-            # no B/T in range is admissible for α: start from β's own shape scaled to α
-            measured = run([self._cand(c) for c in self._fallback()], "fallback")
-        groups: dict[int, Candidate] = {}
-        if self.has_mlt:
+            measured = self._round_t(run, seeds)
+            if not measured:
+                # no B/T in range is admissible for α: start from β's own shape scaled to α
+                measured = run([self._cand(c) for c in self._fallback()], "fallback")
             measured += self._stage_round(run, measured)
             measured += self._panel_round(run, measured, seeds)
-        for c in measured:
-            key = c.cfg.B if strategy == "per-b" and c.cfg is not None else 0
-            if key not in groups or c.latency < groups[key].latency:
-                groups[key] = c
-        for name, make in (self.rounds() if self.has_mlt else []):
-            batch = []
-            for key, best in groups.items():
-                if math.isfinite(best.latency):
-                    batch += make(best)
-            measured = run(batch, name, min((g.latency for g in groups.values()), default=math.inf)
-                           if strategy != "per-b" else math.inf)
-            for c in measured:
-                key = c.cfg.B if strategy == "per-b" and c.cfg is not None else 0
-                if c.latency < groups[key].latency:
-                    groups[key] = c
-        best = min(groups.values(), key=lambda c: c.latency, default=None)
-        for name, slot in self.sub.rounds():  # composite and other sketches: one sub-sketch at a time
-            if best is None or math.isinf(best.latency):
-                break
-            cands = [best.but(extra={**best.extra, slot.inst: v}) for v in slot.alternatives(best.extra[slot.inst])]
-            for c in run(cands, name, best.latency):
-                if c.latency < best.latency:
-                    best = c
-        return session.result(best)
+        best = best_after_rounds(run, measured, self.rounds() if self.has_mlt else [], strategy)
+        return session.result(sub_sketch_rounds(run, self.sub, best))
+
+    def _round_t(self, run: Callable[..., list[Candidate]], seeds: Sequence[TileConfig]) -> list[Candidate]:
+        """Round T, led by β's kept tiles and their variants (:func:`tuner.reuse.leads.lead_tiles`: the
+        inner tiles β's extents capped doubled, a native-width vector tile, register rows that
+        collide in L1 cut to its ways), and ``seeds`` (:meth:`_lead`), all
+        measured first. When a lead with inner tiles other than β's wins, round T's candidates take
+        its inner tiles instead of β's (beyond the paper: a small bridge's inner tiles can be far from
+        right for a large α, see :func:`eto.planning.lead_sources.runner_ups`).
+        """
+        kept = self.space.kept_lead()
+        lead = self._lead(seeds)
+        block = register_tiles(self.space)  # measured with an unroll limit that covers its block
+        unroll = {block: covering_unroll(block, self.alpha.space, self.unroll_values)} if block else {}
+        measured = run([self._cand(c, unroll=unroll.get(c)) for c in lead], "T", first=len(lead)) if lead else []
+        won = min((c for c in measured if math.isfinite(c.latency)), key=lambda c: c.latency, default=None)
+        # a lead with inner (register, vector) tiles other than β's won: round T takes them
+        like = won.cfg if won is not None and won.cfg != kept else None
+        t_round = [c for c in self.space.t_round(like=like) if c not in lead]
+        measured += run([self._cand(c) for c in t_round], "T", won.latency if won is not None else math.inf)
+        return measured
+
+    def _lead(self, seeds: Sequence[TileConfig]) -> list[TileConfig]:
+        """Round T's lead: β's kept tiles and their variants, then ``seeds``, each once, those α admits."""
+        panels = set(self.space.panel_round())  # a seed that is one (α's instant program) leads that round
+        lead: list[TileConfig] = []
+        for c in [*lead_tiles(self.space), *seeds]:
+            if c not in lead and c not in panels and self._fits(c):
+                lead.append(c)
+        return lead
 
     def _stage_round(self, run: Callable[..., list[Candidate]], measured: list[Candidate]) -> list[Candidate]:
         """Round "stage" once, from round T's best: the same decisions on α's sibling sketches, those
