@@ -117,8 +117,10 @@ def tune(
     export_threads()
     start = time.perf_counter()
     measurers = _measurers(measurer, target, options.timing)
+    # the budget is the whole run's: the measurer's start (its worker pools) is part of it
+    budget = None if options.time_budget is None else options.time_budget - (time.perf_counter() - start)
     try:
-        with deadline.until(options.time_budget):
+        with deadline.until(budget):
             return _tune(opset, target, database, options, measurers, on_batch, log or (lambda _msg: None), start)
     finally:
         if measurer is None:
