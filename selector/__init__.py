@@ -26,14 +26,14 @@ from selector.graphio import GraphFormatError, SteinerInstance, dump_graph, load
 from selector.loopnest import LoopNestOp
 from selector.ocgraph import ROOT, BackendCost, CostFn, Preference, build_oc_graph, distance_preference
 from selector.select import BridgeMode, Plan, PlanEdge, SelectionRequest, replan, select_reuse_pairs
-from selector.reuse_pairs import dominates, is_reuse_pair, reuse_pair_indices, reuse_pairs
+from selector.reuse_pairs import dominates, is_reuse_pair, nearest_sources, reuse_pair_indices, reuse_pairs
 from selector.selective import SIMILARITY_THRESHOLD, selective_clusters, selective_plan, similarity_rate
 from selector.solvers.solution import TreeSolution
 from selector.solvers.steiner import SolverName, solve, steiner_approx, steiner_exact
 
 __all__ = [
     "LoopNestOp",
-    "dominates", "is_reuse_pair", "reuse_pairs", "reuse_pair_indices",
+    "dominates", "is_reuse_pair", "nearest_sources", "reuse_pairs", "reuse_pair_indices",
     "bridge_of", "bridge_operators", "SketchCheck",
     "analytic_cost", "analytic_cost_fn",
     "ROOT", "build_oc_graph", "CostFn", "BackendCost", "Preference", "distance_preference",

@@ -21,7 +21,7 @@ import numpy as np
 
 from selector.loopnest import LoopNestOp
 
-__all__ = ["dominates", "is_reuse_pair", "reuse_pairs", "reuse_pair_indices", "group_by_class",
+__all__ = ["dominates", "is_reuse_pair", "reuse_pairs", "reuse_pair_indices", "group_by_class", "nearest_sources",
            "comparable_mask"]
 
 LoopNest = Union[LoopNestOp, Sequence[int]]
@@ -112,3 +112,29 @@ def reuse_pairs(ops: Iterable[LoopNestOp]) -> list[tuple[LoopNestOp, LoopNestOp]
     """
     ops = list(ops)
     return [(ops[a], ops[b]) for a, b in reuse_pair_indices(ops).tolist()]
+
+
+
+def nearest_sources(ops: Sequence[LoopNestOp], sources: Sequence[LoopNestOp], k: int) -> list[LoopNestOp]:
+    """The ``sources`` (a prior database's operators) among the ``k`` nearest to some operator of ``ops``
+    still to tune, in its reuse class, nearest by the loop nests' log distance Σ |log(ℓ_i / ℓ'_i)|: a
+    source is worth its bridges and edges only near something that may reuse it, and a database that
+    grows with every model would otherwise add its whole size to every plan. O(n · P · k_loops) for n
+    operators to tune and P sources, plus a sort of each class's sources per operator."""
+    import math
+
+    def logs(op: LoopNestOp) -> list[float]:
+        return [math.log(max(1, x)) for x in op.extents]
+
+    by_class: dict[tuple, list[int]] = defaultdict(list)
+    for j, src in enumerate(sources):
+        by_class[src.reuse_class].append(j)
+    source_logs = [logs(src) for src in sources]
+    wanted: set[int] = set()
+    for op in ops:
+        if op.tuned or op.reuse_class not in by_class:
+            continue
+        mine = logs(op)
+        near = sorted(by_class[op.reuse_class], key=lambda j: sum(abs(a - b) for a, b in zip(mine, source_logs[j])))
+        wanted.update(near[:k])
+    return [src for j, src in enumerate(sources) if j in wanted]

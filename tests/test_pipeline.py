@@ -311,7 +311,7 @@ def test_baselines_topk_and_selective_tuning(capsys, tmp_path):
     a new operator planned over a prior database) and applies the parent's top programs."""
     from selector import selective_clusters
 
-    from eto.planning.planner import loop_nest_op
+    from eto.planning.nodes import loop_nest_op
 
     bmms = [Operator.create("BMM", B=2, M=32, N=32, K=16), Operator.create("BMM", B=2, M=32, N=32, K=32)]
     new = Operator.create("BMM", B=2, M=64, N=32, K=32)

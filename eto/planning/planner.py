@@ -26,6 +26,7 @@ from tuner.reuse.space import target_limits
 from eto.operators import Operator
 from eto.operators.opsets import OperatorSet
 from eto.options import MAX_REDUCTION_RATIO, TuneOptions
+from eto.planning.nodes import loop_nest_op, plan_nodes
 from eto.planning.time_model import TimeModel
 from eto.planning.time_priors import learn_time_model
 
@@ -152,12 +153,6 @@ def _with_bridges(operators: Mapping[str, Operator], plan: Plan, bridges: Bridge
     return out
 
 
-def loop_nest_op(name: str, op: Operator, frequency: int, tuned: bool) -> LoopNestOp:
-    return LoopNestOp(name=name, type=op.type, sketch=op.sketch_key(), space=tuple(op.space),
-                      reduction=tuple(op.reduction), frequency=frequency, tuned=tuned,
-                      sketch_count=op.sketch_count())
-
-
 def hot_operators(opset: OperatorSet, share: float) -> frozenset[Operator]:
     """Operators whose frequency x FLOPs is at least ``share`` of the whole set's (beyond the paper).
 
@@ -265,7 +260,7 @@ def plan_operator_set(
 
     kind = target_kind(target) if target is not None else "cpu"
     tuned = _tuned(database, target)
-    names, nodes = _nodes(opset, tuned)
+    names, nodes = plan_nodes(opset, tuned)
     catalogue = BridgeCatalogue.of([names[n.name] for n in nodes])
     if cost_fn is None and cost == "estimate":
         from tuner.reuse.cost_model import LearnedRanker
@@ -316,7 +311,7 @@ def plan_selective(opset: OperatorSet, *, budget: int, k: int, database: "Databa
         raise ValueError(f"budget and k must be positive, got {budget} and {k}")
     kind = target_kind(target) if target is not None else "cpu"
     tuned = _tuned(database, target)
-    names, nodes = _nodes(opset, tuned)
+    names, nodes = plan_nodes(opset, tuned)
     nodes = [n for n in nodes if not n.name.startswith("prior:")]  # ST does not reuse earlier runs
     tm = time_model or learn_time_model(database, target, kind)
     estimates: dict[tuple[str, str], float] = {}
@@ -339,40 +334,6 @@ def plan_selective(opset: OperatorSet, *, budget: int, k: int, database: "Databa
 def _tuned(database: "Database | None", target) -> "Mapping[Operator, ProgramRecord]":
     """The operators ``database`` holds tuned programs of on ``target`` (none without either)."""
     return database.tuned(target) if database is not None and target is not None else {}
-
-
-def stored_function(op: Operator, program: "ProgramRecord") -> Operator:
-    """``op`` as read from a database, a model's fused task given the function of its stored
-    workload (a database reads it without; the plan reads a prior root's loop nest from it). O(1)
-    for anything else, one workload read for a fused task."""
-    if op.fusion and op.task is None:
-        return op.with_fusion(op.fusion, program.tuning_record.workload.mod["main"])
-    return op
-
-
-def _nodes(opset: OperatorSet, tuned: Mapping[Operator, "ProgramRecord"]
-           ) -> tuple[dict[str, Operator], list[LoopNestOp]]:
-    """The set's operators as OC-graph nodes, plus prior programs of the same kinds as free roots.
-    A model's functions outside the catalogue (TASK) are not planned: nothing reuses them, and the
-    pipeline gives each its own backend budget."""
-    names: dict[str, Operator] = {}
-    nodes = []
-    for e in opset:
-        if e.op.spec.backend_only:
-            continue
-        name = e.op.name
-        if name in names:  # same loop nest and window text but different input size
-            name = f"{name}#{sum(n.startswith(e.op.name) for n in names) + 1}"
-        names[name] = e.op
-        nodes.append(loop_nest_op(name, e.op, e.frequency, e.op in tuned))
-    kinds = {(n.type, n.sketch) for n in nodes}
-    in_set = set(names.values())
-    for op in sorted(set(tuned) - in_set, key=lambda o: o.key):
-        if (op.type, op.sketch_key()) in kinds:
-            name = f"prior:{op.name}"
-            names[name] = op = stored_function(op, tuned[op])
-            nodes.append(loop_nest_op(name, op, 0, True))
-    return names, nodes
 
 
 def gflops(n: LoopNestOp) -> float:

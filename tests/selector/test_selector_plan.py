@@ -131,6 +131,29 @@ def test_replan_keeps_a_bridge_whose_operators_are_all_tuned_now():
     assert [b.name for b in again.bridges] == [bridge] and again.order == ()
 
 
+def test_nearest_sources_keeps_each_requests_nearest_stored_operators_of_its_class():
+    import math
+
+    from selector import nearest_sources
+
+    asked, stored = _zoo(3, 12)
+    stored.append(LoopNestOp(name="prior:other", type="C2D", sketch="K", space=(1, 8, 8, 8), reduction=(8, 3, 3),
+                             tuned=True))
+    kept = nearest_sources(asked, stored, 2)
+    dist = lambda a, b: sum(abs(math.log(x) - math.log(y)) for x, y in zip(a.extents, b.extents))  # noqa: E731
+    expected = set()
+    for a in asked:
+        expected |= {b.name for b in sorted(stored[:-1], key=lambda b: dist(a, b))[:2]}
+    assert {b.name for b in kept} == expected and len(kept) < 12
+    assert nearest_sources([replace_tuned(a) for a in asked], stored, 2) == []  # nothing left to tune: no source
+
+
+def replace_tuned(op):
+    from dataclasses import replace
+
+    return replace(op, tuned=True)
+
+
 def test_tuned_operators_are_free_sources():
     prior = bmm("prior", [1, 128, 768, 768], tuned=True)
     new = [bmm("ffn1", [1, 128, 3072, 768]), bmm("ffn2", [1, 128, 768, 3072])]
