@@ -69,9 +69,10 @@ def pair_row(alpha, beta, programs: dict) -> dict:
 def analyse(db, opset, target) -> list[dict]:
     """Every ordered reuse pair of the set's operators that the database has programs for."""
     from selector import is_reuse_pair
-    from tuner.analysis.features import kind_of, program_features
+    from tuner.analysis.features import program_features
+    from tuner.analysis.kinds import kind_of
 
-    from eto.planning.planner import loop_nest_op
+    from eto.planning.nodes import loop_nest_op
 
     kind = kind_of(target)
     programs = {}
@@ -130,7 +131,7 @@ def main(argv=None) -> int:
     from eto.store.database import Database
     from eto.runs.tuning import tune_with_backend
     from tuner.measure.options import BackendOptions
-    from tuner.analysis.features import kind_of
+    from tuner.analysis.kinds import kind_of
 
     trials = args.trials or cfg["trials"]
     if args.db:

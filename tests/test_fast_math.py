@@ -137,7 +137,7 @@ def test_the_plan_reads_a_models_tuned_tasks_back_with_their_functions(files, tu
     from eto.store.database import Database
     from eto.models import load_relax
     from eto.models.tasks import model_tasks
-    from eto.planning.planner import stored_function
+    from eto.planning.nodes import stored_function
 
     db_dir, _ = tuned("tiny_cnn")
     db = Database(db_dir, readonly=True)

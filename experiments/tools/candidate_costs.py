@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from eto.store.database import Database
     from tuner.measure.apply import build, scheduled_module
-    from tuner.analysis.features import kind_of, program_features
+    from tuner.analysis.features import program_features
+    from tuner.analysis.kinds import kind_of
     from tuner.analysis.host import vector_bits, vector_registers
 
     path = os.path.join(args.db, "eto_progress.json")

@@ -66,6 +66,7 @@ def _stream_func(n: int):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # a timing ratio: alone on the cores (other workers' traffic evicts the caches a hot run relies on)
 def test_a_cold_measurement_meets_its_weights_and_output_in_memory():
     """4 MB that every last-level cache holds: hot, each run finds them there; cold, they come from memory."""
     import tvm
