@@ -110,17 +110,36 @@ def bench_model(name: str, budget: float, rounds: int, repeat: int, threads: int
     return row
 
 
+def round_medians(name: str, runs: dict[str, tuple[str, str]], rounds: int, repeat: int,
+                  threads: int) -> dict[str, list[float]]:
+    """Per label of ``runs`` (label -> runtime, artifact), each round's median seconds: every run in a process
+    of its own (:func:`time_runtime`), the order rotating every round, the same thread count for all."""
+    medians: dict[str, list[float]] = {label: [] for label in runs}
+    env = {**os.environ, "TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+    labels = list(runs)
+    for k in range(rounds):
+        for label in labels[k % len(labels):] + labels[:k % len(labels)]:
+            runtime, artifact = runs[label]
+            proc = subprocess.run([sys.executable, "-m", "experiments.corpus_bench", "--time", runtime, name,
+                                   artifact, "--threads", str(threads), "--repeat", str(repeat)],
+                                  stdout=subprocess.PIPE, text=True, env=env, cwd=os.path.dirname(HERE), check=True)
+            medians[label].append(statistics.median(json.loads(proc.stdout.strip().splitlines()[-1])))
+    return medians
+
+
+def add_timing_options(p: argparse.ArgumentParser, work: str) -> None:
+    """The timing and folder options E12 and E13 share."""
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--repeat", type=int, default=20, help="timed runs per process")
+    p.add_argument("--threads", type=int, default=int(os.environ.get("TVM_NUM_THREADS") or 2))
+    p.add_argument("--work", default=os.path.join(HERE, "work", work))
+    p.add_argument("--out")
+
+
 def time_model(name: str, artifacts: dict[str, str], rounds: int, repeat: int, threads: int) -> dict:
     """Each runtime in a process of its own, the order rotating every round: medians of the rounds' medians,
     each round's, and eto's speed over each other runtime's (median and per-round range)."""
-    medians: dict[str, list[float]] = {r: [] for r in RUNTIMES}
-    env = {**os.environ, "TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
-    for k in range(rounds):
-        for runtime in RUNTIMES[k % 3:] + RUNTIMES[:k % 3]:
-            proc = subprocess.run([sys.executable, "-m", "experiments.corpus_bench", "--time", runtime, name,
-                                   artifacts[runtime], "--threads", str(threads), "--repeat", str(repeat)],
-                                  stdout=subprocess.PIPE, text=True, env=env, cwd=os.path.dirname(HERE), check=True)
-            medians[runtime].append(statistics.median(json.loads(proc.stdout.strip().splitlines()[-1])))
+    medians = round_medians(name, {r: (r, artifacts[r]) for r in RUNTIMES}, rounds, repeat, threads)
     row: dict = {"rounds": rounds, "repeat": repeat}
     for runtime, values in medians.items():
         row[runtime] = {"median_ms": statistics.median(values) * 1e3, "rounds_ms": [v * 1e3 for v in values]}
@@ -195,11 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m experiments.corpus_bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--models", help="comma-separated corpus model names")
     p.add_argument("--budget", type=float, default=600, help="eto tune's --time-budget per model, seconds")
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--repeat", type=int, default=20, help="timed runs per process")
-    p.add_argument("--threads", type=int, default=int(os.environ.get("TVM_NUM_THREADS") or 2))
-    p.add_argument("--work", default=os.path.join(HERE, "work", "corpus_bench"))
-    p.add_argument("--out")
+    add_timing_options(p, "corpus_bench")
     p.add_argument("--retime", action="store_true",
                    help="time the finished models of --models again (their tuning and builds kept), as after a "
                         "timing other work on the machine disturbed; the earlier timing stays in the row")

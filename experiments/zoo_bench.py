@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 
-from experiments.corpus_bench import HERE, export_onnx
+from experiments.corpus_bench import HERE, add_timing_options, export_onnx, round_medians
 
 ROUND_ORDER = ("alone", "zoo")
 
@@ -75,17 +75,9 @@ def build(onnx_path: str, db: str, lib: str, log) -> None:
 
 
 def time_side_by_side(name: str, libs: dict[str, str], rounds: int, repeat: int, threads: int) -> dict:
-    """Each library in a process of its own (:func:`experiments.corpus_bench.time_runtime`), the order
+    """Each library in a process of its own (:func:`experiments.corpus_bench.round_medians`), the order
     alternating every round; medians of the rounds' medians and the per-round ratio range."""
-    medians: dict[str, list[float]] = {label: [] for label in libs}
-    env = {**os.environ, "TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
-    labels = list(libs)
-    for k in range(rounds):
-        for label in labels[k % 2:] + labels[:k % 2]:
-            proc = subprocess.run([sys.executable, "-m", "experiments.corpus_bench", "--time", "eto", name,
-                                   libs[label], "--threads", str(threads), "--repeat", str(repeat)],
-                                  stdout=subprocess.PIPE, text=True, env=env, cwd=os.path.dirname(HERE), check=True)
-            medians[label].append(statistics.median(json.loads(proc.stdout.strip().splitlines()[-1])))
+    medians = round_medians(name, {label: ("eto", lib) for label, lib in libs.items()}, rounds, repeat, threads)
     ratios = [a / z for a, z in zip(medians["alone"], medians["zoo"])]
     return {**{f"{label}_ms": statistics.median(v) * 1e3 for label, v in medians.items()},
             **{f"{label}_rounds_ms": [x * 1e3 for x in v] for label, v in medians.items()},
@@ -169,11 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--family", action="append", required=True, metavar="NAME=M1,M2,...",
                    help="a family's models in the order they are tuned (repeatable)")
     p.add_argument("--trials", type=int, default=32, help="eto tune's --trials (backend trials per root)")
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--repeat", type=int, default=20, help="timed runs per process")
-    p.add_argument("--threads", type=int, default=int(os.environ.get("TVM_NUM_THREADS") or 2))
-    p.add_argument("--work", default=os.path.join(HERE, "work", "zoo_bench"))
-    p.add_argument("--out")
+    add_timing_options(p, "zoo_bench")
     args = p.parse_args(argv)
     families = [(f.split("=", 1)[0], [m for m in f.split("=", 1)[1].split(",") if m]) for f in args.family
                 if "=" in f]
