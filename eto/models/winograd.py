@@ -57,30 +57,46 @@ def tile_size(n: int, out_h: int, out_w: int) -> int:
     return TILE_SIZES[-1]
 
 
-def _lin(coefs: Sequence[float], terms: Sequence[str]) -> str:
-    """``sum(c * t)`` as TVMScript, zero terms dropped and unit ones unmultiplied."""
-    out = []
+def _lin(coefs: Sequence[float], terms: Sequence[Any]):
+    """``sum(c * t)`` over TIR expressions, zero terms dropped and unit ones unmultiplied."""
+    from tvm import tirx
+
+    out = None
     for c, t in zip(coefs, terms):
         if abs(c) < 1e-12:
             continue
-        scaled = f"T.float32({float(np.float32(c))!r}) * {t}"
-        out.append(t if abs(c - 1) < 1e-12 else f"(-{t})" if abs(c + 1) < 1e-12 else scaled)
-    return "(" + " + ".join(out) + ")" if out else "T.float32(0)"
+        term = t if abs(c - 1) < 1e-12 else (-t) if abs(c + 1) < 1e-12 else tirx.const(float(np.float32(c)), "float32") * t
+        out = term if out is None else out + term
+    return tirx.const(0.0, "float32") if out is None else out
 
 
 def _vector(c: int) -> int:
     return next(v for v in (16, 8, 4, 2, 1) if c % v == 0)
 
 
-def _prim_func(source: str, stage: str):
-    import tvm
+def _transform(stage: str, params: Sequence[tuple[str, tuple[int, ...]]], tiles: int, channels: int,
+               body: Callable[..., None]):
+    """One transform PrimFunc, built with TVM's IR builder: the float32 buffers ``params`` (name, shape),
+    then ``for p in parallel(tiles): for co in range(channels // v): for ci in vectorized(v)`` around one
+    block whose stores ``body(*buffers, p, channel)`` emits (channel: ``co * v + ci``). Private (Relax names
+    it) and marked scheduled by eto. Built directly, not parsed: the same function as TVMScript text took
+    3-6 s a shape to parse, most of ``eto tune``'s start on a ResNet."""
+    from tvm.script.ir_builder import IRBuilder
+    from tvm.tirx.script.builder import ir as T
 
-    func = tvm.script.from_source(source).without_attr("global_symbol")  # private: Relax names it
-    return func.with_attr("tirx.is_scheduled", True).with_attr(SCHEDULED_BY, stage)
+    v = _vector(channels)
+    with IRBuilder() as ib:
+        with T.prim_func(private=True, s_tir=True):
+            buffers = [T.arg(name, T.buffer(shape, "float32", layout=None)) for name, shape in params]
+            T.func_attr({"tirx.noalias": True})
+            with T.sblock("root"), T.parallel(0, tiles) as p, T.serial(0, channels // v) as co, \
+                    T.vectorized(0, v) as ci, T.sblock(f"winograd_{stage}"):
+                body(*buffers, p, co * v + ci)
+    return ib.get().with_attr("tirx.is_scheduled", True).with_attr(SCHEDULED_BY, stage)
 
 
 def input_transform(shape: Sequence[int], pads: Sequence[int], m: int):
-    """:func:`_input_transform`, made once a process per shape (parsing its TVMScript costs seconds)."""
+    """:func:`_input_transform`, made once a process per shape."""
     return _input_transform(tuple(int(d) for d in shape), tuple(int(p) for p in pads), int(m))
 
 
@@ -96,6 +112,9 @@ def _input_transform(shape: tuple[int, ...], pads: tuple[int, ...], m: int):
 
     Intermediate values are written into the stores' expressions, not bound to names: TVM 0.27's loop
     vectoriser miscomputed a vectorised loop whose body binds values (checked against numpy)."""
+    from tvm import tirx
+    from tvm.tirx.script.builder import ir as T
+
     from eto.operators.winograd import winograd_matrices
 
     n, h, w, c = shape
@@ -103,23 +122,22 @@ def _input_transform(shape: tuple[int, ...], pads: tuple[int, ...], m: int):
     _, b_mat, _ = winograd_matrices(m, 3)
     out_h, out_w = h + pads[0] + pads[2] - 2, w + pads[1] + pads[3] - 2
     nh, nw = -(-out_h // m), -(-out_w // m)
-    v = _vector(c)
-    row, col = f"(p // {nw} % {nh} * {m} - {pads[0]})", f"(p % {nw} * {m} - {pads[1]})"
-    d = [[f"T.if_then_else(0 <= {row} + {i} and {row} + {i} < {h} and 0 <= {col} + {j} and {col} + {j} < {w}, "
-          f"x[p // {nh * nw}, {row} + {i}, {col} + {j}, co * {v} + ci], T.float32(0))" for j in range(a)]
-         for i in range(a)]
-    t = [[_lin(b_mat[:, k], d[i]) for k in range(a)] for i in range(a)]  # rows: d B
-    lines = [f"def main(x: T.Buffer(({n}, {h}, {w}, {c}), 'float32'), "
-             f"V: T.Buffer(({a * a}, {n * nh * nw}, {c}), 'float32')):",
-             "    T.func_attr({'tirx.noalias': True})",
-             "    with T.sblock('root'):",
-             f"     for p in T.parallel({n * nh * nw}):",
-             f"        for co in range({c // v}):",
-             f"            for ci in T.vectorized({v}):",
-             "              with T.sblock('winograd_input'):"]
-    lines += [f"                V[{e * a + k}, p, co * {v} + ci] = {_lin(b_mat[:, e], [t[i][k] for i in range(a)])}"
-              for e in range(a) for k in range(a)]
-    return _prim_func("\n".join(["# from tvm.script import tirx as T", "@T.prim_func(s_tir=True)", *lines]), "input")
+
+    def body(x, v_buf, p, ch) -> None:
+        row, col = p // nw % nh * m - pads[0], p % nw * m - pads[1]
+        zero = tirx.const(0, "int32")
+
+        def load(i: int, j: int):
+            inside = tirx.And(tirx.And(tirx.And(tirx.LE(zero, row + i), row + i < h), tirx.LE(zero, col + j)), col + j < w)
+            return tirx.if_then_else(inside, x[p // (nh * nw), row + i, col + j, ch], tirx.const(0.0, "float32"))
+
+        d = [[load(i, j) for j in range(a)] for i in range(a)]
+        t = [[_lin(b_mat[:, k], d[i]) for k in range(a)] for i in range(a)]  # rows: d B
+        for e in range(a):
+            for k in range(a):
+                T.buffer_store(v_buf, _lin(b_mat[:, e], [t[i][k] for i in range(a)]), [e * a + k, p, ch])
+
+    return _transform("input", [("x", (n, h, w, c)), ("V", (a * a, n * nh * nw, c))], n * nh * nw, c, body)
 
 
 @functools.lru_cache(maxsize=None)
@@ -127,33 +145,31 @@ def _output_transform(shape: tuple[int, ...], m: int, residual: bool, relu: bool
     """The PrimFunc ``(M[alpha^2, tiles, CO], bias[CO][, r[N, OH, OW, CO]]) -> y[N, OH, OW, CO]`` of
     F(m, 3): each tile's ``A^T M A`` plus the bias, plus ``r`` when ``residual``, through ReLU when
     ``relu``. O(alpha^2 * tiles * CO)."""
+    from tvm import tirx
+    from tvm.tirx.script.builder import ir as T
+
     from eto.operators.winograd import winograd_matrices
 
     n, oh, ow, co = shape
     a = m + 2
     a_mat, _, _ = winograd_matrices(m, 3)
     nh, nw = -(-oh // m), -(-ow // m)
-    v = _vector(co)
-    mm = [[f"M[{e * a + k}, p, o * {v} + oi]" for k in range(a)] for e in range(a)]
-    s = [[_lin(a_mat[:, x], mm[e]) for x in range(m)] for e in range(a)]  # M A
-    r = f"r: T.Buffer(({n}, {oh}, {ow}, {co}), 'float32'), " if residual else ""
-    lines = [f"def main(M: T.Buffer(({a * a}, {n * nh * nw}, {co}), 'float32'), bias: T.Buffer(({co},), 'float32'), "
-             f"{r}y: T.Buffer(({n}, {oh}, {ow}, {co}), 'float32')):",
-             "    T.func_attr({'tirx.noalias': True})",
-             "    with T.sblock('root'):",
-             f"     for p in T.parallel({n * nh * nw}):",
-             f"        for o in range({co // v}):",
-             f"            for oi in T.vectorized({v}):",
-             "              with T.sblock('winograd_output'):"]
-    for yy in range(m):
-        for x in range(m):
-            row, col = f"p // {nw} % {nh} * {m} + {yy}", f"p % {nw} * {m} + {x}"
-            value = f"{_lin(a_mat[:, yy], [s[e][x] for e in range(a)])} + bias[o * {v} + oi]"
-            value = f"{value} + r[p // {nh * nw}, {row}, {col}, o * {v} + oi]" if residual else value
-            value = f"T.max({value}, T.float32(0))" if relu else value
-            lines += [f"                if {row} < {oh} and {col} < {ow}:",
-                      f"                    y[p // {nh * nw}, {row}, {col}, o * {v} + oi] = {value}"]
-    return _prim_func("\n".join(["# from tvm.script import tirx as T", "@T.prim_func(s_tir=True)", *lines]), "output")
+
+    def body(m_buf, bias, *rest) -> None:
+        *r, y, p, ch = rest
+        mm = [[m_buf[e * a + k, p, ch] for k in range(a)] for e in range(a)]
+        s = [[_lin(a_mat[:, x], mm[e]) for x in range(m)] for e in range(a)]  # M A
+        for yy in range(m):
+            for x in range(m):
+                row, col = p // nw % nh * m + yy, p % nw * m + x
+                value = _lin(a_mat[:, yy], [s[e][x] for e in range(a)]) + bias[ch]
+                value = value + r[0][p // (nh * nw), row, col, ch] if residual else value
+                value = T.max(value, tirx.const(0.0, "float32")) if relu else value
+                with T.If(tirx.And(row < oh, col < ow)), T.Then():
+                    T.buffer_store(y, value, [p // (nh * nw), row, col, ch])
+
+    params = [("M", (a * a, n * nh * nw, co)), ("bias", (co,)), *([("r", shape)] if residual else []), ("y", shape)]
+    return _transform("output", params, n * nh * nw, co, body)
 
 
 def fold_transform_calls(calls: Sequence[tuple[str, float]], tasks: Mapping[str, Any]
