@@ -1,4 +1,5 @@
 import os
+import tempfile
 
 import numpy as np
 import pytest
@@ -7,6 +8,10 @@ import pytest
 # developer's ETO_SETTLE_PROCESSES does not reach the suite): tests/tuner/test_finalists.py checks the
 # two-process settling with settle_processes given explicitly. Subprocesses inherit it.
 os.environ["ETO_SETTLE_PROCESSES"] = "1"
+
+# The plan's estimate cache (tuner.reuse.estimate_cache) of the suite is its own, fresh each run: a test
+# never reads a developer's ~/.cache/eto, nor leaves anything there. Subprocesses inherit it.
+os.environ["ETO_CACHE_DIR"] = tempfile.mkdtemp(prefix="eto-test-cache-")
 
 # The fast tier (`python -m pytest -m "not slow" tests`) imports no TVM through this file: what follows
 # imports it only for a test marked slow (one that builds or tunes programs), and ``run_llvm`` only for

@@ -433,6 +433,7 @@ def test_estimate_many_in_worker_processes_gives_the_same_numbers(example3, monk
     pairs = [(a, b) for a in nests for b in nests if a is not b]
     options = ReuseOptions(strategy="global", top_k=None)
     serial = [estimate_trials("cpu", a, b, options, samples=4) for a, b in pairs]
+    monkeypatch.setenv("ETO_CACHE_DIR", "off")  # each call estimates, none reads the last one's numbers
     monkeypatch.setattr(est, "PARALLEL_MIN_PAIRS", 2)
     assert est.estimate_many("cpu", pairs, workers=3, options=options, samples=4) == serial
     monkeypatch.setattr(sys, "executable", "/bin/false")

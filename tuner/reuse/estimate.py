@@ -204,12 +204,25 @@ def estimate_many(kind: Kind, pairs: Sequence[tuple[LoopNest, LoopNest]], *, wor
                   **kw) -> list[TrialEstimate]:
     """:func:`estimate_trials` for every ``(alpha, beta)`` of ``pairs``, in order, the same numbers.
 
-    A plan asks for O(n²) pairs (1,240 for ResNet-50 with bridges) of pure Python, so the pairs are
-    split over ``workers`` fresh interpreters (default: the cores this process may use). They are
-    plain subprocesses that import only this module: nothing of the caller (TVM, threads, a script's
-    top-level code, a notebook) is copied or re-run. Small batches, or a failed worker, are
-    estimated in this process.
+    Pairs estimated before with the same options on this machine are read from the cache on disk
+    (:mod:`tuner.reuse.estimate_cache`). A plan asks for O(n²) pairs (1,240 for ResNet-50 with bridges)
+    of pure Python, so the others are split over ``workers`` fresh interpreters (default: the cores
+    this process may use). They are plain subprocesses that import only this module: nothing of the
+    caller (TVM, threads, a script's top-level code, a notebook) is copied or re-run. Small batches,
+    or a failed worker, are estimated in this process.
     """
+    from tuner.reuse.estimate_cache import cached
+
+    limits = kw.get("limits")
+    setting = (kind, sorted((k, v) for k, v in kw.items() if k != "limits"),
+               sorted(_space_limits(kind, limits).items()))
+    return cached(setting, list(pairs), lambda todo: _estimate_many(kind, todo, workers, **kw),
+                  encode=lambda e: [e.mean, e.low, e.high, e.samples], decode=lambda v: TrialEstimate(*v))
+
+
+def _estimate_many(kind: Kind, pairs: Sequence[tuple[LoopNest, LoopNest]], workers: int | None,
+                   **kw) -> list[TrialEstimate]:
+    """:func:`estimate_many` without the cache."""
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if workers <= 1 or len(pairs) < PARALLEL_MIN_PAIRS:
