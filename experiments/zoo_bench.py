@@ -14,6 +14,11 @@ covered (the same task already tuned in a prior, or reused from a prior's progra
 models timed side by side, each in a process of its own, alternating over ``--rounds`` rounds (as E12
 times runtimes). The family's cumulative tuning time with and without priors is plotted.
 
+``--budget-share S`` adds a third run of each later model: with the same priors and ``--time-budget``
+S x its alone time (e.g. 0.2: what a fifth of the alone run buys when every earlier model is a prior;
+the run gives the operators it cannot search in time instant programs from the priors), built and
+timed beside the other two. Given for a family already measured, it adds that run to each row.
+
 Results: ``experiments/results/zoo_bench_<families>_N<trials>_<cpu>.json`` and a PNG beside it. Each
 finished model goes to ``<work>/zoo_bench.jsonl`` at once, so an interrupted run goes on from there.
 """
@@ -34,9 +39,12 @@ from experiments.corpus_bench import HERE, add_timing_options, export_onnx, roun
 ROUND_ORDER = ("alone", "zoo")
 
 
-def tune(onnx_path: str, db: str, priors: list[str], trials: int, log) -> tuple[float, dict]:
-    """``eto tune`` of a model into ``db``: its wall seconds and its JSON report."""
+def tune(onnx_path: str, db: str, priors: list[str], trials: int, log, budget: float | None = None
+         ) -> tuple[float, dict]:
+    """``eto tune`` of a model into ``db`` (within ``budget`` seconds): its wall seconds and its JSON report."""
     argv = ["tune", "--model", onnx_path, "--db", db, "--trials", str(trials), "--json"]
+    if budget is not None:
+        argv += ["--time-budget", f"{budget:.0f}"]
     for prior in priors:
         argv += ["--prior", prior]
     start = time.perf_counter()
@@ -76,13 +84,37 @@ def build(onnx_path: str, db: str, lib: str, log) -> None:
 
 def time_side_by_side(name: str, libs: dict[str, str], rounds: int, repeat: int, threads: int) -> dict:
     """Each library in a process of its own (:func:`experiments.corpus_bench.round_medians`), the order
-    alternating every round; medians of the rounds' medians and the per-round ratio range."""
+    alternating every round; medians of the rounds' medians, and each other library's speed over the
+    alone one's (``zoo_speed``, ``budget_speed``) with its per-round range."""
     medians = round_medians(name, {label: ("eto", lib) for label, lib in libs.items()}, rounds, repeat, threads)
-    ratios = [a / z for a, z in zip(medians["alone"], medians["zoo"])]
-    return {**{f"{label}_ms": statistics.median(v) * 1e3 for label, v in medians.items()},
-            **{f"{label}_rounds_ms": [x * 1e3 for x in v] for label, v in medians.items()},
-            "zoo_speed": statistics.median(medians["alone"]) / statistics.median(medians["zoo"]),
-            "zoo_speed_rounds": [min(ratios), max(ratios)]}
+    row = {**{f"{label}_ms": statistics.median(v) * 1e3 for label, v in medians.items()},
+           **{f"{label}_rounds_ms": [x * 1e3 for x in v] for label, v in medians.items()}}
+    for label in (label for label in libs if label != "alone"):
+        ratios = [a / z for a, z in zip(medians["alone"], medians[label])]
+        row[f"{label}_speed"] = statistics.median(medians["alone"]) / statistics.median(medians[label])
+        row[f"{label}_speed_rounds"] = [min(ratios), max(ratios)]
+    return row
+
+
+def add_budget_run(row: dict, args: argparse.Namespace) -> dict:
+    """``row``'s model tuned a third time, with its priors and ``--time-budget`` of ``args.budget_share``
+    x its alone time, and its three builds timed side by side again (the earlier timing is replaced)."""
+    folder = os.path.join(args.work, row["family"])
+    name = row["model"]
+    onnx_path = os.path.join(folder, f"{name}.onnx")
+    priors = [os.path.join(folder, f"{m}-zoo-db" if k else f"{m}-alone-db") for k, m in enumerate(row["priors"])]
+    budget_db = os.path.join(folder, f"{name}-budget-db")
+    libs = {kind: os.path.join(folder, f"{name}-{kind}.so") for kind in (*ROUND_ORDER, "budget")}
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"{name}.log"), "a") as log:
+        budget = args.budget_share * row["alone_s"]
+        seconds, report = tune(onnx_path, budget_db, priors, args.trials, log, budget=budget)
+        build(onnx_path, budget_db, libs["budget"], log)
+    row = {**row, "budget_share": args.budget_share, "budget_given_s": budget, "budget_s": seconds,
+           "budget_candidates": sum(r["candidates"] for r in report["operators"] if r["status"] == "tuned"),
+           "budget_instant": sum(r.get("status") == "pending" and r.get("latency_s") is not None
+                                 for r in report["operators"])}
+    return {**row, **time_side_by_side(name, libs, args.rounds, args.repeat, args.threads)}
 
 
 def bench_model(family: str, name: str, earlier: list[str], args: argparse.Namespace) -> dict:
@@ -124,6 +156,11 @@ def table(rows: list[dict]) -> str:
                      f"{r['same_in_prior']} same + {r['reused_from_prior']} reused of {r['tasks']} | "
                      f"{r['alone_ms']:.2f} | {r['zoo_ms']:.2f} | {r['zoo_speed']:.2f}x "
                      f"({r['zoo_speed_rounds'][0]:.2f}-{r['zoo_speed_rounds'][1]:.2f}) |")
+    for r in (r for r in rows if "budget_s" in r):
+        lines.append(f"\n{r['family']}/{r['model']} with priors within {r['budget_given_s']:.0f} s "
+                     f"({r['budget_share']:.2f} of alone): {r['budget_s']:.0f} s, {r['budget_ms']:.2f} ms, "
+                     f"{r['budget_speed']:.2f}x the alone model's speed ({r['budget_speed_rounds'][0]:.2f}-"
+                     f"{r['budget_speed_rounds'][1]:.2f}), {r['budget_instant']} tasks on instant programs")
     for family in dict.fromkeys(r["family"] for r in rows):
         mine = [r for r in rows if r["family"] == family]
         alone, zoo = sum(r["alone_s"] for r in mine), sum(r["zoo_s"] for r in mine)
@@ -161,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--family", action="append", required=True, metavar="NAME=M1,M2,...",
                    help="a family's models in the order they are tuned (repeatable)")
     p.add_argument("--trials", type=int, default=32, help="eto tune's --trials (backend trials per root)")
+    p.add_argument("--budget-share", type=float, default=None, metavar="S",
+                   help="also tune each later model with its priors within S x its alone time (e.g. 0.2)")
     add_timing_options(p, "zoo_bench")
     args = p.parse_args(argv)
     families = [(f.split("=", 1)[0], [m for m in f.split("=", 1)[1].split(",") if m]) for f in args.family
@@ -188,6 +227,15 @@ def main(argv: list[str] | None = None) -> int:
             with open(log, "a") as f:
                 f.write(json.dumps(row) + "\n")
             print(f"{family}/{name}: alone {row['alone_s']:.0f} s, with priors {row['zoo_s']:.0f} s", flush=True)
+    if args.budget_share is not None:
+        for i, row in enumerate(rows):
+            if row["priors"] and row.get("budget_share") != args.budget_share and \
+                    any(row["family"] == f and row["model"] in models for f, models in families):
+                rows[i] = add_budget_run(row, args)
+                with open(log, "w") as f:
+                    f.writelines(json.dumps(r) + "\n" for r in rows)
+                print(f"{row['family']}/{row['model']}: within {rows[i]['budget_given_s']:.0f} s with priors: "
+                      f"{rows[i]['budget_speed']:.2f}x the alone model's speed", flush=True)
     later = [r for r in rows if r["priors"]]
     summary = {"time_ratio_max": max((r["time_ratio"] for r in later), default=None),
                "zoo_speed_min": min((r["zoo_speed"] for r in later), default=None),

@@ -54,3 +54,34 @@ def test_plot_is_written(tmp_path):
 def test_family_flag_must_name_models():
     with pytest.raises(SystemExit):
         zoo_bench.main(["--family", "resnet"])
+
+
+def test_a_budget_run_is_tuned_within_its_share_of_the_alone_time_and_timed_beside_the_others(tmp_path, monkeypatch):
+    """``--budget-share``: the third run gets ``--time-budget`` share x alone seconds and the earlier models'
+    databases as priors, and all three builds are timed together (each speed relative to the alone build)."""
+    import argparse
+
+    calls: dict = {}
+
+    def tune(onnx_path, db, priors, trials, log, budget=None):
+        calls["tune"] = (db, priors, budget)
+        return 25.0, {"operators": [_row("A", status="cached", candidates=0), _row("B", candidates=12),
+                                    {**_row("C", status="pending", candidates=0), "latency_s": 1e-4}]}
+
+    monkeypatch.setattr(zoo_bench, "tune", tune)
+    monkeypatch.setattr(zoo_bench, "build", lambda onnx_path, db, lib, log: calls.setdefault("built", []).append(lib))
+    monkeypatch.setattr(zoo_bench, "round_medians", lambda name, runs, rounds, repeat, threads: {
+        "alone": [0.010, 0.011, 0.010], "zoo": [0.010, 0.011, 0.010], "budget": [0.0125, 0.011, 0.0125]})
+    args = argparse.Namespace(work=str(tmp_path), budget_share=0.2, trials=8, rounds=3, repeat=5, threads=2)
+    row = zoo_bench.add_budget_run(_result()["rows"][1], args)
+    db, priors, budget = calls["tune"]
+    assert budget == pytest.approx(24.0) and db.endswith("resnet34-budget-db")
+    assert priors == [str(tmp_path / "resnet" / "resnet18-alone-db")]
+    assert calls["built"] == [str(tmp_path / "resnet" / "resnet34-budget.so")]
+    assert row["budget_s"] == 25.0 and row["budget_candidates"] == 12 and row["budget_instant"] == 1
+    assert row["budget_speed"] == pytest.approx(0.010 / 0.0125) and row["budget_speed_rounds"] == pytest.approx([0.8, 1.0])
+    assert row["zoo_speed"] == pytest.approx(1.0)
+    d = {**_result(), "rows": [_result()["rows"][0], row]}
+    assert "resnet/resnet34 with priors within 24 s (0.20 of alone): 25 s, 12.50 ms, 0.80x" in zoo_bench.table(d["rows"])
+    assert "| resnet | `resnet34` | 24 s (0.20) | 25 s | 12 | 1 | 12.50 | 0.80x (0.80x-1.00x) |" in \
+        "\n".join(results_md.zoo_bench(d))

@@ -410,11 +410,22 @@ def zoo_bench(d: dict) -> list[str]:
                      f"{x(r['zoo_speed_rounds'][1])})"])
     totals = "; ".join(f"{f}: {s(c['alone_s'])} alone, {s(c['zoo_s'])} with priors"
                        for f, c in d["summary"]["cumulative"].items())
-    return [f"- each model tuned alone and with every earlier model's database as `--prior` (`eto tune --model "
-            f"--trials {d['trials']}`), both builds timed in processes of their own, {d['rounds']} rounds; "
-            f"cumulative tuning time: {totals}", ""] + table(
+    out = [f"- each model tuned alone and with every earlier model's database as `--prior` (`eto tune --model "
+           f"--trials {d['trials']}`), both builds timed in processes of their own, {d['rounds']} rounds; "
+           f"cumulative tuning time: {totals}", ""] + table(
         ["family", "model", "priors", "tuning alone", "with priors (ratio)", "tasks from a prior (same + reused)",
          "alone ms", "with priors ms", "speed with priors (per round)"], rows)
+    budgeted = [r for r in d["rows"] if "budget_s" in r]
+    if budgeted:
+        out += ["", "With the same priors and `--time-budget` a share of the alone run's time (`--budget-share`), "
+                    "built and timed beside the other two (the rows above are from that same timing):", ""] + table(
+            ["family", "model", "budget (share of alone)", "wall time", "candidates", "tasks on instant programs",
+             "ms", "speed vs alone (per round)"],
+            [[r["family"], f"`{r['model']}`", f"{s(r['budget_given_s'])} ({r['budget_share']:.2f})", s(r["budget_s"]),
+              str(r["budget_candidates"]), str(r["budget_instant"]), f"{r['budget_ms']:.2f}",
+              f"{x(r['budget_speed'])} ({x(r['budget_speed_rounds'][0])}-{x(r['budget_speed_rounds'][1])})"]
+             for r in budgeted])
+    return out
 
 
 KINDS: list[tuple[Callable[[dict], bool], Callable[[dict], list[str]]]] = [
