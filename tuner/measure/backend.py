@@ -179,7 +179,6 @@ def tune_backend(
     *,
     measurer: Measurer,
     top_k: int | None = None,
-    prior: "MSDatabase | None" = None,
     warm_start: "Sequence[Sequence[tuple[Schedule, float] | TuningRecord]] | None" = None,
     cost_model: "ms.CostModel | None" = None,
     work_dir: str | None = None,
@@ -194,8 +193,7 @@ def tune_backend(
     """Tune ``tasks`` with MetaSchedule as ``options`` say (:class:`~tuner.measure.options.BackendOptions`:
     ``trials`` measured candidates each, the batch, the search strategy, the seed, the task scheduler).
 
-    ``prior`` (a MetaSchedule database) seeds the evolutionary search with programs measured
-    before; ``warm_start`` gives per task programs measured elsewhere (postprocessed schedules and
+    ``warm_start`` gives per task programs measured elsewhere (postprocessed schedules and
     seconds, e.g. the reuse tuner's candidates): they join the search's database, seeding its
     population, and train the cost model before the first batch, so the search continues from them
     instead of starting cold. ``cost_model``: the search's (default: :func:`default_cost_model`).
@@ -209,7 +207,7 @@ def tune_backend(
     ``short_builds``: :meth:`Measurer.search_build_timeout` (eto's roots)."""
     if not tasks:
         raise ValueError("no tasks to tune")
-    search = _set_up(tasks, target, options, measurer, prior=prior, warm_start=warm_start, cost_model=cost_model,
+    search = _set_up(tasks, target, options, measurer, warm_start=warm_start, cost_model=cost_model,
                      work_dir=work_dir, num_threads=num_threads, verbose=verbose)
     progress = [TaskProgress(t.name, options.trials) for t in tasks]
     results: list[BackendResult | None] = [None] * len(tasks)
@@ -240,9 +238,9 @@ class _Search:
 
 
 def _set_up(tasks: Sequence[BackendTask], target: "Target", options: BackendOptions, measurer: Measurer, *,
-            prior: "MSDatabase | None", warm_start: "Sequence[Sequence] | None", cost_model: "ms.CostModel | None",
+            warm_start: "Sequence[Sequence] | None", cost_model: "ms.CostModel | None",
             work_dir: str | None, num_threads: int | None, verbose: bool) -> _Search:
-    """A context per task (:func:`_contexts`), a database holding ``prior``'s programs and the warm start's,
+    """A context per task (:func:`_contexts`), a database holding the warm start's programs,
     and the cost model (default :func:`default_cost_model`) trained on the warm start: all before the
     search's clock starts, so a task's seconds are its batches'."""
     register_tensor_intrinsics(target)  # what a TuneContext would import, without its 25 s
@@ -250,9 +248,6 @@ def _set_up(tasks: Sequence[BackendTask], target: "Target", options: BackendOpti
     contexts = _contexts(tasks, target, strategy=options.search, seed=options.seed, threads=threads, work_dir=work_dir,
                          verbose=verbose)
     database = ms.database.MemoryDatabase()
-    for rec in prior.get_all_tuning_records() if prior is not None else ():
-        database.commit_workload(rec.workload.mod)
-        database.commit_tuning_record(rec)
     batch = min(options.num_trials_per_iter, options.trials)
     cost_model = cost_model or default_cost_model(threads, batch)
     _warm_start(contexts, tasks, warm_start or [[] for _ in tasks], database, cost_model, target)
