@@ -65,7 +65,8 @@ def _lin(coefs: Sequence[float], terms: Sequence[Any]):
     for c, t in zip(coefs, terms):
         if abs(c) < 1e-12:
             continue
-        term = t if abs(c - 1) < 1e-12 else (-t) if abs(c + 1) < 1e-12 else tirx.const(float(np.float32(c)), "float32") * t
+        scaled = t if abs(c - 1) < 1e-12 else (-t) if abs(c + 1) < 1e-12 else None
+        term = scaled if scaled is not None else tirx.const(float(np.float32(c)), "float32") * t
         out = term if out is None else out + term
     return tirx.const(0.0, "float32") if out is None else out
 
@@ -128,7 +129,9 @@ def _input_transform(shape: tuple[int, ...], pads: tuple[int, ...], m: int):
         zero = tirx.const(0, "int32")
 
         def load(i: int, j: int):
-            inside = tirx.And(tirx.And(tirx.And(tirx.LE(zero, row + i), row + i < h), tirx.LE(zero, col + j)), col + j < w)
+            # as TVMScript's parser writes `0 <= r and r < h and ...`: left-nested, the zero on the left
+            inside = tirx.And(tirx.And(tirx.And(tirx.LE(zero, row + i), row + i < h), tirx.LE(zero, col + j)),
+                              col + j < w)
             return tirx.if_then_else(inside, x[p // (nh * nw), row + i, col + j, ch], tirx.const(0.0, "float32"))
 
         d = [[load(i, j) for j in range(a)] for i in range(a)]
