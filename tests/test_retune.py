@@ -280,9 +280,14 @@ def test_program_cache_serves_at_once_under_concurrent_requests_and_after_restar
         np.testing.assert_allclose(call(tuned), new.reference(*inputs), rtol=1e-4, atol=1e-4)
     db = Database(db_dir, readonly=True)
     assert db.attempted(new, "cpu")  # the background tuning's result is in the database
-    # reuse or, with only 8 backend trials, the backend when the plan finds it cheaper: either is measured
-    methods = sorted(r["method"] for r in db.results() if r["op_key"] == new.key)
-    assert methods in (["instant", "reuse"], ["backend", "instant", "polish"]), methods
+    # reuse or, with only 8 backend trials, the backend when the plan finds it cheaper: either is measured;
+    # on a loaded machine a reuse whose candidates all failed to build or run falls back to the backend,
+    # which then says so (no polish: it is no plan root)
+    results = [r for r in db.results() if r["op_key"] == new.key]
+    methods = sorted(r["method"] for r in results)
+    fell_back = [r for r in results if r["method"] == "backend" and r.get("fallback")]
+    assert methods in (["instant", "reuse"], ["backend", "instant", "polish"]) or \
+        (methods == ["backend", "instant"] and fell_back), results
     restarted = ProgramCache(Database(db_dir), "cpu", tune=False)  # a restart serves the stored best at once
     assert restarted.get(new).program == db.best(new, "cpu")
 
