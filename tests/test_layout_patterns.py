@@ -258,3 +258,33 @@ def test_every_pattern_builds_and_matches_onnx_runtime(name, layout):
     built = build_model(model, None, parse_target("cpu"))
     assert built.tasks.layout.conversion.converted == CONVOLUTIONS[name][1]
     np.testing.assert_allclose(built.run([x])[0], want, rtol=1e-3, atol=1e-3 * float(np.abs(want).max()))
+
+
+def test_a_channel_slice_between_transposes_that_undo_each_other_is_taken_in_the_outer_layout():
+    """ShuffleNet's split after its shuffle: NHWC -> NCHW, a slice of channels, back to NHWC becomes one
+    slice of the NHWC tensor's last axis (a negative axis too), and a concat of such slices back to NHWC
+    one concat on the last axis; an identity transpose goes; the same numbers."""
+    import tvm
+    from tvm import relax
+
+    from eto.models.nhwc import _count_calls, cancel_transposes
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 3, 5, 8), "float32"))  # NHWC
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            same = bb.emit(relax.op.permute_dims(x, [0, 1, 2, 3]))
+            nchw = bb.emit(relax.op.permute_dims(same, [0, 3, 1, 2]))
+            half = bb.emit(relax.op.strided_slice(nchw, [1], [4], [8], [1]))  # the second half of the channels
+            odd = bb.emit(relax.op.strided_slice(nchw, [-3], [1], [8], [2]))  # the odd channels
+            back = bb.emit(relax.op.add(relax.op.permute_dims(half, [0, 2, 3, 1]), bb.emit(
+                relax.op.permute_dims(odd, [0, 2, 3, 1]))))
+            joined = bb.emit(relax.op.concat([odd, half], axis=1))  # ShuffleNet's join, in NCHW
+            out = bb.emit_output(relax.Tuple([back, bb.emit(relax.op.permute_dims(joined, [0, 2, 3, 1]))]))
+        bb.emit_func_output(out)
+    mod = cancel_transposes(bb.get())
+    assert _count_calls(mod, "relax.permute_dims") == 0, mod
+    data = np.random.default_rng(0).standard_normal((1, 3, 5, 8)).astype("float32")
+    got = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](tvm.runtime.tensor(data))
+    np.testing.assert_array_equal(got[0].numpy(), data[..., 4:8] + data[..., 1:8:2])
+    np.testing.assert_array_equal(got[1].numpy(), np.concatenate([data[..., 1:8:2], data[..., 4:8]], axis=-1))

@@ -229,32 +229,69 @@ def without_dropout(mod: "tvm.IRModule") -> "tvm.IRModule":
 
 
 def cancel_transposes(mod: "tvm.IRModule") -> "tvm.IRModule":
-    """Every ``permute_dims(permute_dims(x, p), q)`` whose permutations compose to the identity replaced
-    by ``x`` (``ConvertLayout`` leaves such pairs where a region it moved back to NCHW meets one it
-    converts again); a transpose then unused is dropped. O(bindings)."""
+    """Transposes that undo each other, removed: every ``permute_dims(permute_dims(x, p), q)`` whose
+    permutations compose to the identity replaced by ``x`` (``ConvertLayout`` leaves such pairs where a
+    region it moved back to NCHW meets one it converts again), every identity ``permute_dims`` by its
+    input, a ``strided_slice`` between two such transposes (a ``Split`` of channels, which
+    ``ConvertLayout`` leaves in NCHW: ShuffleNet splits every unit's input) by the same slice of ``x`` on
+    the permuted axes, and a ``concat`` of such paths by the concat of their inputs on the permuted axis
+    (ShuffleNet's unit joins its untouched half to the branch's output). A transpose then unused is
+    dropped. O(bindings x concat width)."""
     import tvm
     from tvm import relax
     from tvm.relax import PyExprMutator, expr_functor
 
-    permute = tvm.ir.Op.get("relax.permute_dims")
+    permute, strided_slice, concat = (tvm.ir.Op.get(f"relax.{name}") for name in ("permute_dims", "strided_slice",
+                                                                                   "concat"))
 
     def axes(call) -> list[int] | None:
         given = call.attrs.axes
         return None if given is None else [int(a) for a in given]
 
+    def undoes(p: list[int] | None, q: list[int] | None) -> bool:
+        return p is not None and q is not None and len(p) == len(q) and [p[i] for i in q] == list(range(len(p)))
+
+    def ints(expr) -> list[int] | None:
+        try:
+            return [int(getattr(e, "value", e)) for e in expr.fields]
+        except (AttributeError, TypeError, ValueError):  # not a tuple of constants: left alone
+            return None
+
     @expr_functor.mutator
     class CancelTransposes(PyExprMutator):
         def visit_call_(self, call):
             call = super().visit_call_(call)
-            if call.op != permute or not isinstance(call.args[0], relax.Var):
+            if call.op != permute:
                 return call
-            inner = self.lookup_binding(call.args[0])
-            if not (isinstance(inner, relax.Call) and inner.op == permute):
-                return call
-            p, q = axes(inner), axes(call)
-            if p is None or q is None or len(p) != len(q) or [p[i] for i in q] != list(range(len(p))):
-                return call
-            return inner.args[0]
+            q = axes(call)
+            if q == list(range(len(q or [0]))):
+                return call.args[0]
+            simpler = self.through(call.args[0], q)
+            return call if simpler is None else simpler
+
+        def through(self, expr, q: list[int] | None):
+            """``permute_dims(expr, q)`` without a transpose, where ``expr`` undoes ``q`` on every path
+            (a transpose, a slice of one, a concat of such); None where some path would need one."""
+            inner = self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
+            if not isinstance(inner, relax.Call) or q is None:
+                return None
+            if inner.op == permute:
+                return inner.args[0] if undoes(axes(inner), q) else None
+            if inner.op == strided_slice and isinstance(inner.args[0], relax.Var):
+                under, sliced = self.lookup_binding(inner.args[0]), ints(inner.args[1])
+                if not (isinstance(under, relax.Call) and under.op == permute and undoes(axes(under), q)) or \
+                        sliced is None:
+                    return None
+                p = axes(under)
+                return relax.op.strided_slice(under.args[0], [p[a % len(p)] for a in sliced], *inner.args[2:],
+                                              assume_inbound=bool(inner.attrs.assume_inbound))
+            if inner.op == concat and isinstance(inner.args[0], relax.Tuple) and inner.attrs.axis is not None:
+                parts = [self.through(f, q) for f in inner.args[0].fields]
+                if any(part is None for part in parts):
+                    return None
+                axis = int(inner.attrs.axis) % len(q)
+                return relax.op.concat([self.builder_.emit(part) for part in parts], axis=q.index(axis))
+            return None
 
     rewritten = mutate_functions(mod, CancelTransposes(mod))
     return relax.transform.DeadCodeElimination()(relax.transform.CanonicalizeBindings()(rewritten))
