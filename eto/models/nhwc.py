@@ -228,6 +228,25 @@ def without_dropout(mod: "tvm.IRModule") -> "tvm.IRModule":
     return relax.transform.DeadCodeElimination()(relax.transform.CanonicalizeBindings()(rewritten))
 
 
+def _axes(call) -> list[int] | None:
+    """A ``permute_dims`` call's permutation (None: reverse every axis)."""
+    given = call.attrs.axes
+    return None if given is None else [int(a) for a in given]
+
+
+def _undoes(p: list[int] | None, q: list[int] | None) -> bool:
+    """Whether ``permute_dims`` by ``q`` after one by ``p`` is the identity."""
+    return p is not None and q is not None and len(p) == len(q) and [p[i] for i in q] == list(range(len(p)))
+
+
+def _ints(expr) -> list[int] | None:
+    """A Relax tuple of integer constants as ints (None where it is not one)."""
+    try:
+        return [int(getattr(e, "value", e)) for e in expr.fields]
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
 def cancel_transposes(mod: "tvm.IRModule") -> "tvm.IRModule":
     """Transposes that undo each other, removed: every ``permute_dims(permute_dims(x, p), q)`` whose
     permutations compose to the identity replaced by ``x`` (``ConvertLayout`` leaves such pairs where a
@@ -244,26 +263,13 @@ def cancel_transposes(mod: "tvm.IRModule") -> "tvm.IRModule":
     permute, strided_slice, concat = (tvm.ir.Op.get(f"relax.{name}") for name in ("permute_dims", "strided_slice",
                                                                                    "concat"))
 
-    def axes(call) -> list[int] | None:
-        given = call.attrs.axes
-        return None if given is None else [int(a) for a in given]
-
-    def undoes(p: list[int] | None, q: list[int] | None) -> bool:
-        return p is not None and q is not None and len(p) == len(q) and [p[i] for i in q] == list(range(len(p)))
-
-    def ints(expr) -> list[int] | None:
-        try:
-            return [int(getattr(e, "value", e)) for e in expr.fields]
-        except (AttributeError, TypeError, ValueError):  # not a tuple of constants: left alone
-            return None
-
     @expr_functor.mutator
     class CancelTransposes(PyExprMutator):
         def visit_call_(self, call):
             call = super().visit_call_(call)
             if call.op != permute:
                 return call
-            q = axes(call)
+            q = _axes(call)
             if q == list(range(len(q or [0]))):
                 return call.args[0]
             simpler = self.through(call.args[0], q)
@@ -276,13 +282,13 @@ def cancel_transposes(mod: "tvm.IRModule") -> "tvm.IRModule":
             if not isinstance(inner, relax.Call) or q is None:
                 return None
             if inner.op == permute:
-                return inner.args[0] if undoes(axes(inner), q) else None
+                return inner.args[0] if _undoes(_axes(inner), q) else None
             if inner.op == strided_slice and isinstance(inner.args[0], relax.Var):
-                under, sliced = self.lookup_binding(inner.args[0]), ints(inner.args[1])
-                if not (isinstance(under, relax.Call) and under.op == permute and undoes(axes(under), q)) or \
+                under, sliced = self.lookup_binding(inner.args[0]), _ints(inner.args[1])
+                if not (isinstance(under, relax.Call) and under.op == permute and _undoes(_axes(under), q)) or \
                         sliced is None:
                     return None
-                p = axes(under)
+                p = _axes(under)
                 return relax.op.strided_slice(under.args[0], [p[a % len(p)] for a in sliced], *inner.args[2:],
                                               assume_inbound=bool(inner.attrs.assume_inbound))
             if inner.op == concat and isinstance(inner.args[0], relax.Tuple) and inner.attrs.axis is not None:

@@ -62,11 +62,9 @@ def _lin(coefs: Sequence[float], terms: Sequence[Any]):
     from tvm import tirx
 
     out = None
-    for c, t in zip(coefs, terms):
-        if abs(c) < 1e-12:
-            continue
-        scaled = t if abs(c - 1) < 1e-12 else (-t) if abs(c + 1) < 1e-12 else None
-        term = scaled if scaled is not None else tirx.const(float(np.float32(c)), "float32") * t
+    for c, t in ((c, t) for c, t in zip(coefs, terms) if abs(c) >= 1e-12):
+        term = t if abs(c - 1) < 1e-12 else (-t) if abs(c + 1) < 1e-12 else tirx.const(float(np.float32(c)),
+                                                                                       "float32") * t
         out = term if out is None else out + term
     return tirx.const(0.0, "float32") if out is None else out
 
