@@ -69,6 +69,12 @@ def design_space():
     from tvm.ir import IRModule
     from tvm.s_tir import meta_schedule as ms
 
+    from tuner.analysis.intrinsics import register_tensor_intrinsics
+
+    # the default CUDA rules name tensor-core intrinsics: registered here, as the tuner does, not left to
+    # whichever test happened to run before in this process
+    register_tensor_intrinsics(parse_target("nvidia/nvidia-a100"))
+
     def context(seed: int):
         return ms.TuneContext(mod=IRModule({"main": SMALL.prim_func()}), target=parse_target("nvidia/nvidia-a100"),
                               space_generator="post-order-apply", search_strategy="replay-trace", task_name="cuda",
