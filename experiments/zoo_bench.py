@@ -65,6 +65,12 @@ def prior_keys(priors: list[str]) -> set[str]:
     return {p.op.key for path in priors for p in Database(path, readonly=True).programs()}
 
 
+def prior_dbs(folder: str, earlier: list[str]) -> list[str]:
+    """The databases a model's zoo run reads: the first model's alone run (its zoo run), then each later
+    model's zoo run."""
+    return [os.path.join(folder, f"{m}-zoo-db" if k else f"{m}-alone-db") for k, m in enumerate(earlier)]
+
+
 def covered(report: dict, keys: set[str]) -> dict[str, int]:
     """The model's tasks a prior covered: already tuned there (copied into the database), or tuned by a
     reuse of a prior's program."""
@@ -102,7 +108,7 @@ def add_budget_run(row: dict, args: argparse.Namespace) -> dict:
     folder = os.path.join(args.work, row["family"])
     name = row["model"]
     onnx_path = os.path.join(folder, f"{name}.onnx")
-    priors = [os.path.join(folder, f"{m}-zoo-db" if k else f"{m}-alone-db") for k, m in enumerate(row["priors"])]
+    priors = prior_dbs(folder, row["priors"])
     budget_db = os.path.join(folder, f"{name}-budget-db")
     libs = {kind: os.path.join(folder, f"{name}-{kind}.so") for kind in (*ROUND_ORDER, "budget")}
     os.makedirs(folder, exist_ok=True)
@@ -123,7 +129,7 @@ def bench_model(family: str, name: str, earlier: list[str], args: argparse.Names
     os.makedirs(folder, exist_ok=True)
     onnx_path = os.path.join(folder, f"{name}.onnx")
     alone_db, zoo_db = (os.path.join(folder, f"{name}-{kind}-db") for kind in ("alone", "zoo"))
-    priors = [os.path.join(folder, f"{m}-zoo-db" if k else f"{m}-alone-db") for k, m in enumerate(earlier)]
+    priors = prior_dbs(folder, earlier)
     row: dict = {"family": family, "model": name, "priors": earlier, "trials": args.trials}
     with open(os.path.join(folder, f"{name}.log"), "a") as log:
         if not os.path.exists(onnx_path):

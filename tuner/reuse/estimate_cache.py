@@ -24,10 +24,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
-#: The estimator's modules: a change to any of them is a change to the numbers.
-_SOURCES = ("tuner/reuse/estimate.py", "tuner/reuse/space.py", "tuner/reuse/leads.py", "tuner/reuse/panel.py",
-            "tuner/reuse/cachesets.py", "tuner/reuse/registers.py", "tuner/reuse/cost_model.py",
-            "tuner/analysis/features.py", "tuner/analysis/tiling.py")
+#: The estimator's packages: a change to any module of them is a change to the numbers.
+_PACKAGES = ("tuner/reuse", "tuner/analysis")
 #: Entries one file keeps: a plan of a large model with many priors asks for a few thousand.
 MAX_ENTRIES = 200_000
 OFF = "off"
@@ -47,11 +45,8 @@ def cache_dir() -> Path | None:
 def _code_hash() -> str:
     root = Path(__file__).resolve().parent.parent.parent
     h = hashlib.sha256()
-    for rel in _SOURCES:
-        try:
-            h.update((root / rel).read_bytes())
-        except OSError:
-            h.update(rel.encode())
+    for path in sorted(p for package in _PACKAGES for p in (root / package).glob("*.py")):
+        h.update(path.name.encode() + path.read_bytes())
     return h.hexdigest()
 
 
