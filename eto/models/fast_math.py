@@ -1,4 +1,5 @@
-"""Fast math: a model's erf, exp, tanh and softmax as TVM's fast approximations (opt in, ``--fast-math``).
+"""Fast math: a model's erf, exp, tanh and softmax as TVM's fast approximations (opt in, ``--fast-math``),
+and the vector erf and sigmoid of every CPU build.
 
 Not tuning: no schedule makes TVM's ``erf`` fast on CPU. LLVM has no vector ``erf``, so a vectorised
 loop calls the C library's scalar ``erff`` once per element, and its cost follows the data: a
@@ -17,13 +18,17 @@ right after loading the model, in ``eto tune``, ``build`` and ``bench`` alike: a
 fast math holds the fast functions' programs, so build and bench the model with ``--fast-math`` too
 (without it those tasks are named as having no program and get TVM's default schedules).
 
-Vector erf (on CPUs, always): the scalar ``erff`` calls cost GELU more than any schedule can win
-back, so on CPU targets eto computes every float32 ``erf`` (GELU's included) with ``topi.fast_erf``,
-fast math or not (:func:`vector_erf`, run before ``LegalizeOps`` in :func:`eto.models.tasks.fuse`).
-Its error, measured against float64 erf on 2^20 float32 points (N(0, 1) and U(-6, 6)): at most 6.8
-units in the last place, 4.1e-7 relative, against 0.9 units for the C library's ``erff``. ONNX
-Runtime's CPU GELU is a polynomial erf as well (MLAS). ``exp``, ``tanh`` and softmax stay exact
-unless ``--fast-math``.
+Vector erf and sigmoid (on CPUs, always): the scalar ``erff`` calls cost GELU more than any schedule
+can win back, so on CPU targets eto computes every float32 ``erf`` (GELU's included) with
+``topi.fast_erf``, fast math or not (:func:`vector_math`, run before ``LegalizeOps`` in
+:func:`eto.models.tasks.fuse`). Its error, measured against float64 erf on 2^20 float32 points (N(0, 1)
+and U(-6, 6)): at most 6.8 units in the last place, 4.1e-7 relative, against 0.9 units for the C
+library's ``erff``. ONNX Runtime's CPU GELU is a polynomial erf as well (MLAS). Sigmoid (SiLU's, the
+squeeze-and-excitation gates' of EfficientNet, RegNetY, MobileNet v3) is the same story with ``expf``:
+TVM lowers ``sigmoid`` to ``1 / (1 + exp(-x))`` and LLVM's vector ``exp`` is a scalar ``expf`` call per
+element, so eto writes each float32 sigmoid as ``1 / (1 + fast_exp(-x))`` with ``topi.fast_exp`` (a
+range-reduced polynomial that vectorises; error bound in the tests). ``exp``, ``tanh`` and softmax
+elsewhere stay exact unless ``--fast-math``.
 """
 
 from __future__ import annotations
@@ -50,35 +55,45 @@ def fast_math(model: RelaxModel, on: bool = True) -> RelaxModel:
     return model._replace(mod=mod, source=f"{model.source}, fast math")
 
 
-def vector_erf(target: "Target") -> list["Pass"]:
-    """The pass that computes a model's float32 erf (GELU's) with TVM's polynomial, on CPUs (else none)."""
+def vector_math(target: "Target") -> list["Pass"]:
+    """The pass that computes a model's float32 erf (GELU's) and sigmoid with TVM's vectorising
+    polynomials, on CPUs (else none)."""
     import tvm
 
     if not is_cpu(target):
         return []
 
-    @tvm.transform.module_pass(opt_level=0, name="EtoVectorErf")
-    def erf_as_polynomial(mod: "tvm.IRModule", _ctx) -> "tvm.IRModule":
-        return _fast_erf(_gelu_as_erf(mod, tanh=False))
+    @tvm.transform.module_pass(opt_level=0, name="EtoVectorMath")
+    def as_polynomials(mod: "tvm.IRModule", _ctx) -> "tvm.IRModule":
+        return _vector_functions(_gelu_as_erf(mod, tanh=False))
 
-    return [erf_as_polynomial]
+    return [as_polynomials]
 
 
-def _fast_erf(mod: "tvm.IRModule") -> "tvm.IRModule":
-    """``mod`` with each float32 ``relax.erf`` computed by ``topi.fast_erf`` (FastMathTransform's erf alone)."""
+def _vector_functions(mod: "tvm.IRModule") -> "tvm.IRModule":
+    """``mod`` with each float32 ``relax.erf`` computed by ``topi.fast_erf`` (FastMathTransform's erf alone)
+    and each float32 ``relax.sigmoid`` (``nn.silu``'s too) as ``1 / (1 + topi.fast_exp(-x))``."""
     import tvm
-    from tvm import topi
+    from tvm import relax, topi
     from tvm.relax import PyExprMutator, expr_functor
 
+    erf, sigmoid, silu = (tvm.ir.Op.get(f"relax.{name}") for name in ("erf", "sigmoid", "nn.silu"))
+
     @expr_functor.mutator
-    class FastErf(PyExprMutator):
+    class VectorFunctions(PyExprMutator):
         def visit_call_(self, call):
             call = super().visit_call_(call)
-            if call.op == tvm.ir.Op.get("relax.erf") and str(call.args[0].ty.dtype) == "float32":
-                return self.builder_.call_te(topi.fast_erf, call.args[0])
-            return call
+            if call.op not in (erf, sigmoid, silu) or str(call.args[0].ty.dtype) != "float32":
+                return call
+            x, emit = call.args[0], self.builder_.emit
+            if call.op == erf:
+                return self.builder_.call_te(topi.fast_erf, x)
+            one = relax.const(1.0, "float32")
+            e = emit(self.builder_.call_te(topi.fast_exp, emit(relax.op.negative(x))))
+            gate = relax.op.divide(one, emit(relax.op.add(one, e)))
+            return gate if call.op == sigmoid else relax.op.multiply(x, emit(gate))
 
-    return mutate_functions(mod, FastErf(mod))
+    return mutate_functions(mod, VectorFunctions(mod))
 
 
 def _gelu_as_erf(mod: "tvm.IRModule", *, tanh: bool = True) -> "tvm.IRModule":

@@ -38,7 +38,7 @@ from eto.models.extract import extract_from_relax
 from eto.models.frontend_fixes import frontend_fixes
 from eto.models.layout import LayoutChoice, convert_layout
 from eto.models.load import RelaxModel
-from eto.models.fast_math import vector_erf
+from eto.models.fast_math import vector_math
 from eto.models.prepack import before_tuning
 from eto.models.winograd import SCHEDULED_BY
 
@@ -131,7 +131,7 @@ def fold_batch_norms(mod: "tvm.IRModule") -> "tvm.IRModule":
 
 def fuse(mod: "tvm.IRModule", target: "Target") -> "tvm.IRModule":
     """MetaSchedule's ``compile_relax`` preparation, up to where it applies a database; on CPUs with
-    erf vectorised (:func:`~eto.models.fast_math.vector_erf`) and weights pre-packed (:mod:`~eto.models.prepack`)."""
+    erf and sigmoid vectorised (:func:`~eto.models.fast_math.vector_math`) and weights pre-packed (:mod:`~eto.models.prepack`)."""
     import tvm
     from tvm import relax
 
@@ -139,7 +139,7 @@ def fuse(mod: "tvm.IRModule", target: "Target") -> "tvm.IRModule":
         dispatch = relax.pipeline.library_dispatch_passes(target)
     except (ValueError, AttributeError):
         dispatch = []
-    passes = [*dispatch, *vector_erf(target), relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
+    passes = [*dispatch, *vector_math(target), relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
               relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR(), *before_tuning(target)]
     with target, tvm.transform.PassContext(opt_level=3):
         return tvm.transform.Sequential(passes)(mod)
