@@ -22,6 +22,7 @@ def _show(args: argparse.Namespace) -> int:
     from eto.store.database import Database
 
     db = Database(args.db, readonly=True, warn=False)  # each problem is listed below
+    db.check_lines()
     programs = db.programs() if args.all else db.best_programs()
     if args.json:
         print(json.dumps({

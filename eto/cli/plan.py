@@ -9,7 +9,6 @@ plan's tree. With ``--cost analytic`` and no database nothing imports TVM.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -48,29 +47,14 @@ def _solve_graph(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _read_databases(paths: list[str], stack: contextlib.ExitStack) -> "Database | None":
-    """The databases ``eto tune`` would read, as one: one as it is, several merged into a temporary
-    one (none is written); None when there is none."""
-    import tempfile
-
+def _read_databases(paths: list[str]) -> "list[Database]":
+    """The databases ``eto tune`` would read (its ``--db`` and ``--prior``), read-only."""
     from eto.store.database import Database
 
-    if not paths:
-        return None
-    if len(paths) == 1:
-        return Database(paths[0], readonly=True)
-    db = Database(stack.enter_context(tempfile.TemporaryDirectory(prefix="eto-priors-")))
-    for path in paths:
-        db.merge_from(Database(path, readonly=True))
-    return db
+    return [Database(path, readonly=True) for path in paths]
 
 
 def _plan(args: argparse.Namespace) -> int:
-    with contextlib.ExitStack() as stack:
-        return _plan_in(args, stack)
-
-
-def _plan_in(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     if args.graph:
         if args.opset or args.op or args.model:
             raise CLIError("give either --graph or an operator set (--opset, --op, --model), not both")
@@ -89,9 +73,13 @@ def _plan_in(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
             raise CLIError(f"--prior {prior}: no such database directory")
     target = parse_target(args.target)
     opset, _ = tuning_opset(args, target)
-    db = _read_databases([d for d in [args.db] if os.path.isdir(d)] + list(args.prior), stack)
-    if db is not None:
-        check_target(db, target, fatal=False)
+    from eto.store.programs import DatabaseUnion
+
+    dbs = _read_databases([d for d in [args.db] if os.path.isdir(d)] + list(args.prior))
+    for member in dbs:
+        check_target(member, target, fatal=False)
+    # several as one, nothing copied: eto tune copies the priors into --db, a preview need not
+    db = dbs[0] if len(dbs) == 1 else DatabaseUnion(dbs) if dbs else None
     hot = hot_operators(opset, options.plan.hot_share) if options.plan.hot_share is not None else frozenset()
     # as eto tune plans
     fitted = plan_run(opset, options, database=db, target=target, hot=hot, seconds=options.time_budget,

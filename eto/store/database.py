@@ -18,10 +18,14 @@ at any point leaves complete lines plus at most one partial last line, which the
 to ``corrupt_lines.txt`` (reported, never silently dropped). A corrupt line anywhere is
 reported with file and line number and skipped, and a warning at open counts them.
 
-Reading needs no TVM: lines are parsed as JSON; TuningRecords are built only when asked for (one TVM
-cannot read is an :class:`~eto.store.errors.UnreadableRecord` naming its file and line). Each
-file is read once: a reload (before every write, so once per measured candidate) parses only
-the lines appended since the last one, so its cost does not grow with the database.
+Reading needs no TVM, and parses what a query needs: workload and metadata lines as JSON; a record
+line's shape (``[workload, [...]]``) is checked at once and its program parsed when asked for, as
+is a progress line (the records and progress of a few models' databases are tens of megabytes, which
+a plan reading them as priors never looks into). A TuningRecord TVM cannot read, or whose line is
+damaged inside, is an :class:`~eto.store.errors.UnreadableRecord` naming its file and line;
+:meth:`Database.check_lines` parses every line (``eto db show`` and ``merge`` do). Each file is read
+once: a reload (before every write, so once per measured candidate) reads only the lines appended
+since the last one, so its cost does not grow with the database.
 """
 
 from __future__ import annotations
@@ -29,12 +33,12 @@ from __future__ import annotations
 import fcntl
 import math
 import os
+import re
 import threading
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from tuner.measure.faults import kill_point
 from tuner.measure.stop import deferred
@@ -45,6 +49,7 @@ from eto.store.checkpoints import Progress, progress_batch_ok
 from eto.store.errors import DatabaseError, UnreadableRecord
 from eto.store.jsonlines import (Problem, Tail, append_lines, count_lines, cut_at, dumps, parse, raw_line, record_json,
                                  skipped_lines)
+from eto.store.programs import IMPROVE, POLISH, PREDICTED, Method, ProgramQueries, ProgramRecord  # noqa: F401 (re-exported)
 from eto.operators import Operator
 from eto.target import target_key
 
@@ -60,45 +65,11 @@ CORRUPT = "corrupt_lines.txt"
 LOCK = ".lock"
 #: The files a load reads, in the order their lines refer to each other (records to workloads, metadata to records)
 _READ = (WORKLOADS, RECORDS, META, PROGRESS)
-
-Method = Literal["backend", "reuse", "reuse+evolve", "topk", "import", "instant", "polish", "improve"]
-#: A backend root's program improved by a self-reuse after its backend result (:mod:`eto.runs.polish`).
-POLISH: Method = "polish"
-IMPROVE: Method = "improve"  # a step of a time budget's spare time (:mod:`eto.runs.improve`)
-#: A program derived for a new shape without a search (:mod:`eto.runs.instant`): served until tuning
-#: stores a better one, but not a tuning result (the operator still counts as not attempted).
-PREDICTED: Method = "instant"
+#: A record line's shape, checked without parsing its program: ``[workload line, [...]]``
+_RECORD_LINE = re.compile(r"\[\s*(\d+)\s*,\s*(\[.*\])\s*\]\s*", re.S)
 
 
-@dataclass(frozen=True)
-class ProgramRecord:
-    """A stored program of an operator on a target, and how it was found."""
-
-    op: Operator
-    target: str
-    latency_s: float
-    method: str
-    source: str | None  # key of the operator whose program was reused
-    candidates: int  # measured by the tuning run that produced this program
-    seconds: float  # wall seconds of that tuning run
-    rank: int  # 0 = the run's best program
-    features: dict | None
-    line: int  # line of the record in database_tuning_record.json (0-based)
-    created: float
-    timing: str = "hot"  # how its run timed candidates (tuner.measure.timing); hot before runs recorded it
-    _db: "Database" = field(compare=False, repr=False, hash=False, default=None)  # type: ignore[assignment]
-
-    @property
-    def gflops(self) -> float:
-        return self.op.flops / self.latency_s / 1e9 if self.latency_s > 0 else 0.0
-
-    @property
-    def tuning_record(self) -> "TuningRecord":
-        """The MetaSchedule TuningRecord (imports TVM)."""
-        return self._db.tuning_record(self.line)
-
-
-class Database:
+class Database(ProgramQueries):
     """An eto database directory (created if missing unless ``readonly``). Lines it cannot read are
     skipped and listed in :attr:`problems`; ``warn``: a warning counts them when it opens (False: the
     caller lists them itself)."""
@@ -127,9 +98,10 @@ class Database:
         self._tails = {name: Tail() for name in _READ}
         self._workloads: list[Any] = []  # parsed JSON or None, by line
         self._workload_index: dict[str, int] = {}
-        self._records: list[Any] = []
+        self._records: list[tuple[int, str] | None] = []  # (workload line, the program's JSON text) by line
         self._programs: list[ProgramRecord] = []
         self._results, self._progress = [], []  # type: list[dict], list[dict]
+        self._progress_lines: list[tuple[int, str | None]] = []  # read, not parsed yet (_parse_progress)
         self._line_problems: list[Problem] = []  # of lines read (a partial last line is not one yet)
         self._owned: set[int] = set()
         self.problems, self.orphans = [], []  # type: list[Problem], list[int]
@@ -172,17 +144,14 @@ class Database:
             workloads[i] = obj
         records = self._records
         for i, text in new[RECORDS]:
-            obj = parse(text)
-            ok = (isinstance(obj, list) and len(obj) == 2 and isinstance(obj[0], int)
-                  and isinstance(obj[1], list) and len(obj[1]) == 4)
-            if ok and not (0 <= obj[0] < len(workloads) and workloads[obj[0]] is not None):
-                problems.append(Problem(RECORDS, i + 1, f"refers to missing workload line {obj[0] + 1}"))
-                obj = None
-            elif not ok:
-                if text is not None:
-                    problems.append(Problem(RECORDS, i + 1, "not a [workload, record] tuning record"))
-                obj = None
-            records.append(obj)
+            m = _RECORD_LINE.fullmatch(text) if text is not None else None
+            entry = (int(m.group(1)), m.group(2)) if m else None
+            if entry and not (entry[0] < len(workloads) and workloads[entry[0]] is not None):
+                problems.append(Problem(RECORDS, i + 1, f"refers to missing workload line {entry[0] + 1}"))
+                entry = None
+            elif not entry and text is not None and text.strip():
+                problems.append(Problem(RECORDS, i + 1, "not a [workload, record] tuning record"))
+            records.append(entry)
         programs: list[ProgramRecord] = []
         results: list[dict] = []
         for i, text in new[META]:
@@ -197,16 +166,9 @@ class Database:
                 continue
             results.append(obj)
             programs.extend(progs)
-        progress = []
-        for i, text in new[PROGRESS]:
-            obj = parse(text)
-            if progress_batch_ok(obj, len(workloads)):
-                progress.append(obj)
-            elif text is not None:
-                problems.append(Problem(PROGRESS, i + 1, "not a progress batch"))
         self._owned |= {p.line for p in programs}
         self._programs, self._results = self._programs + programs, self._results + results
-        self._progress = self._progress + progress
+        self._progress_lines = self._progress_lines + new[PROGRESS]
         self._publish_problems()
         self.orphans = [i for i, r in enumerate(records) if r is not None and i not in self._owned]
 
@@ -214,6 +176,38 @@ class Database:
         self.problems = self._line_problems + [
             Problem(name, tail.lines + 1, "incomplete last line (interrupted write)")
             for name, tail in self._tails.items() if tail.partial]
+
+    def _parse_progress(self) -> None:
+        """Parse the progress lines read since the last call (hold the mutex); a damaged one is a problem."""
+        if not self._progress_lines:
+            return
+        progress = []
+        for i, text in self._progress_lines:
+            obj = parse(text)
+            if progress_batch_ok(obj, len(self._workloads)):
+                progress.append(obj)
+            elif text is not None:
+                self._line_problems.append(Problem(PROGRESS, i + 1, "not a progress batch"))
+        self._progress, self._progress_lines = self._progress + progress, []
+        self._publish_problems()
+
+    def check_lines(self) -> list[Problem]:
+        """Parse every line the load only checked the shape of (records' programs, progress batches), so that
+        :attr:`problems` lists every damaged line; a program whose record is damaged is dropped. O(size of
+        the files); returns :attr:`problems`."""
+        with self._mutex:
+            self._parse_progress()
+            bad = set()
+            for i, entry in enumerate(self._records):
+                if entry is not None and not (isinstance(r := parse(entry[1]), list) and len(r) == 4):
+                    self._records[i] = None
+                    bad.add(i)
+                    self._line_problems.append(Problem(RECORDS, i + 1, "not a [workload, record] tuning record"))
+            if bad:
+                self._programs = [p for p in self._programs if p.line not in bad]
+                self.orphans = [i for i in self.orphans if i not in bad]
+            self._publish_problems()
+            return self.problems
 
     def _programs_of(self, meta: dict, records: list) -> list[ProgramRecord]:
         op = Operator.from_dict(meta["op"])
@@ -233,15 +227,9 @@ class Database:
                 created=float(meta.get("time", 0.0)), timing=str(meta.get("timing", "hot")), _db=self))
         return out
 
-    # -- queries --------------------------------------------------------------------------
-    def __len__(self) -> int:
-        return len(self._programs)
-
-    def programs(self, *, target: "str | Target | None" = None, op: Operator | None = None) -> list[ProgramRecord]:
-        tk = None if target is None else target_key(target)
-        with self._mutex:
-            return [p for p in self._programs
-                    if (tk is None or p.target == tk) and (op is None or p.op == op)]
+    # -- queries (the rest: ProgramQueries) ------------------------------------------------
+    def program_list(self) -> list[ProgramRecord]:
+        return self._programs
 
     def results(self) -> list[dict]:
         """The raw metadata of each tuning result, in commit order (failed ones included)."""
@@ -254,6 +242,7 @@ class Database:
         budget and the programs seed the search."""
         tk, key = target_key(target), op.key
         with self._mutex:
+            self._parse_progress()
             last = max((r.get("time", 0.0) for r in self._results
                         if r.get("op_key") == key and r.get("target") == tk and r.get("method") != PREDICTED),
                        default=None)
@@ -281,36 +270,6 @@ class Database:
             kill_point("db.progress")
             self._load_unlocked()
 
-    def best(self, op: Operator, target: "str | Target", *, predicted: bool = True) -> ProgramRecord | None:
-        """The fastest stored program of ``op`` on ``target`` (None if never tuned there);
-        ``predicted=False``: tuned programs only, not instant ones."""
-        progs = [p for p in self.programs(target=target, op=op) if predicted or p.method != PREDICTED]
-        return min(progs, key=lambda p: p.latency_s) if progs else None
-
-    def best_programs(self, target: "str | Target | None" = None, *, predicted: bool = True) -> list[ProgramRecord]:
-        """The fastest stored program per (operator, target), in first-stored order; O(programs)."""
-        best: dict[tuple[Operator, str], ProgramRecord] = {}
-        for p in self.programs(target=target):
-            k = (p.op, p.target)
-            if (predicted or p.method != PREDICTED) and (k not in best or p.latency_s < best[k].latency_s):
-                best[k] = p
-        return list(best.values())
-
-    def tuned(self, target: "str | Target") -> dict[Operator, ProgramRecord]:
-        """Best tuned program per operator on ``target`` (instant programs are not tuned)."""
-        return {p.op: p for p in self.best_programs(target, predicted=False)}
-
-    def attempted(self, op: Operator, target: "str | Target") -> bool:
-        """Whether a tuning result (successful or not) for ``op`` on ``target`` is committed."""
-        tk, key = target_key(target), op.key
-        return any(r.get("op_key") == key and r.get("target") == tk and r.get("method") != PREDICTED
-                   for r in self.results())
-
-    def sources(self, *, op_type: str, target: "str | Target", sketch: str | None = None) -> list[ProgramRecord]:
-        """Best programs of tuned operators of one type (and sketch key): candidate reuse sources."""
-        return [p for op, p in self.tuned(target).items()
-                if op.type == op_type.upper() and (sketch is None or op.sketch_key() == sketch)]
-
     # -- TVM objects ----------------------------------------------------------------------
     def workload(self, index: int) -> "Workload":
         from tvm.s_tir.meta_schedule.database import Workload
@@ -324,8 +283,17 @@ class Database:
     def tuning_record(self, line: int) -> "TuningRecord":
         """The record on ``line`` (0-based) of database_tuning_record.json; :class:`UnreadableRecord` if TVM
         cannot read it."""
-        wl, rec = self._records[line]
-        return self.read_record(wl, rec, f"{RECORDS}:{line + 1}")
+        wl, text = self._records[line]
+        return self.read_record(wl, self._record_list(line, text), f"{RECORDS}:{line + 1}")
+
+    def _record_list(self, line: int, text: str) -> list:
+        """The program's JSON on ``line`` of database_tuning_record.json, parsed now (the load checked the
+        line's shape only); :class:`UnreadableRecord` naming the line if it is damaged inside."""
+        rec = parse(text)
+        if not (isinstance(rec, list) and len(rec) == 4):
+            raise UnreadableRecord(f"{self._file(RECORDS)}:{line + 1}: not a tuning record (the line is damaged "
+                                   "inside its [workload, record] brackets); tune its operator again")
+        return rec
 
     def read_record(self, workload: int, record: list, where: str = PROGRESS) -> "TuningRecord":
         """A record's JSON (on ``workload``'s line) as a TuningRecord; ``where``: its file and line (a checkpoint's
@@ -443,33 +411,35 @@ class Database:
 
     # -- merging --------------------------------------------------------------------------
     def merge_from(self, other: "Database") -> dict[str, int]:
-        """Copy another database's results, records and problems (as corrupt lines) into this one."""
-        copied = {"results": 0, "records": 0, "orphans": 0, "problems": len(other.problems)}
+        """Copy another database's results, records and problems (as corrupt lines) into this one: one write
+        a file, the records before the metadata that owns them (a merge killed between leaves orphans)."""
+        problems = other.check_lines()
         with self._locked():
             wl_map: dict[int, int] = {}
-
-            def workload_line(src_idx: int) -> int:
-                if src_idx not in wl_map:
-                    wl_map[src_idx] = self._workload_json_line(other._workloads[src_idx])
-                return wl_map[src_idx]
+            records: list[str] = []
 
             def copy_record(line: int) -> int:
-                wl, rec = other._records[line]
-                return self._append(RECORDS, dumps([workload_line(wl), rec]))
+                """Queue record ``line`` of ``other``; its index among the queued ones."""
+                wl, text = other._records[line]
+                if wl not in wl_map:
+                    wl_map[wl] = self._workload_json_line(other._workloads[wl])
+                records.append(f"[{wl_map[wl]},{text}]")
+                return len(records) - 1
 
-            for meta in other._results:
-                new = dict(meta)
-                new["records"] = [{**r, "line": copy_record(int(r["line"]))} for r in meta.get("records", [])]
-                new["merged_from"] = other.path
-                self._append(META, dumps(new))
-                copied["results"] += 1
-                copied["records"] += len(new["records"])
+            metas = [{**meta, "merged_from": other.path,
+                      "records": [{**r, "line": copy_record(int(r["line"]))} for r in meta.get("records", [])
+                                  if other._records[int(r["line"])] is not None]}  # damaged inside: a problem
+                     for meta in other._results]
             for line in other.orphans:
                 copy_record(line)
-                copied["orphans"] += 1
-            for p in other.problems:
-                self._append(CORRUPT, f"{os.path.join(other.path, p.file)}:{p.line}: {p.reason}: "
-                             + raw_line(other._file(p.file), p.line))
+            first = self._append_lines(RECORDS, records) if records else 0
+            for meta in metas:
+                meta["records"] = [{**r, "line": first + r["line"]} for r in meta["records"]]
+            if metas:
+                self._append_lines(META, [dumps(m) for m in metas])
+            if problems:
+                self._append_lines(CORRUPT, [f"{os.path.join(other.path, p.file)}:{p.line}: {p.reason}: "
+                                             + raw_line(other._file(p.file), p.line) for p in problems])
             self.reload()
-        return copied
-
+        return {"results": len(metas), "records": sum(len(m["records"]) for m in metas),
+                "orphans": len(other.orphans), "problems": len(problems)}
