@@ -89,6 +89,7 @@ def _snapshot(db_dir: Path) -> dict:
     db = Database(db_dir, readonly=True) if db_dir.exists() else None
     if db is None:
         return {"results": {}, "problems": [], "batches": 0}
+    db.check_lines()  # progress lines are parsed when asked for: every one, and every damaged line named
     return {"results": _results(db),
             "problems": [str(p) for p in db.problems], "batches": len(db._progress)}
 
