@@ -263,3 +263,66 @@ def test_a_reload_reads_each_line_once_and_sees_other_writers(tmp_path, target, 
     (tmp_path / "db" / META).write_text(lines[1] + "\n")
     db.reload()
     assert {p.op for p in db.programs()} == {b} and sorted(db.orphans) == [0, 1]
+
+
+def test_a_record_damaged_inside_its_brackets_is_named_when_used_and_by_a_full_check(tmp_path, target, capsys):
+    """A load checks a record line's shape, not its program (tens of megabytes a plan never reads): a line
+    damaged inside ``[workload, [...]]`` is named with its line when its program is asked for, and by
+    ``check_lines`` (``eto db show``), which drops its program; the intact programs stay."""
+    import eto.store.database as database
+    from eto.cli import main
+    from eto.store.errors import UnreadableRecord
+
+    a, b = (Operator.create("DENSE", M=m, N=8, K=16) for m in (4, 5))
+    path = tmp_path / "db"
+    for op, secs in ((a, 1e-6), (b, 2e-6)):
+        Database(path).commit(op, target, make_records(op, [[secs]], target), method="backend", candidates=1,
+                              seconds=1)
+    lines = (path / RECORDS).read_text().splitlines()
+    (path / RECORDS).write_text(lines[0] + "\n" + lines[1].replace('"', "", 3) + "\n")  # still [1, [...]]
+    assert re.fullmatch(r"\[1,\[.*\]\]", (path / RECORDS).read_text().splitlines()[1])
+    parsed = []
+    real_parse = database.parse
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(database, "parse", lambda text: parsed.append(text) or real_parse(text))
+        db = Database(path)
+    assert db.problems == [] and len(db) == 2 and not set(lines) & set(parsed)  # no record parsed at load
+    db.best(a, target).tuning_record  # an intact one reads
+    with pytest.raises(UnreadableRecord, match=rf"^{path / RECORDS}:2: not a tuning record \(the line is damaged"):
+        db.best(b, target).tuning_record
+    assert [str(p) for p in db.check_lines()] == [f"{RECORDS}:2: not a [workload, record] tuning record"]
+    assert [p.op for p in db.programs()] == [a]
+    assert main(["db", "show", str(path)]) == 0
+    assert f"{path / RECORDS}:2: not a [workload, record] tuning record (skipped)" in capsys.readouterr().err
+
+
+def test_a_union_of_databases_answers_as_their_merge_and_writes_nothing(tmp_path, target):
+    """``eto plan --prior A --prior B`` reads the databases as one (DatabaseUnion): every query answers as
+    the merged database would, each program reads its TuningRecord from its own database, nothing is written."""
+    from eto.store.programs import DatabaseUnion
+
+    a, b, c = (Operator.create("DENSE", M=m, N=8, K=16) for m in (4, 5, 6))
+    Database(tmp_path / "x").commit(a, target, make_records(a, [[3e-6], [4e-6]], target), method="backend",
+                                    candidates=2, seconds=1)
+    Database(tmp_path / "x").commit(c, target, make_records(c, [[9e-6]], target), method="instant", candidates=1,
+                                    seconds=1)
+    Database(tmp_path / "y").commit(a, target, make_records(a, [[2e-6]], target), method="reuse", source=b,
+                                    candidates=3, seconds=1)
+    Database(tmp_path / "y").commit(b, target, make_records(b, [[5e-6]], target), method="backend", candidates=1,
+                                    seconds=1)
+    before = {p: p.stat().st_mtime_ns for d in ("x", "y") for p in (tmp_path / d).iterdir()}
+    union = DatabaseUnion([Database(tmp_path / d, readonly=True) for d in ("x", "y")])
+    merged = Database(tmp_path / "m")
+    for d in ("x", "y"):
+        merged.merge_from(Database(tmp_path / d, readonly=True))
+    assert len(union) == len(merged) == 5 and len(union.results()) == len(merged.results()) == 4
+    for op in (a, b, c):
+        for predicted in (True, False):
+            u, m = union.best(op, target, predicted=predicted), merged.best(op, target, predicted=predicted)
+            assert (u and (u.latency_s, u.method)) == (m and (m.latency_s, m.method))
+        assert union.attempted(op, target) == merged.attempted(op, target)
+    assert {o: p.latency_s for o, p in union.tuned(target).items()} == {a: 2e-6, b: 5e-6}
+    assert [p.op for p in union.sources(op_type="dense", target=target)] == [p.op for p in
+                                                                             merged.sources(op_type="dense", target=target)]
+    assert union.best(a, target).tuning_record.run_secs[0].value == pytest.approx(2e-6)  # read from y
+    assert {p: p.stat().st_mtime_ns for d in ("x", "y") for p in (tmp_path / d).iterdir()} == before
