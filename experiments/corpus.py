@@ -47,22 +47,12 @@ def _numpy(value) -> list:
 
 
 def _import(module, inputs, importer: str, name: str):
-    import io
-
-    import torch
-
+    from eto.models.corpus import onnx_bytes
     from eto.models.load import onnx_to_relax, torch_to_relax
 
     if importer == "pt2":
         return torch_to_relax(module, inputs, name=name)
-    buf = io.BytesIO()
-    with torch.no_grad():
-        try:
-            torch.onnx.export(module, inputs, buf, dynamo=False, opset_version=17)
-        except Exception:  # noqa: BLE001 -- an operator the TorchScript exporter lacks (GPT-2's aten::diff)
-            buf = io.BytesIO()
-            torch.onnx.export(module, inputs, buf, dynamo=True, opset_version=18, verbose=False)
-    return onnx_to_relax(buf.getvalue(), name=name)
+    return onnx_to_relax(onnx_bytes(module, inputs), name=name)
 
 
 def check_model(name: str, importer: str, layouts: list[str], scale: str, db_path: str | None) -> list[dict]:

@@ -5,7 +5,8 @@ each runtime timed in a process of its own.
                                       [--work DIR] [--out FILE]
 
 For each model (:mod:`eto.models.corpus`, scale ``small``: the usual input size, random weights): the
-module is exported to ONNX (TorchScript exporter, opset 17), ``eto tune --model M.onnx --time-budget
+module is exported to ONNX (:func:`eto.models.corpus.onnx_bytes`: TorchScript exporter, opset 17, else
+the ``torch.export`` one), ``eto tune --model M.onnx --time-budget
 B`` tunes it from an empty database with no ``--layout`` flag (the default, ``auto``), ``eto build``
 compiles it, and then, in ``--rounds`` rounds, eto's library, ONNX Runtime on the same ONNX file and
 PyTorch eager each run in a fresh process of their own (``--time`` below), the order rotating every
@@ -76,11 +77,10 @@ def time_runtime(runtime: str, name: str, artifact: str, threads: int, repeat: i
 
 
 def export_onnx(name: str, path: str) -> None:
-    import torch
+    from eto.models.corpus import onnx_bytes
 
-    module, inputs = _inputs(name)
-    with torch.no_grad():
-        torch.onnx.export(module, inputs, path, dynamo=False, opset_version=17)
+    with open(path, "wb") as f:
+        f.write(onnx_bytes(*_inputs(name)))
 
 
 def run_eto(*argv: str, log) -> float:

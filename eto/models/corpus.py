@@ -207,4 +207,21 @@ def make_model(name: str, scale: Scale = "small") -> tuple[Any, tuple]:
     return _vision(name)(scale)
 
 
-__all__ = ["MODELS", "CorpusModel", "Scale", "corpus", "make_model", "torchvision"]
+def onnx_bytes(module: Any, inputs: tuple) -> bytes:
+    """``module`` on ``inputs`` as an ONNX file's bytes: the TorchScript exporter at opset 17, or, for an
+    operator it lacks (GPT-2's ``aten::diff``), the ``torch.export``-based one at opset 18."""
+    import io
+
+    import torch
+
+    buf = io.BytesIO()
+    with torch.no_grad():
+        try:
+            torch.onnx.export(module, inputs, buf, dynamo=False, opset_version=17)
+        except Exception:  # noqa: BLE001 -- the exporter's errors vary by operator
+            buf = io.BytesIO()
+            torch.onnx.export(module, inputs, buf, dynamo=True, opset_version=18, verbose=False)
+    return buf.getvalue()
+
+
+__all__ = ["MODELS", "CorpusModel", "Scale", "corpus", "onnx_bytes", "make_model", "torchvision"]
