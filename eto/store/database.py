@@ -69,6 +69,12 @@ _READ = (WORKLOADS, RECORDS, META, PROGRESS)
 _RECORD_LINE = re.compile(r"\[\s*(\d+)\s*,\s*(\[.*\])\s*\]\s*", re.S)
 
 
+def _program_json(text: str) -> list | None:
+    """A record line's program, ``[trace, run_secs, target, args_info]``, parsed; None if it is damaged."""
+    rec = parse(text)
+    return rec if isinstance(rec, list) and len(rec) == 4 else None
+
+
 class Database(ProgramQueries):
     """An eto database directory (created if missing unless ``readonly``). Lines it cannot read are
     skipped and listed in :attr:`problems`; ``warn``: a warning counts them when it opens (False: the
@@ -199,7 +205,7 @@ class Database(ProgramQueries):
             self._parse_progress()
             bad = set()
             for i, entry in enumerate(self._records):
-                if entry is not None and not (isinstance(r := parse(entry[1]), list) and len(r) == 4):
+                if entry is not None and _program_json(entry[1]) is None:
                     self._records[i] = None
                     bad.add(i)
                     self._line_problems.append(Problem(RECORDS, i + 1, "not a [workload, record] tuning record"))
@@ -289,8 +295,8 @@ class Database(ProgramQueries):
     def _record_list(self, line: int, text: str) -> list:
         """The program's JSON on ``line`` of database_tuning_record.json, parsed now (the load checked the
         line's shape only); :class:`UnreadableRecord` naming the line if it is damaged inside."""
-        rec = parse(text)
-        if not (isinstance(rec, list) and len(rec) == 4):
+        rec = _program_json(text)
+        if rec is None:
             raise UnreadableRecord(f"{self._file(RECORDS)}:{line + 1}: not a tuning record (the line is damaged "
                                    "inside its [workload, record] brackets); tune its operator again")
         return rec
