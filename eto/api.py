@@ -306,7 +306,7 @@ def load(path: "str | os.PathLike[str]", *, device: str = "cpu") -> Callable[...
     def run(*inputs: Any) -> list[np.ndarray]:
         from eto.models.build import flatten
 
-        args = [tvm.runtime.tensor(np.ascontiguousarray(_array(x)), dev) for x in inputs]
+        args = [tvm.runtime.tensor(np.asarray(_array(x), order="C"), dev) for x in inputs]
         return flatten(vm["main"](*args))
 
     return run

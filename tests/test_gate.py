@@ -80,3 +80,30 @@ def test_programs_measured_elsewhere_are_stored_unchecked():
     op = Operator.create("DENSE", M=8, N=16, K=32)
     kept, checked, error = gated(op, wrong_records(op, [1e-6], cpu), cpu, local=False)
     assert len(kept) == 1 and checked == {"checked": None} and error is None
+
+
+@pytest.mark.slow  # builds and runs the program and its reference
+def test_a_model_function_with_a_scalar_argument_passes_the_gate():
+    """A fused function may take a 0-d argument (GPT-2's masked softmax: ``where(isnan(p), c, p)`` with
+    ``c`` a scalar constant). numpy's ``ascontiguousarray`` turns a 0-d input into shape (1,), which TVM
+    refused: every such function was rejected and left on TVM's default schedule."""
+    import numpy as np
+    from tvm import te
+    from tvm.ir import IRModule
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+    from tvm.s_tir.schedule import Trace
+
+    from eto.operators.task import model_function
+
+    x, c = te.placeholder((4, 8), "float32", "x"), te.placeholder((), "float32", "c")
+    out = te.compute((4, 8), lambda i, j: te.if_then_else(x[i, j] > 0, c[()], x[i, j] * c[()]), name="out")
+    func = te.create_prim_func([x, c, out])
+    op = model_function(func, "multiply_where")
+    xs, cs = op.random_inputs(0)
+    assert cs.shape == () and isinstance(cs, np.ndarray)
+    np.testing.assert_allclose(op.reference(xs, cs), np.where(xs > 0, cs, xs * cs), rtol=1e-6)
+    cpu = parse_target("cpu")
+    record = TuningRecord(Trace([], {}), Workload(IRModule({"main": func})), [1e-6], cpu, ArgInfo.from_prim_func(func))
+    kept, checked, error = gated(op, [record], cpu)
+    assert error is None and checked == {"checked": "numpy", "rejected": []} and len(kept) == 1

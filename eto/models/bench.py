@@ -265,7 +265,7 @@ def recorded_tuning(database: "Database", target: "Target | str", model_keys: Co
 def _torch(module: Callable[..., Any], inputs: Sequence[np.ndarray], min_repeat_ms: int):
     import torch
 
-    args = [torch.from_numpy(np.ascontiguousarray(a)) for a in inputs]
+    args = [torch.from_numpy(np.asarray(a, order="C")) for a in inputs]
 
     def run() -> list[np.ndarray]:
         with torch.no_grad():
@@ -298,7 +298,7 @@ def onnxruntime_session(path: str, threads: int):
 
 
 def _onnxruntime(session: Any, inputs: Sequence[np.ndarray], min_repeat_ms: int):
-    feed = {i.name: np.ascontiguousarray(a) for i, a in zip(session.get_inputs(), inputs)}
+    feed = {i.name: np.asarray(a, order="C") for i, a in zip(session.get_inputs(), inputs)}
 
     def run() -> list[np.ndarray]:
         return [np.asarray(o) for o in session.run(None, feed)]

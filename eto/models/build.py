@@ -246,8 +246,8 @@ def model_inputs(tasks: ModelTasks, seed: int = 0) -> list[np.ndarray]:
     for p in tasks.bound["main"].params[:tasks.num_inputs]:
         shape = [int(d) for d in p.ty.shape]
         dtype = str(p.ty.dtype)
-        out.append(rng.uniform(-1.0, 1.0, size=shape).astype(dtype) if "float" in dtype
-                   else rng.integers(0, 2, size=shape).astype(dtype))
+        out.append(np.asarray(rng.uniform(-1.0, 1.0, size=shape) if "float" in dtype  # 0-d inputs too
+                              else rng.integers(0, 2, size=shape), dtype=dtype))
     return out
 
 
@@ -261,7 +261,7 @@ def flatten(value: Any) -> list[np.ndarray]:
 def _tensor(a: np.ndarray, dev) -> Any:
     import tvm
 
-    return tvm.runtime.tensor(np.ascontiguousarray(a), dev)
+    return tvm.runtime.tensor(np.asarray(a, order="C"), dev)
 
 
 def _device(target: "Target"):

@@ -41,6 +41,7 @@ from tuner.analysis.kinds import is_cpu
 
 if TYPE_CHECKING:  # pragma: no cover
     import tvm
+    from tvm import te
     from tvm.ir.transform import Pass
     from tvm.target import Target
 
@@ -56,8 +57,8 @@ def fast_math(model: RelaxModel, on: bool = True) -> RelaxModel:
 
 
 def vector_math(target: "Target") -> list["Pass"]:
-    """The pass that computes a model's float32 erf (GELU's) and sigmoid with TVM's vectorising
-    polynomials, on CPUs (else none)."""
+    """The pass that computes a model's float32 erf and tanh (GELU's), sigmoid and softmax with TVM's
+    vectorising polynomials, and small integer powers as products, on CPUs (else none)."""
     import tvm
 
     if not is_cpu(target):
@@ -65,38 +66,71 @@ def vector_math(target: "Target") -> list["Pass"]:
 
     @tvm.transform.module_pass(opt_level=0, name="EtoVectorMath")
     def as_polynomials(mod: "tvm.IRModule", _ctx) -> "tvm.IRModule":
-        return _vector_functions(_gelu_as_erf(mod, tanh=False))
+        return _vector_functions(_gelu_as_erf(mod))
 
     return [as_polynomials]
 
 
 def _vector_functions(mod: "tvm.IRModule") -> "tvm.IRModule":
-    """``mod`` with each float32 ``relax.erf`` computed by ``topi.fast_erf`` (FastMathTransform's erf alone)
-    and each float32 ``relax.sigmoid`` (``nn.silu``'s too) as ``1 / (1 + topi.fast_exp(-x))``."""
+    """``mod`` with each float32 ``relax.erf`` computed by ``topi.fast_erf`` (FastMathTransform's erf alone),
+    ``tanh`` by ``topi.fast_tanh``, ``nn.softmax`` by ``topi.nn.fast_softmax``, each ``sigmoid``
+    (``nn.silu``'s too) as ``1 / (1 + topi.fast_exp(-x))``, and each power by a constant 2, 3 or 4 as
+    products (LLVM calls ``powf`` per element for it: GPT-2's GELU cubes its input)."""
     import tvm
     from tvm import relax, topi
     from tvm.relax import PyExprMutator, expr_functor
 
-    erf, sigmoid, silu = (tvm.ir.Op.get(f"relax.{name}") for name in ("erf", "sigmoid", "nn.silu"))
+    ops = {name: tvm.ir.Op.get(f"relax.{name}") for name in ("erf", "tanh", "sigmoid", "nn.silu", "nn.softmax", "power")}
+    polynomial = {ops["erf"]: topi.fast_erf, ops["tanh"]: topi.fast_tanh}
 
     @expr_functor.mutator
     class VectorFunctions(PyExprMutator):
         def visit_call_(self, call):
             call = super().visit_call_(call)
-            if call.op not in (erf, sigmoid, silu) or str(call.args[0].ty.dtype) != "float32":
+            if call.op not in ops.values() or str(call.args[0].ty.dtype) != "float32":
                 return call
             x, emit = call.args[0], self.builder_.emit
-            if call.op == erf:
-                return self.builder_.call_te(topi.fast_erf, x)
+            if call.op in polynomial:
+                return self.builder_.call_te(polynomial[call.op], x)
+            if call.op == ops["nn.softmax"]:
+                return self.builder_.call_te(topi.nn.fast_softmax, x, int(call.attrs.axis))
+            if call.op == ops["power"]:
+                n = _small_integer(call.args[1], x.ty.ndim)
+                if n is None:
+                    return call
+                return self.builder_.call_te(_product_power, x, n, primfunc_name_hint="power")
             one = relax.const(1.0, "float32")
             e = emit(self.builder_.call_te(topi.fast_exp, emit(relax.op.negative(x))))
             gate = relax.op.divide(one, emit(relax.op.add(one, e)))
-            return gate if call.op == sigmoid else relax.op.multiply(x, emit(gate))
+            return gate if call.op == ops["sigmoid"] else relax.op.multiply(x, emit(gate))
 
     return mutate_functions(mod, VectorFunctions(mod))
 
 
-def _gelu_as_erf(mod: "tvm.IRModule", *, tanh: bool = True) -> "tvm.IRModule":
+def _product_power(x: "te.Tensor", n: int) -> "te.Tensor":
+    """``x ** n`` as ``x * x * ...``, one element-wise function (FuseOps keeps it with its neighbours,
+    which a chain of Relax multiplies with a repeated argument defeats)."""
+    from functools import reduce
+
+    from tvm import te
+
+    return te.compute(x.shape, lambda *i: reduce(lambda a, _: a * x(*i), range(n - 1), x(*i)), name="T_power")
+
+
+def _small_integer(exponent, ndim: int) -> int | None:
+    """2, 3 or 4 where ``exponent`` is that constant, of one element and no more dimensions than the
+    base's ``ndim`` (so the product has the power's shape), else None."""
+    import tvm
+
+    if not isinstance(exponent, tvm.ir.Constant):
+        return None
+    value = exponent.value.numpy()
+    if value.size != 1 or value.ndim > ndim or float(value.flat[0]) not in (2.0, 3.0, 4.0):
+        return None
+    return int(value.flat[0])
+
+
+def _gelu_as_erf(mod: "tvm.IRModule") -> "tvm.IRModule":
     import tvm
     from tvm import relax
     from tvm.relax import PyExprMutator, expr_functor
@@ -106,7 +140,7 @@ def _gelu_as_erf(mod: "tvm.IRModule", *, tanh: bool = True) -> "tvm.IRModule":
         def visit_call_(self, call):
             call = super().visit_call_(call)
             name = call.op.name if isinstance(call.op, tvm.ir.Op) else None
-            if name not in ("relax.nn.gelu", "relax.nn.gelu_tanh") or (name == "relax.nn.gelu_tanh" and not tanh):
+            if name not in ("relax.nn.gelu", "relax.nn.gelu_tanh"):
                 return call
             x = call.args[0]
             dtype = str(x.ty.dtype)

@@ -300,8 +300,8 @@ def _timed_rounds(built: "BuiltModel", inputs: Sequence[np.ndarray], session: An
 
     calls: list[tuple[str, float]] = []
     vm, dev = built.instrumented_vm(lambda task, secs: calls.append((task, secs))), tvm.cpu()
-    args = [tvm.runtime.tensor(np.ascontiguousarray(a), dev) for a in inputs]
-    feed = {i.name: np.ascontiguousarray(a) for i, a in zip(session.get_inputs(), inputs)} if session else {}
+    args = [tvm.runtime.tensor(np.asarray(a, order="C"), dev) for a in inputs]
+    feed = {i.name: np.asarray(a, order="C") for i, a in zip(session.get_inputs(), inputs)} if session else {}
     runs, walls = [], []
     for r in range(warmup + rounds):  # eto's rounds, then ONNX Runtime's: interleaved, each one's idle
         calls.clear()  # threads (spinning, waking) slowed the other's next run up to 2x on 2 cores

@@ -414,7 +414,7 @@ class Operator:
         """Inputs in [-1, 1]; a fused task's in its own arguments' dtypes (:attr:`dtypes`)."""
         rng = np.random.default_rng(seed)
         dtypes = self.dtypes[:-1] if self.fusion else [dtype] * len(self.input_shapes)
-        return [rng.uniform(-1.0, 1.0, size=s).astype(dt) for s, dt in zip(self.input_shapes, dtypes)]
+        return [np.asarray(rng.uniform(-1.0, 1.0, size=s), dtype=dt) for s, dt in zip(self.input_shapes, dtypes)]
 
     def reference(self, *inputs: np.ndarray) -> np.ndarray:
         """numpy's result; a fused task's is its unscheduled PrimFunc's, built for the CPU."""

@@ -127,7 +127,7 @@ def _time_all(libs: list, inputs, op: Operator, timing: "Timing" = DEFAULT_TIMIN
 
     flush = tvm.get_global_func("cache_flush_cpu_non_first_arg") if timing == "cold" else None
     dev = tvm.cpu()
-    args = [tvm.runtime.tensor(np.ascontiguousarray(a), dev) for a in inputs]
+    args = [tvm.runtime.tensor(np.asarray(a, order="C"), dev) for a in inputs]
     out = tvm.runtime.tensor(np.zeros(tuple(op.output_shape), "float32"), dev)
     times: list[list[float]] = [[] for _ in libs]
     for _ in range(TIMED_ROUNDS if len(libs) > 1 else 1):  # one program: nothing to interleave

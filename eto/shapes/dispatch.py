@@ -291,13 +291,13 @@ class DispatchFunction:
     def __call__(self, *inputs: np.ndarray) -> np.ndarray:
         import tvm
 
-        return self._vm["main"](*[tvm.runtime.tensor(np.ascontiguousarray(a), self._dev) for a in inputs]).numpy()
+        return self._vm["main"](*[tvm.runtime.tensor(np.asarray(a, order="C"), self._dev) for a in inputs]).numpy()
 
     def time(self, inputs: Sequence[np.ndarray], *, repeat: int = 3, min_repeat_ms: int = 20) -> float:
         """Median seconds per call (``time_evaluator``: calls fill ``min_repeat_ms``, ``repeat`` times)."""
         import tvm
 
-        args = [tvm.runtime.tensor(np.ascontiguousarray(a), self._dev) for a in inputs]
+        args = [tvm.runtime.tensor(np.asarray(a, order="C"), self._dev) for a in inputs]
         timer = self._vm.time_evaluator("main", self._dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
         return float(np.median(timer(*args).results))
 

@@ -33,7 +33,7 @@ def run_once(lib, inputs: Sequence[np.ndarray], output_shape: Sequence[int], dty
     import tvm
 
     dev = tvm.cpu()
-    args = [tvm.runtime.tensor(np.ascontiguousarray(a), dev) for a in inputs]
+    args = [tvm.runtime.tensor(np.asarray(a, order="C"), dev) for a in inputs]
     out = tvm.runtime.tensor(np.zeros(tuple(output_shape), dtype), dev)
     lib(*args, out)
     return out.numpy()
