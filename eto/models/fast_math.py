@@ -18,17 +18,18 @@ right after loading the model, in ``eto tune``, ``build`` and ``bench`` alike: a
 fast math holds the fast functions' programs, so build and bench the model with ``--fast-math`` too
 (without it those tasks are named as having no program and get TVM's default schedules).
 
-Vector erf and sigmoid (on CPUs, always): the scalar ``erff`` calls cost GELU more than any schedule
-can win back, so on CPU targets eto computes every float32 ``erf`` (GELU's included) with
-``topi.fast_erf``, fast math or not (:func:`vector_math`, run before ``LegalizeOps`` in
-:func:`eto.models.tasks.fuse`). Its error, measured against float64 erf on 2^20 float32 points (N(0, 1)
-and U(-6, 6)): at most 6.8 units in the last place, 4.1e-7 relative, against 0.9 units for the C
-library's ``erff``. ONNX Runtime's CPU GELU is a polynomial erf as well (MLAS). Sigmoid (SiLU's, the
-squeeze-and-excitation gates' of EfficientNet, RegNetY, MobileNet v3) is the same story with ``expf``:
-TVM lowers ``sigmoid`` to ``1 / (1 + exp(-x))`` and LLVM's vector ``exp`` is a scalar ``expf`` call per
-element, so eto writes each float32 sigmoid as ``1 / (1 + fast_exp(-x))`` with ``topi.fast_exp`` (a
-range-reduced polynomial that vectorises; error bound in the tests). ``exp``, ``tanh`` and softmax
-elsewhere stay exact unless ``--fast-math``.
+Vector math (on CPUs, always): the scalar ``erff`` calls cost GELU more than any schedule can win
+back, so on CPU targets eto computes every float32 ``erf`` (GELU's included) with ``topi.fast_erf``,
+fast math or not (:func:`vector_math`, run before ``LegalizeOps`` in :func:`eto.models.tasks.fuse`).
+Its error, measured against float64 erf on 2^20 float32 points (N(0, 1) and U(-6, 6)): at most 6.8
+units in the last place, 4.1e-7 relative, against 0.9 units for the C library's ``erff``. ONNX
+Runtime's CPU GELU is a polynomial erf as well (MLAS). Sigmoid (SiLU's, the squeeze-and-excitation
+gates' of EfficientNet, RegNetY, MobileNet v3), ``tanh`` (GELU's tanh form: GPT-2's) and softmax are
+the same story with ``expf``, which LLVM's vector ``exp`` calls per element: eto writes each float32
+sigmoid as ``1 / (1 + fast_exp(-x))``, ``tanh`` as ``topi.fast_tanh`` and softmax as
+``topi.nn.fast_softmax`` (error bounds in the tests), and a power by a constant 2, 3 or 4 (GPT-2's
+GELU cubes its input; LLVM calls ``powf``) as products. Only ``exp`` elsewhere stays exact unless
+``--fast-math``.
 """
 
 from __future__ import annotations
