@@ -23,6 +23,7 @@ import numpy as np
 from eto.operators.opsets import OperatorSet, load_opset, vary
 from eto.options import TuneOptions
 from eto.store.database import Database
+from eto.store.programs import DatabaseWithPriors
 from eto.store.models import record_layout
 from tuner.measure import deadline
 
@@ -48,25 +49,28 @@ MODEL_SUFFIXES = (".onnx", ".pt2")
 
 
 def _database(database: "str | os.PathLike[str] | Database", *, readonly: bool = False) -> Database:
-    return database if isinstance(database, Database) else Database(os.fspath(database), readonly=readonly)
+    return database if isinstance(database, (Database, DatabaseWithPriors)) else Database(os.fspath(database),
+                                                                                        readonly=readonly)
 
 
 def open_database(database: "str | os.PathLike[str] | Database", priors: Sequence["str | os.PathLike[str]"] = (), *,
-                  log: Callable[[str], None] | None = None) -> Database:
-    """The database a run writes, with the programs of every prior database (read, never written) copied
-    in: they cost nothing in the plan and serve as reuse sources, and the written database alone then
-    holds every program its operators need. Every prior is checked before anything is created."""
+                  log: Callable[[str], None] | None = None) -> "Database | DatabaseWithPriors":
+    """The database a run writes, read together with every prior database (read, never written): their
+    programs cost nothing in the plan and serve as reuse sources. Nothing is copied here; :func:`tune`
+    copies the priors' results of the operators it tunes, so the written database alone then holds
+    every program its operators need. Every prior is checked before anything is created."""
     for prior in priors:
         if not os.path.isdir(prior):
             raise FileNotFoundError(errno.ENOENT, "no such prior database directory", os.fspath(prior))
     db = _database(database)
-    for prior in priors:
-        if os.path.abspath(prior) != os.path.abspath(db.path):
-            counts = db.merge_from(Database(os.fspath(prior), readonly=True))
-            if log is not None:
-                log(f"prior database {os.fspath(prior)}: {counts['results']} results, {counts['records']} records "
-                    f"copied into {db.path}")
-    return db
+    path = os.path.abspath(db.path)
+    read = [Database(os.fspath(p), readonly=True) for p in priors if os.path.abspath(p) != path]
+    if not read:
+        return db
+    if log is not None:
+        log(f"prior database(s) {', '.join(str(p.path) for p in read)}: {sum(len(p) for p in read)} programs of "
+            f"{len({q.op for p in read for q in p.program_list()})} operators, read in place")
+    return DatabaseWithPriors(db, read)
 
 
 def _options(options: TuneOptions | None, flat: Mapping[str, Any]) -> TuneOptions:
@@ -146,7 +150,8 @@ def tune(
     ``time_budget=1200`` (seconds) sizes the run to the time instead of the trials: the plan fits most
     of it, the rest improves the operators with the most latency to gain, the run stops on time, and
     the report's ``pending`` rows are left for the next call (docs/pipeline.md, "Time budget").
-    ``priors``: databases read, never written, whose programs are copied into ``database`` and reused.
+    ``priors``: databases read, never written, whose programs are reused; the results of the operators
+    this call tunes are copied into ``database`` (so it alone builds them), nothing else.
     A rerun of the same call resumes: operators the database holds are not tuned again. ``dims``,
     ``fast_math``, ``layout``: how a model is read and compiled (:func:`operator_set`).
 
@@ -171,6 +176,11 @@ def tune(
         db = open_database(database, priors, log=log)
         if entry is not None:  # build() compiles the model in the layout it was tuned in
             record_layout(db.path, entry)
+        if isinstance(db, DatabaseWithPriors):  # the written database alone then builds what it tuned
+            copied = db.keep([e.op for e in opset], target)
+            if log is not None and copied["results"]:
+                log(f"{copied['results']} prior results ({copied['records']} records) of this run's operators "
+                    f"copied into {db.path}")
         return _tune(opset, target, db, opts, alone, measurer=measurer, on_batch=on_batch, log=log, verbose=verbose)
 
 

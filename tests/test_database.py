@@ -326,3 +326,35 @@ def test_a_union_of_databases_answers_as_their_merge_and_writes_nothing(tmp_path
                                                                              merged.sources(op_type="dense", target=target)]
     assert union.best(a, target).tuning_record.run_secs[0].value == pytest.approx(2e-6)  # read from y
     assert {p: p.stat().st_mtime_ns for d in ("x", "y") for p in (tmp_path / d).iterdir()} == before
+
+
+def test_a_database_with_priors_reads_them_writes_itself_and_keeps_only_what_it_tunes(tmp_path, target):
+    """``eto tune --prior``: the priors' programs answer every query in place; commits go to the written
+    database; :meth:`keep` copies the priors' results of the operators tuned (so the written database
+    alone builds them), not the rest, and a rerun copies nothing again."""
+    from eto.api import open_database
+    from eto.store.programs import DatabaseWithPriors
+
+    a, b, c = (Operator.create("DENSE", M=m, N=8, K=16) for m in (4, 5, 6))
+    prior = Database(tmp_path / "prior")
+    prior.commit(a, target, make_records(a, [[3e-6], [4e-6]], target), method="backend", candidates=2, seconds=1)
+    prior.commit(c, target, make_records(c, [[9e-6]], target), method="backend", candidates=1, seconds=1)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "prior").iterdir() if p.is_file()}
+    db = open_database(tmp_path / "new", [tmp_path / "prior"])
+    assert isinstance(db, DatabaseWithPriors) and db.path == str(tmp_path / "new")
+    assert db.attempted(a, target) and db.best(a, target).latency_s == pytest.approx(3e-6)
+    assert db.best(a, target).tuning_record.run_secs[0].value == pytest.approx(3e-6)  # read from the prior
+    assert [p.op for p in db.sources(op_type="dense", target=target)] == [a, c]
+    assert Database(tmp_path / "new").results() == []  # nothing copied on opening
+    db.commit(b, target, make_records(b, [[5e-6]], target), method="reuse", source=a, candidates=3, seconds=1)
+    assert db.best(b, target).latency_s == pytest.approx(5e-6) and len(db) == 4  # the commit seen at once
+    assert db.keep([a, b], target) == {"results": 1, "records": 2}  # a's: b is the new database's own
+    alone = Database(tmp_path / "new")
+    assert {r["op_key"] for r in alone.results()} == {a.key, b.key}  # not c: no operator of this run
+    assert alone.best(a, target).latency_s == pytest.approx(3e-6)
+    assert alone.best(a, target).tuning_record.run_secs[0].value == pytest.approx(3e-6)
+    again = open_database(tmp_path / "new", [tmp_path / "prior"])
+    assert again.keep([a, b], target) == {"results": 0, "records": 0}  # a rerun: attempted, nothing copied
+    assert len(Database(tmp_path / "new").results()) == 2
+    assert {p.name: p.read_bytes() for p in (tmp_path / "prior").iterdir() if p.is_file()} == before
+    assert open_database(tmp_path / "new", [tmp_path / "new"]).__class__ is Database  # itself: no prior

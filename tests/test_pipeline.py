@@ -272,8 +272,12 @@ def test_hot_share_evolve_and_prior_databases(capsys, tmp_path):
                              *[a for a in common if a != "--quiet"])  # -q would keep the copy's message back
     assert code == 0, err
     assert {r["status"] for r in json.loads(out)["operators"]} == {"cached"}
-    assert "prior database" in err and "copied into" in err
+    assert "prior database" in err and "prior results" in err and "copied into" in err
     assert prior_lines == {f: (tmp_path / "db" / f).read_bytes() for f in prior_lines}  # the prior: never written
+    copied = Database(tmp_path / "new")  # just this set's results: the new database alone has them
+    assert {r["op_key"] for r in copied.results()} == {big.key, small.key}
+    for op in (big, small):
+        assert copied.best(op, target).latency_s == db.best(op, target).latency_s
     code, _, err = run_cli(capsys, "tune", "--opset", set_file, "--db", tmp_path / "newer", "--prior", tmp_path / "nope",
                            *common)
     assert code == 2 and "--prior" in err and "nope" in err and "no such database" in err

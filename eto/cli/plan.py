@@ -78,7 +78,7 @@ def _plan(args: argparse.Namespace) -> int:
     dbs = _read_databases([d for d in [args.db] if os.path.isdir(d)] + list(args.prior))
     for member in dbs:
         check_target(member, target, fatal=False)
-    # several as one, nothing copied: eto tune copies the priors into --db, a preview need not
+    # several as one, nothing copied (eto tune reads them so too, and copies only its operators' results)
     db = dbs[0] if len(dbs) == 1 else DatabaseUnion(dbs) if dbs else None
     hot = hot_operators(opset, options.plan.hot_share) if options.plan.hot_share is not None else frozenset()
     # as eto tune plans

@@ -144,7 +144,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                           "fused tasks into a database; a rerun resumes where it stopped.")
     add_operator_options(p)
     p.add_argument("--db", default=DEFAULT_DB, help="the database to write")
-    add_prior_option(p, "their programs are copied into --db, cost nothing in the plan and are reused")
+    add_prior_option(p, "their programs cost nothing in the plan and are reused; the results of the operators "
+                        "tuned are copied into --db, so it alone builds the model")
     p.add_argument("--target", default="cpu", help="cpu (this machine), cuda, or a TVM tag")
     add_tuning_options(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON (no per-batch progress)")

@@ -38,7 +38,7 @@ import threading
 import time
 import warnings
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Collection, Iterator, Sequence
 
 from tuner.measure.faults import kill_point
 from tuner.measure.stop import deferred
@@ -416,10 +416,12 @@ class Database(ProgramQueries):
         return idx
 
     # -- merging --------------------------------------------------------------------------
-    def merge_from(self, other: "Database") -> dict[str, int]:
+    def merge_from(self, other: "Database", *, only: "Collection[tuple[str, str]] | None" = None) -> dict[str, int]:
         """Copy another database's results, records and problems (as corrupt lines) into this one: one write
-        a file, the records before the metadata that owns them (a merge killed between leaves orphans)."""
-        problems = other.check_lines()
+        a file, the records before the metadata that owns them (a merge killed between leaves orphans).
+        ``only``: the (operator key, target key) pairs whose results to copy, nothing else (no orphans
+        or problems, and no line of ``other`` parsed beyond those results' records)."""
+        problems = other.check_lines() if only is None else []
         with self._locked():
             wl_map: dict[int, int] = {}
             records: list[str] = []
@@ -435,8 +437,8 @@ class Database(ProgramQueries):
             metas = [{**meta, "merged_from": other.path,
                       "records": [{**r, "line": copy_record(int(r["line"]))} for r in meta.get("records", [])
                                   if other._records[int(r["line"])] is not None]}  # damaged inside: a problem
-                     for meta in other._results]
-            for line in other.orphans:
+                     for meta in other._results if only is None or (meta.get("op_key"), meta.get("target")) in only]
+            for line in other.orphans if only is None else ():
                 copy_record(line)
             first = self._append_lines(RECORDS, records) if records else 0
             for meta in metas:
@@ -448,4 +450,4 @@ class Database(ProgramQueries):
                                              + raw_line(other._file(p.file), p.line) for p in problems])
             self.reload()
         return {"results": len(metas), "records": sum(len(m["records"]) for m in metas),
-                "orphans": len(other.orphans), "problems": len(problems)}
+                "orphans": len(other.orphans) if only is None else 0, "problems": len(problems)}

@@ -142,4 +142,41 @@ class DatabaseUnion(ProgramQueries):
         return [p for d in self.databases for p in getattr(d, "problems", [])]
 
 
-__all__ = ["IMPROVE", "POLISH", "PREDICTED", "DatabaseUnion", "Method", "ProgramQueries", "ProgramRecord"]
+class DatabaseWithPriors(DatabaseUnion):
+    """The database a run writes, read together with prior databases it never writes (``--prior``).
+
+    Every query sees them all: a prior's programs are free roots and reuse sources. Everything else
+    (commits, checkpoints, progress, ``path``) is the written database's. Nothing is copied when it
+    opens (five models' priors are 70 MB: copying them into every new database made each the sum of
+    all before it, and a rerun copied them again); :meth:`keep` copies the results of just the
+    operators a run tunes, so the written database alone builds its model.
+    """
+
+    readonly = False
+
+    def __init__(self, database: Any, priors: Sequence[ProgramQueries]) -> None:
+        super().__init__([database, *priors])
+        self.database, self.priors = database, tuple(priors)
+        self.path = database.path
+
+    def __getattr__(self, name: str) -> Any:  # commit, progress, checkpoint, reload...: the written one's
+        if name in ("database", "priors"):  # not set yet (unpickling, a failed __init__)
+            raise AttributeError(name)
+        return getattr(self.database, name)
+
+    def keep(self, ops: Sequence[Operator], target: "str | Target") -> dict[str, int]:
+        """Copy into the written database every prior result of ``ops`` on ``target`` that it has not
+        attempted itself: each operator's programs as the priors hold them. O(results + copied lines)."""
+        tk = target_key(target)
+        wanted = {(op.key, tk) for op in ops if not self.database.attempted(op, target)}
+        counts = {"results": 0, "records": 0}
+        for prior in self.priors:
+            have = {(r.get("op_key"), r.get("target")) for r in prior.results()} & wanted
+            if have:
+                copied = self.database.merge_from(prior, only=have)
+                counts = {k: counts[k] + copied[k] for k in counts}
+        return counts
+
+
+__all__ = ["IMPROVE", "POLISH", "PREDICTED", "DatabaseUnion", "DatabaseWithPriors", "Method", "ProgramQueries",
+           "ProgramRecord"]
