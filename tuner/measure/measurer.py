@@ -32,7 +32,7 @@ from tvm.s_tir.meta_schedule.builder import BuilderInput
 from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig, RunnerInput
 
 from tuner.analysis.kinds import is_cpu
-from tuner.measure import deadline, stop
+from tuner.measure import arguments, deadline, stop
 from tuner.measure.builder import PersistentBuilder, one_line
 from tuner.analysis.host import physical_cores
 from tuner.measure.options import OptionError
@@ -179,12 +179,12 @@ def default_settle_processes() -> int:
     return n
 
 
-# -- runner -------------------------------------------------------------------------------------
 def _init_runner(n: int, parent: int) -> None:
     """Runner process initializer: TVM reads TVM_NUM_THREADS when its thread pool starts; the process
-    dies with ``parent`` (:func:`tuner.measure.workers.bind_to_parent`)."""
+    dies with ``parent`` (:func:`~tuner.measure.workers.bind_to_parent`); integer arguments are zeros."""
     os.environ["TVM_NUM_THREADS"] = str(n)
     bind_to_parent(parent)
+    arguments.register()
 
 
 # -- measurer -----------------------------------------------------------------------------------
@@ -223,7 +223,8 @@ class Measurer:
 
         def runner() -> ms.Runner:  # one worker process, started at its first run
             return ms.runner.LocalRunner(timeout_sec=config.run_timeout_s, evaluator_config=config.evaluator(),
-                                         initializer=functools.partial(_init_runner, threads, os.getpid()))
+                                         initializer=functools.partial(_init_runner, threads, os.getpid()),
+                                         f_alloc_argument=arguments.ALLOC_ARGUMENT)
 
         return cls(builder, runner(), config, "local", runner)
 
