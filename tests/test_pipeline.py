@@ -386,3 +386,16 @@ def test_a_function_outside_the_catalogue_is_reused_from_itself_at_another_size(
     lib(tvm.runtime.tensor(a), out)
     want = np.exp(a - a.max(1, keepdims=True))
     np.testing.assert_allclose(out.numpy(), want / want.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+def test_functions_outside_the_catalogue_are_tuned_heaviest_first():
+    """A time budget that ends while the backend tunes a model's functions leaves the cheapest to TVM's
+    default schedule: they go calls x output elements first (the order MetaSchedule's task scheduler
+    first visits them), not in the model's order."""
+    from eto.operators.opsets import OperatorEntry
+    from eto.runs.pipeline import _heaviest_first
+
+    small, big, often = (Operator.parse(f"TASK(size={n},hash={h})+f") for n, h in ((768, 1), (301056, 2), (75264, 3)))
+    ordered = _heaviest_first(OperatorSet("m", (OperatorEntry(small, 1), OperatorEntry(big, 1),
+                                                OperatorEntry(often, 9))))
+    assert [e.op for e in ordered] == [often, big, small] and ordered.name == "m"
