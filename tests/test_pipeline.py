@@ -342,8 +342,10 @@ def test_baselines_topk_and_selective_tuning(capsys, tmp_path):
     (row,) = [r for r in json.loads(out)["operators"] if r["key"] == new.key]
     assert row["method"] == "topk" and row["source"] in {o.key for o in bmms} and row["status"] == "tuned"
     db = Database(tmp_path / "topk")
-    for op in (*bmms, new):
-        assert check_record(op, db.best(op, target).tuning_record, target).ok
+    assert check_record(new, db.best(new, target).tuning_record, target).ok
+    assert all(db.best(op, target) is None for op in bmms)  # the prior's sources are read, not copied
+    for op in bmms:
+        assert check_record(op, Database(tmp_path / "st").best(op, target).tuning_record, target).ok
     code, _, err = run_cli(capsys, "tune", "--method", "st", "--evolve", 4, "--opset", set_file, "--db",
                            tmp_path / "x", *common)
     assert code == 2 and "--method eto only" in err
