@@ -68,8 +68,8 @@ def open_database(database: "str | os.PathLike[str] | Database", priors: Sequenc
     if not read:
         return db
     if log is not None:
-        log(f"prior database(s) {', '.join(str(p.path) for p in read)}: {sum(len(p) for p in read)} programs of "
-            f"{len({q.op for p in read for q in p.program_list()})} operators, read in place")
+        log(f"prior database(s) {', '.join(str(p.path) for p in read)}: {sum(len(p) for p in read)} programs, "
+            f"read in place")
     return DatabaseWithPriors(db, read)
 
 
