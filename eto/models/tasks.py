@@ -39,6 +39,7 @@ from eto.models.frontend_fixes import frontend_fixes
 from eto.models.layout import LayoutChoice, convert_layout
 from eto.models.load import RelaxModel
 from eto.models.fast_math import vector_math
+from eto.models.padding import pad_rows
 from eto.models.prepack import before_tuning
 from eto.models.winograd import SCHEDULED_BY
 
@@ -103,8 +104,9 @@ class ModelTasks:
 
 
 def prepare(model: RelaxModel, target: "Target") -> tuple["tvm.IRModule", "tvm.IRModule", int, LayoutChoice]:
-    """The model with its weights bound, the same fused for the target, its number of inputs, and the
-    layout it was compiled in."""
+    """The model with its weights bound (linear layers of awkward row counts padded,
+    :mod:`eto.models.padding`), the same fused for the target, its number of inputs, and the layout it
+    was compiled in."""
     from tvm import relax
 
     mod = model.mod
@@ -116,6 +118,7 @@ def prepare(model: RelaxModel, target: "Target") -> tuple["tvm.IRModule", "tvm.I
         mod = relax.transform.BindParams("main", weights)(mod)
     decided = None if model.winograd is None else dict(model.winograd)
     mod, layout = convert_layout(fold_batch_norms(frontend_fixes(mod)), model.layout, target=target, winograd=decided)
+    mod = pad_rows(mod)
     return mod, fuse(mod, target), num_inputs, layout
 
 
@@ -151,7 +154,7 @@ def model_tasks(model: RelaxModel, target: "Target") -> ModelTasks:
 
     bound, fused, num_inputs, layout = prepare(model, target)
     # the catalogue operators of the layout the model is compiled in
-    catalogue = [e.op for e in extract_from_relax(model.mod if layout.resolved == "NCHW" else bound, model.name).opset]
+    catalogue = [e.op for e in extract_from_relax(pad_rows(model.mod) if layout.resolved == "NCHW" else bound, model.name).opset]
     tasks, seen = [], Counter()
     for t in ms.relax_integration.extract_tasks(fused, target):
         mod = t.dispatched[0]
