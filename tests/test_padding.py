@@ -8,7 +8,7 @@ tvm = pytest.importorskip("tvm")
 from tvm import relax  # noqa: E402
 
 from eto.models.load import RelaxModel  # noqa: E402
-from eto.models.padding import pad_rows, padded_rows  # noqa: E402
+from eto.models.padding import pad_channels, pad_rows, padded_channels, padded_rows  # noqa: E402
 
 
 @pytest.mark.parametrize("rows, padded", [(197, 200), (577, 584), (394, 400), (151, 152),
@@ -76,3 +76,33 @@ def test_the_padded_matmul_is_planned_as_a_catalogue_operator_not_searched_as_a_
     matmuls = [t for t in tasks.tasks if "matmul" in t.name]
     assert matmuls and all(t in tasks.catalogue for t in matmuls)
     assert {(dict(t.op.params)["M"], dict(t.op.params)["K"]) for t in matmuls} == {(200, 64)}
+
+
+@pytest.mark.parametrize("channels, padded", [(58, 64), (116, 128), (40, 48), (232, 240), (464, 464), (24, 24), (3, 3), (20, 20)])
+def test_channels_are_padded_to_a_multiple_of_the_vector_where_it_costs_at_most_a_quarter_more(channels, padded):
+    assert padded_channels(channels, 16) == padded
+
+
+def test_channels_last_convolutions_with_58_channels_run_on_64_and_return_the_same():
+    """A 1x1 convolution to 58 channels, then a 3x3 depthwise one: both on 64 channels, outputs as before."""
+    rng = np.random.default_rng(3)
+    pointwise = rng.standard_normal((58, 1, 1, 24)).astype("float32")
+    depthwise = rng.standard_normal((58, 3, 3, 1)).astype("float32")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 10, 10, 24), "float32"))
+    layouts = dict(data_layout="NHWC", kernel_layout="OHWI")
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.relu(bb.emit(relax.op.nn.conv2d(x, relax.const(pointwise), **layouts))))
+            out = bb.emit_output(relax.op.nn.conv2d(y, relax.const(depthwise), padding=1, groups=58, **layouts))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    padded = pad_channels(mod, 16)
+    assert padded.script().count("R.nn.conv2d(") == 2 and "groups=64" in padded.script()
+    data = rng.standard_normal((1, 10, 10, 24)).astype("float32")
+    results = []
+    for m in (mod, padded):
+        vm = relax.VirtualMachine(tvm.compile(m, target="llvm"), tvm.cpu())
+        results.append(vm["main"](tvm.runtime.tensor(data)).numpy())
+    assert results[1].shape == (1, 10, 10, 58)
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-5, atol=1e-4)

@@ -39,7 +39,7 @@ from eto.models.frontend_fixes import frontend_fixes
 from eto.models.layout import LayoutChoice, convert_layout
 from eto.models.load import RelaxModel
 from eto.models.fast_math import vector_math
-from eto.models.padding import pad_rows
+from eto.models.padding import pad_axes, pad_rows
 from eto.models.prepack import before_tuning
 from eto.models.winograd import SCHEDULED_BY
 
@@ -104,7 +104,7 @@ class ModelTasks:
 
 
 def prepare(model: RelaxModel, target: "Target") -> tuple["tvm.IRModule", "tvm.IRModule", int, LayoutChoice]:
-    """The model with its weights bound (linear layers of awkward row counts padded,
+    """The model with its weights bound (awkward rows and channels padded,
     :mod:`eto.models.padding`), the same fused for the target, its number of inputs, and the layout it
     was compiled in."""
     from tvm import relax
@@ -118,7 +118,7 @@ def prepare(model: RelaxModel, target: "Target") -> tuple["tvm.IRModule", "tvm.I
         mod = relax.transform.BindParams("main", weights)(mod)
     decided = None if model.winograd is None else dict(model.winograd)
     mod, layout = convert_layout(fold_batch_norms(frontend_fixes(mod)), model.layout, target=target, winograd=decided)
-    mod = pad_rows(mod)
+    mod = pad_axes(mod, target)
     return mod, fuse(mod, target), num_inputs, layout
 
 
