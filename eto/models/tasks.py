@@ -39,7 +39,7 @@ from eto.models.frontend_fixes import frontend_fixes
 from eto.models.layout import LayoutChoice, convert_layout
 from eto.models.load import RelaxModel
 from eto.models.fast_math import vector_math
-from eto.models.padding import pad_axes, pad_rows
+from eto.models.padding import pad_axes
 from eto.models.prepack import before_tuning
 from eto.models.winograd import SCHEDULED_BY
 
@@ -154,7 +154,7 @@ def model_tasks(model: RelaxModel, target: "Target") -> ModelTasks:
 
     bound, fused, num_inputs, layout = prepare(model, target)
     # the catalogue operators of the layout the model is compiled in
-    catalogue = [e.op for e in extract_from_relax(pad_rows(model.mod) if layout.resolved == "NCHW" else bound, model.name).opset]
+    catalogue = [e.op for e in extract_from_relax(pad_axes(model.mod, target) if layout.resolved == "NCHW" else bound, model.name).opset]
     tasks, seen = [], Counter()
     for t in ms.relax_integration.extract_tasks(fused, target):
         mod = t.dispatched[0]
