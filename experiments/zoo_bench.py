@@ -80,6 +80,12 @@ def covered(report: dict, keys: set[str]) -> dict[str, int]:
     return {"tasks": len(rows), "same_in_prior": same, "reused_from_prior": reused}
 
 
+def default_scheduled(report: dict) -> int:
+    """The model's tasks the run left with no program at all: built with TVM's default schedules."""
+    return sum(r["frequency"] > 0 and r["status"] in ("pending", "failed") and r.get("latency_s") is None
+               for r in report["operators"])
+
+
 def build(onnx_path: str, db: str, lib: str, log) -> None:
     proc = subprocess.run([sys.executable, "-m", "eto", "build", "--model", onnx_path, "--db", db, "-o", lib],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -119,7 +125,8 @@ def add_budget_run(row: dict, args: argparse.Namespace) -> dict:
     row = {**row, "budget_share": args.budget_share, "budget_given_s": budget, "budget_s": seconds,
            "budget_candidates": sum(r["candidates"] for r in report["operators"] if r["status"] == "tuned"),
            "budget_instant": sum(r.get("status") == "pending" and r.get("latency_s") is not None
-                                 for r in report["operators"])}
+                                 for r in report["operators"]),
+           "budget_default": default_scheduled(report)}
     return {**row, **time_side_by_side(name, libs, args.rounds, args.repeat, args.threads)}
 
 
@@ -166,7 +173,8 @@ def table(rows: list[dict]) -> str:
         lines.append(f"\n{r['family']}/{r['model']} with priors within {r['budget_given_s']:.0f} s "
                      f"({r['budget_share']:.2f} of alone): {r['budget_s']:.0f} s, {r['budget_ms']:.2f} ms, "
                      f"{r['budget_speed']:.2f}x the alone model's speed ({r['budget_speed_rounds'][0]:.2f}-"
-                     f"{r['budget_speed_rounds'][1]:.2f}), {r['budget_instant']} tasks on instant programs")
+                     f"{r['budget_speed_rounds'][1]:.2f}), {r['budget_instant']} tasks on instant programs, "
+                     f"{r.get('budget_default', '?')} on TVM's default schedules")
     for family in dict.fromkeys(r["family"] for r in rows):
         mine = [r for r in rows if r["family"] == family]
         alone, zoo = sum(r["alone_s"] for r in mine), sum(r["zoo_s"] for r in mine)

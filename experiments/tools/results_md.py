@@ -420,9 +420,10 @@ def zoo_bench(d: dict) -> list[str]:
         out += ["", "With the same priors and `--time-budget` a share of the alone run's time (`--budget-share`), "
                     "built and timed beside the other two (the rows above are from that same timing):", ""] + table(
             ["family", "model", "budget (share of alone)", "wall time", "candidates", "tasks on instant programs",
-             "ms", "speed vs alone (per round)"],
+             "tasks on TVM's default schedules", "ms", "speed vs alone (per round)"],
             [[r["family"], f"`{r['model']}`", f"{s(r['budget_given_s'])} ({r['budget_share']:.2f})", s(r["budget_s"]),
-              str(r["budget_candidates"]), str(r["budget_instant"]), f"{r['budget_ms']:.2f}",
+              str(r["budget_candidates"]), str(r["budget_instant"]), str(r.get("budget_default", "-")),
+              f"{r['budget_ms']:.2f}",
               f"{x(r['budget_speed'])} ({x(r['budget_speed_rounds'][0])}-{x(r['budget_speed_rounds'][1])})"]
              for r in budgeted])
     return out
