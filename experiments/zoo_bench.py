@@ -17,7 +17,9 @@ times runtimes). The family's cumulative tuning time with and without priors is 
 ``--budget-share S`` adds a third run of each later model: with the same priors and ``--time-budget``
 S x its alone time (e.g. 0.2: what a fifth of the alone run buys when every earlier model is a prior;
 the run gives the operators it cannot search in time instant programs from the priors), built and
-timed beside the other two. Given for a family already measured, it adds that run to each row.
+timed beside the other two. Each run records what other processes took of the machine meanwhile
+(``busy``, :mod:`tuner.measure.contention`): a run beside another benchmark stores programs timed
+against it, and the models after it inherit them as priors. Given for a family already measured, it adds that run to each row.
 
 Results: ``experiments/results/zoo_bench_<families>_N<trials>_<cpu>.json`` and a PNG beside it. Each
 finished model goes to ``<work>/zoo_bench.jsonl`` at once, so an interrupted run goes on from there.
@@ -126,7 +128,7 @@ def add_budget_run(row: dict, args: argparse.Namespace) -> dict:
            "budget_candidates": sum(r["candidates"] for r in report["operators"] if r["status"] == "tuned"),
            "budget_instant": sum(r.get("status") == "pending" and r.get("latency_s") is not None
                                  for r in report["operators"]),
-           "budget_default": default_scheduled(report)}
+           "budget_default": default_scheduled(report), "budget_busy": report.get("busy")}
     return {**row, **time_side_by_side(name, libs, args.rounds, args.repeat, args.threads)}
 
 
@@ -143,9 +145,11 @@ def bench_model(family: str, name: str, earlier: list[str], args: argparse.Names
             export_onnx(name, onnx_path)
         row["alone_s"], alone = tune(onnx_path, alone_db, [], args.trials, log)
         row["alone_candidates"] = sum(r["candidates"] for r in alone["operators"])
+        row["alone_busy"] = alone.get("busy")
         if earlier:
             row["zoo_s"], zoo = tune(onnx_path, zoo_db, priors, args.trials, log)
             row["zoo_candidates"] = sum(r["candidates"] for r in zoo["operators"] if r["status"] == "tuned")
+            row["zoo_busy"] = zoo.get("busy")
             row.update(covered(zoo, prior_keys(priors)))
             libs = {kind: os.path.join(folder, f"{name}-{kind}.so") for kind in ROUND_ORDER}
             build(onnx_path, alone_db, libs["alone"], log)
@@ -251,7 +255,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{row['family']}/{row['model']}: within {rows[i]['budget_given_s']:.0f} s with priors: "
                       f"{rows[i]['budget_speed']:.2f}x the alone model's speed", flush=True)
     later = [r for r in rows if r["priors"]]
-    summary = {"time_ratio_max": max((r["time_ratio"] for r in later), default=None),
+    busy = [r[k]["others"] + r[k]["steal"] for r in rows for k in ("alone_busy", "zoo_busy", "budget_busy")
+            if r.get(k)]
+    summary = {"busy_cores_max": max(busy, default=None),
+               "time_ratio_max": max((r["time_ratio"] for r in later), default=None),
                "zoo_speed_min": min((r["zoo_speed"] for r in later), default=None),
                "cumulative": {f: {"alone_s": sum(r["alone_s"] for r in rows if r["family"] == f),
                                   "zoo_s": sum(r["zoo_s"] for r in rows if r["family"] == f)} for f, _ in families}}

@@ -295,7 +295,8 @@ def test_an_operator_whose_search_settles_gets_no_more_steps_and_the_run_ends_wh
         return {op: SimpleNamespace(latency_s=s, gflops=op.flops / s / 1e9 / 100) for op, s in latency.items()}
 
     said: list[str] = []
-    run = SimpleNamespace(database=SimpleNamespace(tuned=tuned), target=None, say=said.append)
+    run = SimpleNamespace(database=SimpleNamespace(tuned=tuned, best_programs=lambda _target: []), target=None,
+                          say=said.append)
 
     def step(op, _run, _measurer, _share, polished):
         kind = "search" if op in polished else "self-reuse"

@@ -284,6 +284,37 @@ def test_hot_share_evolve_and_prior_databases(capsys, tmp_path):
     assert not (tmp_path / "newer").exists()  # checked before the database to write is created
 
 
+def test_a_time_budget_with_priors_serves_instant_programs_first_then_searches_where_the_latency_is(tmp_path):
+    """With --prior and a time budget, every operator a prior covers gets its instant program before any
+    search (none is planned); the time left goes to self-reuses around those programs, the operator with
+    the most latency first, and every program stored matches numpy."""
+    from eto.api import open_database
+    from eto.runs.pipeline import tune
+    from eto.store.database import IMPROVE, PREDICTED
+    from tuner.measure.backend import light_search
+
+    target = parse_target("cpu")
+    light = dict(trials=8, num_trials_per_iter=8, search=light_search(), seed=0, bridges="none")
+    tune(OperatorSet.from_layers("first", [Operator.create("BMM", B=2, M=32, N=32, K=32)]), target,
+         Database(tmp_path / "prior"), TuneOptions.of(**light))
+    small, large = Operator.create("BMM", B=2, M=32, N=32, K=16), Operator.create("BMM", B=4, M=64, N=32, K=32)
+    said: list[str] = []
+    db = open_database(tmp_path / "new", [tmp_path / "prior"])
+    report = tune(OperatorSet.from_layers("second", [small, large]), target, db,
+                  TuneOptions.of(**light, time_budget=40), log=said.append)
+    results = [r for r in Database(tmp_path / "new").results() if r["op_key"] in (small.key, large.key)]
+    assert [r["method"] for r in results[:2]] == [PREDICTED, PREDICTED]  # both instant before any search
+    assert results[0]["op_key"] == large.key  # the heavier first
+    assert not any("reuse:" in m or "backend:" in m for m in said)  # nothing left to plan
+    searched = [r["op_key"] for r in results[2:] if r["method"] == IMPROVE]
+    assert searched and searched[0] == large.key  # where the latency is: the larger operator's first
+    assert "polish" in results[2]  # a self-reuse around its instant program
+    assert {row.key for row in report.rows} == {small.key, large.key}
+    assert report.busy is not None and report.busy.seconds > 0  # what others took of the machine meanwhile
+    for op in (small, large):
+        assert check_record(op, db.best(op, target).tuning_record, target).ok
+
+
 def test_multi_sketch_kind_is_tuned_first_then_replanned(tmp_path):
     """Section 6.1: FRB has two sketches, so its reuse cost is unknown until one FRB is tuned; the
     pipeline tunes that one with the backend, plans again and derives the rest by reuse."""

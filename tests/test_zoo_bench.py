@@ -10,7 +10,8 @@ from experiments.tools import results_md
 
 
 def _row(key: str, method: str = "reuse", source: str | None = None, status: str = "tuned", candidates: int = 10):
-    return {"name": key, "key": key, "status": status, "method": method, "source": source, "candidates": candidates}
+    return {"name": key, "key": key, "status": status, "method": method, "source": source, "candidates": candidates,
+            "frequency": 1, "latency_s": None if status == "pending" else 1e-4}
 
 
 def test_covered_counts_tasks_in_a_prior_and_reuses_of_its_programs():
@@ -66,7 +67,10 @@ def test_a_budget_run_is_tuned_within_its_share_of_the_alone_time_and_timed_besi
     def tune(onnx_path, db, priors, trials, log, budget=None):
         calls["tune"] = (db, priors, budget)
         return 25.0, {"operators": [_row("A", status="cached", candidates=0), _row("B", candidates=12),
-                                    {**_row("C", status="pending", candidates=0), "latency_s": 1e-4}]}
+                                    {**_row("C", status="pending", candidates=0), "latency_s": 1e-4},
+                                    _row("D", status="pending", candidates=0),  # no program: a default schedule
+                                    {**_row("E", status="pending", candidates=0), "frequency": 0}],  # a bridge
+                      "busy": {"seconds": 25.0, "others": 0.02, "steal": 0.0}}
 
     monkeypatch.setattr(zoo_bench, "tune", tune)
     monkeypatch.setattr(zoo_bench, "build", lambda onnx_path, db, lib, log: calls.setdefault("built", []).append(lib))
@@ -79,9 +83,10 @@ def test_a_budget_run_is_tuned_within_its_share_of_the_alone_time_and_timed_besi
     assert priors == [str(tmp_path / "resnet" / "resnet18-alone-db")]
     assert calls["built"] == [str(tmp_path / "resnet" / "resnet34-budget.so")]
     assert row["budget_s"] == 25.0 and row["budget_candidates"] == 12 and row["budget_instant"] == 1
+    assert row["budget_default"] == 1 and row["budget_busy"]["others"] == 0.02
     assert row["budget_speed"] == pytest.approx(0.010 / 0.0125) and row["budget_speed_rounds"] == pytest.approx([0.8, 1.0])
     assert row["zoo_speed"] == pytest.approx(1.0)
     d = {**_result(), "rows": [_result()["rows"][0], row]}
     assert "resnet/resnet34 with priors within 24 s (0.20 of alone): 25 s, 12.50 ms, 0.80x" in zoo_bench.table(d["rows"])
-    assert "| resnet | `resnet34` | 24 s (0.20) | 25 s | 12 | 1 | 12.50 | 0.80x (0.80x-1.00x) |" in \
+    assert "| resnet | `resnet34` | 24 s (0.20) | 25 s | 12 | 1 | 1 | 12.50 | 0.80x (0.80x-1.00x) |" in \
         "\n".join(results_md.zoo_bench(d))

@@ -101,7 +101,7 @@ def improve(opset: OperatorSet, run: RunContext, measurer: "Measurer") -> int:
     searched: set[Operator] = set()  # design spaces of more than one program
     last_search: tuple[Operator, float] | None = None  # the operator of the last search step, its best before
     while True:
-        best = run.database.tuned(run.target)
+        best = serving(run)
         if last_search is not None:
             op, was = last_search
             if was / best[op].latency_s - 1 < MIN_STEP_GAIN:
@@ -143,7 +143,7 @@ def _step(op: Operator, run: RunContext, measurer: "Measurer", share: float,
 
     tm = learn_time_model(run.database, run.target, target_kind(run.target), run.options.timing)
     gflops = op.flops / 1e9
-    best = run.database.best(op, run.target, predicted=False)
+    best = run.database.best(op, run.target, predicted=False) or run.database.best(op, run.target)  # or instant
     if best is not None and self_reuse_due(best, run.database.results(), polished):
         if tm.polish_seconds(tm.reuse_candidates(POLISH_CANDIDATES), gflops, op.type) <= deadline.left():
             polished[op] = best.line
@@ -243,10 +243,17 @@ def _median(record) -> float:
     return median_secs(record.run_secs)
 
 
+def serving(run: RunContext) -> dict[Operator, "ProgramRecord"]:
+    """The program each operator runs now: its best tuned one, else its instant program (which a first
+    self-reuse step searches around: :func:`eto.runs.pipeline.instant_first`)."""
+    tuned = run.database.tuned(run.target)
+    return {**{p.op: p for p in run.database.best_programs(run.target) if p.method == PREDICTED}, **tuned}
+
+
 def latency_weights(opset: OperatorSet, best: Mapping[Operator, object]) -> dict[Operator, float]:
     """frequency x latency of each of the set's tuned operators: its part of the model's latency."""
     return {e.op: e.frequency * best[e.op].latency_s for e in opset if e.op in best and e.frequency}  # type: ignore[attr-defined]
 
 
 __all__ = ["MIN_STEP_GAIN", "MIN_STEP_TRIALS", "STEP_TRIALS", "attainable_flops", "evolve_step", "headroom", "improve",
-           "priority", "self_reuse_due"]
+           "priority", "self_reuse_due", "serving"]

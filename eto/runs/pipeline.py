@@ -43,11 +43,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from selector import ROOT, Plan
 from tuner.measure import deadline
+from tuner.measure.contention import BusyMeter, busy_warning
 from tuner.measure.faults import kill_point
 from tuner.reuse.ranked import resolve_top_k
 
@@ -58,7 +60,7 @@ from eto.options import TuneOptions
 from eto.planning.budget import RunPlan, function_trials, plan_run
 from eto.planning.planner import OperatorPlan, hot_operators
 from eto.runs.derive import Derivation, ReuseSearch, RunContext
-from eto.runs.finish import SEARCH_IN_FLIGHT_S, finish, reserve
+from eto.runs.finish import SEARCH_IN_FLIGHT_S, finish, instant_first, reserve
 from eto.runs.improve import improve
 from eto.runs.tuning import OperatorReport, SetProgress, TuneReport, clock, report_row
 from eto.store.database import Database
@@ -116,15 +118,21 @@ def tune(
     target = parse_target(target)
     export_threads()
     start = time.perf_counter()
+    log = log or (lambda _msg: None)
+    busy = BusyMeter().start() if measurer is None else None  # our own measurer times on this machine
     measurers = _measurers(measurer, target, options.timing)
     # the budget is the whole run's: the measurer's start (its worker pools) is part of it
     budget = None if options.time_budget is None else options.time_budget - (time.perf_counter() - start)
     try:
         with deadline.until(budget):
-            return _tune(opset, target, database, options, measurers, on_batch, log or (lambda _msg: None), start)
+            report = _tune(opset, target, database, options, measurers, on_batch, log, start)
     finally:
         if measurer is None:
             measurers[0].close()
+    others = busy.stop() if busy is not None else None
+    if (warning := busy_warning(others, os.cpu_count() or 1)) is not None:  # eto: warning: ..., even with -q
+        warnings.warn(warning, RuntimeWarning, stacklevel=2)
+    return dataclasses.replace(report, busy=others)
 
 
 def _tune(opset: OperatorSet, target: "Target", database: Database, options: TuneOptions,
@@ -138,7 +146,12 @@ def _tune(opset: OperatorSet, target: "Target", database: Database, options: Tun
     kill_point("plan.before")
     # the budget less what reading a model took
     budget_s = None if options.time_budget is None else min(options.time_budget, deadline.left())
-    fitted = plan_run(opset, options, database=database, target=target, hot=hot, seconds=budget_s)
+    to_plan = opset
+    if budget_s is not None and options.method == "eto" and getattr(database, "priors", ()):
+        to_plan = instant_first(opset, RunContext(target, database, options, hot, log, on_batch), measurers[0],
+                                budget_s)
+        budget_s = min(budget_s, deadline.left())
+    fitted = plan_run(to_plan, options, database=database, target=target, hot=hot, seconds=budget_s)
     planned, options, outside_s = fitted.planned, fitted.options, fitted.functions_seconds + fitted.polish_seconds
     if budget_s is not None and options.method != "st":
         log(f"time budget {clock(options.time_budget)}: {options.backend.trials} trials per backend root, "

@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tvm.s_tir.meta_schedule.database import TuningRecord
     from tvm.target import Target
 
+    from tuner.measure.contention import Busy
     from tuner.measure.measurer import Measurer
 
 
@@ -68,6 +69,9 @@ class TuneReport:
     time_budget: float | None = None  # seconds, where the run had one
     #: the run's set-up (its measurer's workers) and planning, measured: part of ``estimated_seconds``
     setup_seconds: float | None = None
+    #: what other processes and the hypervisor took of this machine's cores during the run (its own
+    #: measurer's runs only; :mod:`tuner.measure.contention`)
+    busy: "Busy | None" = None
 
     @property
     def weighted_latency_s(self) -> float | None:
@@ -90,6 +94,7 @@ class TuneReport:
                 "candidates": sum(r.candidates for r in self.rows if r.status == "tuned"),
                 "estimated_candidates": self.estimated_candidates, "estimated_seconds": self.estimated_seconds,
                 "time_budget": self.time_budget, "stopped": self.stopped, "setup_seconds": self.setup_seconds,
+                "busy": asdict(self.busy) if self.busy is not None else None,
                 "operators": [asdict(r) for r in self.rows]}
 
 

@@ -410,9 +410,12 @@ def zoo_bench(d: dict) -> list[str]:
                      f"{x(r['zoo_speed_rounds'][1])})"])
     totals = "; ".join(f"{f}: {s(c['alone_s'])} alone, {s(c['zoo_s'])} with priors"
                        for f, c in d["summary"]["cumulative"].items())
+    busy = d["summary"].get("busy_cores_max")
+    quiet = "" if busy is None else (f"; other processes took at most {busy:.2f} cores' worth of CPU during any "
+                                     "tuning run (`busy` in each row)")
     out = [f"- each model tuned alone and with every earlier model's database as `--prior` (`eto tune --model "
            f"--trials {d['trials']}`), both builds timed in processes of their own, {d['rounds']} rounds; "
-           f"cumulative tuning time: {totals}", ""] + table(
+           f"cumulative tuning time: {totals}{quiet}", ""] + table(
         ["family", "model", "priors", "tuning alone", "with priors (ratio)", "tasks from a prior (same + reused)",
          "alone ms", "with priors ms", "speed with priors (per round)"], rows)
     budgeted = [r for r in d["rows"] if "budget_s" in r]
