@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     later = [r for r in rows if r["priors"]]
     busy = [r[k]["others"] + r[k]["steal"] for r in rows for k in ("alone_busy", "zoo_busy", "budget_busy")
             if r.get(k)]
-    summary = {"busy_cores_max": max(busy, default=None),
+    summary = {"busy_cores_max": max(busy, default=None), "busy_runs": len(busy),
                "time_ratio_max": max((r["time_ratio"] for r in later), default=None),
                "zoo_speed_min": min((r["zoo_speed"] for r in later), default=None),
                "cumulative": {f: {"alone_s": sum(r["alone_s"] for r in rows if r["family"] == f),

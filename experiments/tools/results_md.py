@@ -411,8 +411,8 @@ def zoo_bench(d: dict) -> list[str]:
     totals = "; ".join(f"{f}: {s(c['alone_s'])} alone, {s(c['zoo_s'])} with priors"
                        for f, c in d["summary"]["cumulative"].items())
     busy = d["summary"].get("busy_cores_max")
-    quiet = "" if busy is None else (f"; other processes took at most {busy:.2f} cores' worth of CPU during any "
-                                     "tuning run (`busy` in each row)")
+    quiet = "" if busy is None else (f"; other processes took at most {busy:.2f} cores' worth of CPU during the "
+                                     f"{d['summary'].get('busy_runs', '')} tuning runs that measured it (`busy`)")
     out = [f"- each model tuned alone and with every earlier model's database as `--prior` (`eto tune --model "
            f"--trials {d['trials']}`), both builds timed in processes of their own, {d['rounds']} rounds; "
            f"cumulative tuning time: {totals}{quiet}", ""] + table(
