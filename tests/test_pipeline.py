@@ -300,8 +300,10 @@ def test_a_time_budget_with_priors_serves_instant_programs_first_then_searches_w
     small, large = Operator.create("BMM", B=2, M=32, N=32, K=16), Operator.create("BMM", B=4, M=64, N=32, K=32)
     said: list[str] = []
     db = open_database(tmp_path / "new", [tmp_path / "prior"])
-    report = tune(OperatorSet.from_layers("second", [small, large]), target, db,
-                  TuneOptions.of(**light, time_budget=40), log=said.append)
+    from eto.operators.opsets import OperatorEntry
+
+    second = OperatorSet("second", (OperatorEntry(small, 1), OperatorEntry(large, 20)))  # large: most of the latency
+    report = tune(second, target, db, TuneOptions.of(**light, time_budget=40), log=said.append)
     results = [r for r in Database(tmp_path / "new").results() if r["op_key"] in (small.key, large.key)]
     assert [r["method"] for r in results[:2]] == [PREDICTED, PREDICTED]  # both instant before any search
     assert results[0]["op_key"] == large.key  # the heavier first
