@@ -105,6 +105,9 @@ def test_json_merges_duplicates_and_reports_bad_entries(tmp_path):
         OperatorSet.from_json({"operators": [op, {"type": "XYZ"}]}, source="f.json")
     with pytest.raises(ValueError, match=r"operator #0: frequency must be a positive integer"):
         OperatorSet.from_json({"operators": [{**op, "frequency": 0}]})
+    # a model's function (found by the fuzzer: the plan's first look at it named no file)
+    with pytest.raises(ValueError, match=r"f.json: operator #1: TASK: a model function's program comes from its model"):
+        OperatorSet.from_json({"operators": [op, {"type": "TASK", "params": {"size": 1, "hash": 1}}]}, source="f.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(ValueError, match="bad.json: not valid JSON"):

@@ -91,7 +91,11 @@ class OperatorSet:
                 freq = item.get("frequency", 1)
                 if not isinstance(freq, int) or isinstance(freq, bool) or not 1 <= freq <= MAX_PARAM:
                     raise InputError(f"frequency must be a positive integer up to {MAX_PARAM}, got {freq!r}")
-                entries.append(OperatorEntry(Operator.from_dict(item), freq))
+                op = Operator.from_dict(item)
+                if op.spec.backend_only:  # a model's function: no loop nest without its model
+                    raise InputError(f"{op.type}: a model function's program comes from its model "
+                                     "(eto tune --model), not from an operator-set file")
+                entries.append(OperatorEntry(op, freq))
             except ValueError as exc:
                 raise InputError(f"{source}: operator #{i}: {exc}") from None
         name = data.get("name") or os.path.splitext(os.path.basename(source))[0]
