@@ -245,7 +245,7 @@ def _median(record) -> float:
 
 def serving(run: RunContext) -> dict[Operator, "ProgramRecord"]:
     """The program each operator runs now: its best tuned one, else its instant program (which a first
-    self-reuse step searches around: :func:`eto.runs.pipeline.instant_first`)."""
+    self-reuse step searches around: :func:`eto.runs.finish.instant_first`)."""
     tuned = run.database.tuned(run.target)
     return {**{p.op: p for p in run.database.best_programs(run.target) if p.method == PREDICTED}, **tuned}
 

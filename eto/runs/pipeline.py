@@ -48,6 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from selector import ROOT, Plan
+from tuner.analysis.kinds import is_cpu
 from tuner.measure import deadline
 from tuner.measure.contention import BusyMeter, busy_warning
 from tuner.measure.faults import kill_point
@@ -119,7 +120,7 @@ def tune(
     export_threads()
     start = time.perf_counter()
     log = log or (lambda _msg: None)
-    busy = BusyMeter().start() if measurer is None else None  # our own measurer times on this machine
+    busy = BusyMeter().start() if measurer is None and is_cpu(target) else None  # our own, on this CPU
     measurers = _measurers(measurer, target, options.timing)
     # the budget is the whole run's: the measurer's start (its worker pools) is part of it
     budget = None if options.time_budget is None else options.time_budget - (time.perf_counter() - start)
@@ -129,8 +130,7 @@ def tune(
     finally:
         if measurer is None:
             measurers[0].close()
-    others = busy.stop() if busy is not None else None
-    if (warning := busy_warning(others, os.cpu_count() or 1)) is not None:  # eto: warning: ..., even with -q
+    if (warning := busy_warning(others := busy and busy.stop(), os.cpu_count() or 1)) is not None:  # even with -q
         warnings.warn(warning, RuntimeWarning, stacklevel=2)
     return dataclasses.replace(report, busy=others)
 
