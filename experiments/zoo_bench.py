@@ -41,10 +41,11 @@ from experiments.corpus_bench import HERE, add_timing_options, export_onnx, roun
 ROUND_ORDER = ("alone", "zoo")
 
 
-def tune(onnx_path: str, db: str, priors: list[str], trials: int, log, budget: float | None = None
-         ) -> tuple[float, dict]:
-    """``eto tune`` of a model into ``db`` (within ``budget`` seconds): its wall seconds and its JSON report."""
-    argv = ["tune", "--model", onnx_path, "--db", db, "--trials", str(trials), "--json"]
+def tune(onnx_path: str, db: str, priors: list[str], trials: int, log, budget: float | None = None,
+         extra: "tuple[str, ...]" = ()) -> tuple[float, dict]:
+    """``eto tune`` of a model into ``db`` (within ``budget`` seconds; ``extra``: more flags): its wall
+    seconds and its JSON report."""
+    argv = ["tune", "--model", onnx_path, "--db", db, "--trials", str(trials), "--json", *extra]
     if budget is not None:
         argv += ["--time-budget", f"{budget:.0f}"]
     for prior in priors:

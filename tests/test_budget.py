@@ -195,6 +195,11 @@ def test_the_deadline_raised_in_a_callback_through_tvms_ffi_comes_back_and_other
         fails()
 
 
+def flat(bytes_per_s: float):
+    """A bandwidth that does not depend on the working set."""
+    return lambda _nbytes: bytes_per_s
+
+
 def test_priority_is_share_times_headroom_halved_per_step():
     assert priority(0.5, 0.8, 0) == pytest.approx(0.4)
     assert priority(0.5, 0.8, 2) == pytest.approx(0.1)
@@ -206,21 +211,38 @@ def test_priority_is_share_times_headroom_halved_per_step():
 def test_the_roofline_bounds_an_operator_with_few_flops_per_byte():
     matmul = Operator.create("BMM", B=1, M=512, N=512, K=512)
     thin = Operator.create("BMM", B=1, M=512, N=1, K=512)  # a matrix-vector product: 0.5 FLOP per byte
-    peak, bandwidth = 1e11, 2e10
-    assert attainable_flops(matmul, peak, bandwidth) == peak
+    peak = 1e11
+    assert attainable_flops(matmul, peak, flat(2e10)) == peak
     elements = 512 * 512 + 512 + 512
-    assert attainable_flops(thin, peak, bandwidth) == pytest.approx(bandwidth * thin.flops / (4 * elements))
+    assert attainable_flops(thin, peak, flat(2e10)) == pytest.approx(2e10 * thin.flops / (4 * elements))
     assert attainable_flops(thin, peak, None) == peak
+
+
+def test_the_roofline_reads_the_bandwidth_at_the_operators_working_set():
+    """A depthwise convolution's activations (here 3.6 MB) stream from the caches: against the bandwidth
+    of a copy much larger than them it had no headroom where MetaSchedule's programs run 2x faster."""
+    dw = Operator.create("DEPNHWC", N=1, H=58, W=58, C=144, KH=3, KW=3)
+    nbytes = 4 * (58 * 58 * 144 + 144 * 9 + 56 * 56 * 144)
+    asked = []
+
+    def caches(n: int) -> float:  # 2e11 B/s up to 4 MiB, 4e10 beyond
+        asked.append(n)
+        return 2e11 if n <= 4 << 20 else 4e10
+
+    assert attainable_flops(dw, 5e11, caches) == pytest.approx(2e11 * dw.flops / nbytes) and asked == [nbytes]
+    assert headroom(dw, 7.9e10, 5e11, flat(4e10)) < 0.11  # against 64 MiB's 40 GB/s: nearly nothing to gain
+    assert headroom(dw, 7.9e10, 5e11, caches) == pytest.approx(1 - 7.9e10 * nbytes / (2e11 * dw.flops))
+    assert headroom(dw, 7.9e10, 5e11, caches) > 0.5
 
 
 def test_headroom_is_what_the_roofline_leaves_and_an_operator_without_flops_gets_a_little():
     from types import SimpleNamespace
 
     matmul = Operator.create("BMM", B=1, M=512, N=512, K=512)
-    assert headroom(matmul, 2.5e10, 1e11, 2e10) == pytest.approx(0.75)
+    assert headroom(matmul, 2.5e10, 1e11, flat(2e10)) == pytest.approx(0.75)
     assert headroom(matmul, 2.5e10, None, None) == 1.0  # no roofline (a GPU): every operator alike
     mean = SimpleNamespace(flops=0, input_shapes=[(1, 16, 16, 16)], output_shape=(1, 16))  # a reduction TVM counts 0
-    assert headroom(mean, 0.0, 1e11, 2e10) == DATA_MOVEMENT_HEADROOM
+    assert headroom(mean, 0.0, 1e11, flat(2e10)) == DATA_MOVEMENT_HEADROOM
 
 
 def test_a_peak_measured_below_what_programs_reach_is_raised_to_the_fastest():
@@ -232,11 +254,12 @@ def test_a_peak_measured_below_what_programs_reach_is_raised_to_the_fastest():
     softmax = SimpleNamespace(flops=0, input_shapes=[(12, 128, 128)], output_shape=(12, 128, 128))
     peak = reached_peak(1.9e11, [2.14e11, 1.875e11, 0.0])
     assert peak == 2.14e11 and reached_peak(1.9e11, []) == 1.9e11 and reached_peak(None, [2e11]) is None
-    assert headroom(fast, 2.14e11, peak, 2e10) == pytest.approx(0.0)
-    assert headroom(slow, 1.875e11, peak, 2e10) == pytest.approx(1 - 1.875 / 2.14)
-    assert headroom(slow, 1.875e11, 1.9e11, 2e10) < 0.02  # against the measured peak alone: nothing to gain
+    assert headroom(fast, 2.14e11, peak, flat(2e10)) == pytest.approx(0.0)
+    assert headroom(slow, 1.875e11, peak, flat(2e10)) == pytest.approx(1 - 1.875 / 2.14)
+    assert headroom(slow, 1.875e11, 1.9e11, flat(2e10)) < 0.02  # against the measured peak alone: nothing to gain
     # the matmul with 31% of the latency now outranks the softmax with 4%
-    assert priority(0.31, headroom(slow, 1.875e11, peak, 2e10), 0) > priority(0.04, headroom(softmax, 0, peak, 2e10), 0)
+    bw = flat(2e10)
+    assert priority(0.31, headroom(slow, 1.875e11, peak, bw), 0) > priority(0.04, headroom(softmax, 0, peak, bw), 0)
 
 
 def test_the_time_instant_programs_left_goes_back_to_the_plan_up_to_a_search_in_flight(monkeypatch):

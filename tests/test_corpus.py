@@ -19,6 +19,22 @@ def test_the_corpus_names_its_models_and_refuses_unknown_ones():
         corpus("small", ["alexnet"])
 
 
+def test_a_text_model_comes_at_another_length_and_a_bad_length_is_named():
+    """``bert:40``: the same BERT (same seed) on 40 tokens, so a retune can be measured on a new shape."""
+    from eto.models.corpus import make_model
+
+    for bad in ("resnet18:40", "bert:forty", "bert:0"):
+        with pytest.raises(ValueError, match=f"unknown model '{bad}': NAME:TOKENS is a text model"):
+            make_model(bad)
+    pytest.importorskip("transformers")
+    import torch
+
+    short, (ids,) = make_model("bert:12", "ci")
+    again, _ = make_model("bert", "ci")
+    assert tuple(ids.shape) == (1, 12)
+    assert all(torch.equal(a, b) for a, b in zip(short.state_dict().values(), again.state_dict().values()))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name, importer", [("squeezenet1_0", "pt2"), ("shufflenet_v2_x1_0", "onnx"),
                                             ("bert", "onnx")])

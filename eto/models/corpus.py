@@ -119,7 +119,10 @@ def _segmentation(name: str, **kwargs: Any) -> Callable[[Scale], tuple[Any, tupl
     return make
 
 
-def _transformer(kind: str) -> Callable[[Scale], tuple[Any, tuple]]:
+def _transformer(kind: str, tokens: int | None = None) -> Callable[[Scale], tuple[Any, tuple]]:
+    """A ``transformers`` model from its default config, random weights; ``tokens``: the input's length
+    (default 128, 16 at ``ci``)."""
+
     def make(scale: Scale):
         import torch
 
@@ -141,7 +144,8 @@ def _transformer(kind: str) -> Callable[[Scale], tuple[Any, tuple]]:
             config = hf.ViTConfig(**({"num_hidden_layers": 2} if small else {}), image_size=32 if small else 224)
             model = hf.ViTModel(config, add_pooling_layer=False)
             return _FirstOutput(model.eval()), (torch.randn(1, 3, config.image_size, config.image_size),)
-        return _FirstOutput(model.eval()), (torch.randint(0, config.vocab_size, (1, 16 if small else 128)),)
+        length = tokens or (16 if small else 128)
+        return _FirstOutput(model.eval()), (torch.randint(0, config.vocab_size, (1, length)),)
 
     return make
 
@@ -194,11 +198,22 @@ def corpus(scale: Scale = "small", names: "list[str] | None" = None) -> list[Cor
     return [m for m in MODELS if scale == "small" or scale in m.scales]
 
 
+#: The corpus's text models, which also come at other input lengths: ``bert:40`` is BERT on 40 tokens.
+TEXT_MODELS = ("bert", "distilbert", "gpt2")
+
+
 def make_model(name: str, scale: Scale = "small") -> tuple[Any, tuple]:
-    """A model's module and inputs by name: a corpus model, or a torchvision classification model outside
-    the corpus (``resnet34``, ``resnet101``, ``efficientnet_b1`` ...) made the way the corpus makes its own,
-    so a model zoo can hold a family's other sizes."""
+    """A model's module and inputs by name: a corpus model, a text model at another input length
+    (``bert:40``: its weights are the same model's, seeded alike), or a torchvision classification model
+    outside the corpus (``resnet34``, ``resnet101``, ``efficientnet_b1`` ...) made the way the corpus makes
+    its own, so a model zoo can hold a family's other sizes, and a retune other shapes."""
     known = {m.name: m for m in MODELS}
+    base, _, tokens = name.partition(":")
+    if tokens:
+        if base not in TEXT_MODELS or not tokens.isdigit() or int(tokens) < 1:
+            raise ValueError(f"unknown model {name!r}: NAME:TOKENS is a text model ({', '.join(TEXT_MODELS)}) "
+                             "at a positive number of tokens, e.g. bert:40")
+        return _transformer(base, int(tokens))(scale)
     if name in known:
         return known[name].make(scale)
     if not callable(getattr(torchvision().models, name, None)):
@@ -224,4 +239,4 @@ def onnx_bytes(module: Any, inputs: tuple) -> bytes:
     return buf.getvalue()
 
 
-__all__ = ["MODELS", "CorpusModel", "Scale", "corpus", "onnx_bytes", "make_model", "torchvision"]
+__all__ = ["MODELS", "TEXT_MODELS", "CorpusModel", "Scale", "corpus", "onnx_bytes", "make_model", "torchvision"]

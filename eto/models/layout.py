@@ -168,12 +168,13 @@ def convert_layout(mod: "tvm.IRModule", layout: str, *, target: "Target | None" 
 def predicted_winograd(keys: "Sequence[str]") -> list[str]:
     """Of the convolutions ``keys``, those Winograd is predicted to run faster on this machine's cores
     (:func:`~eto.models.winograd.predicted_faster`), their peak and bandwidths measured once a process."""
+    from eto.models.roofline import working_set_bandwidth
     from eto.models.winograd import predicted_faster
 
     if not keys:
         return []
     peak = _peak()
-    return [k for k in dict.fromkeys(keys) if predicted_faster(k, peak_flops=peak, bandwidth=_bandwidth)]
+    return [k for k in dict.fromkeys(keys) if predicted_faster(k, peak_flops=peak, bandwidth=working_set_bandwidth)]
 
 
 @functools.lru_cache(maxsize=None)
@@ -182,11 +183,3 @@ def _peak() -> float:
     from eto.target import num_threads
 
     return fp32_peak(num_threads())
-
-
-@functools.lru_cache(maxsize=None)
-def _bandwidth(nbytes: int) -> float:
-    """The copy speed of a buffer of about ``nbytes`` (rounded up to a power of two, at least 64 KiB)."""
-    from eto.models.roofline import memory_bandwidth
-
-    return memory_bandwidth(max(1 << 16, 1 << (max(nbytes, 1) - 1).bit_length()))

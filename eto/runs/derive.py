@@ -153,7 +153,7 @@ class ReuseSearch(Derivation):
         from tuner.measure.trajectory import median_secs
         from tuner.reuse.search import reuse_tune, trace_key
 
-        source = run.database.best(beta, run.target, predicted=False) or run.database.best(beta, run.target)
+        source = run.database.search_base(beta, run.target)
         prior = run.database.progress(alpha, run.target, "reuse")
         known = {trace_key(r.trace): s for r, s in prior.programs()}
         # α's instant program (eto.runs.instant) joins round T's first batch: the search never ends worse

@@ -29,13 +29,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from typing import TYPE_CHECKING, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Literal, Mapping, Sequence
 
 from tuner.analysis.kinds import is_cpu
 from tuner.measure import deadline
 from tuner.measure.timing import timing_of
 
-from eto.models.roofline import fp32_peak, memory_bandwidth, reached_peak
+from eto.models.roofline import fp32_peak, memory_bandwidth, reached_peak, working_set_bandwidth
 from eto.operators import Operator
 from eto.operators.opsets import OperatorSet
 from eto.planning.budget import POLISH_CANDIDATES
@@ -65,16 +65,21 @@ MIN_STEP_GAIN = 0.02
 STEP_OVERHEAD_S = 15.0
 
 
-def attainable_flops(op: Operator, peak_flops: float, bandwidth: float | None) -> float:
+#: Bytes per second of memory traffic as a function of the bytes moved (its working set):
+#: :func:`eto.models.roofline.working_set_bandwidth` on this machine.
+Bandwidth = Callable[[int], float]
+
+
+def attainable_flops(op: Operator, peak_flops: float, bandwidth: Bandwidth | None) -> float:
     """FLOP/s the roofline allows ``op``: the peak, or its FLOPs per byte moved (inputs and output read
-    or written once, fp32) times the memory bandwidth where that is lower."""
-    if not bandwidth:
+    or written once, fp32) times the bandwidth at that many bytes where that is lower."""
+    if bandwidth is None:
         return peak_flops
-    elements = sum(math.prod(s) for s in op.input_shapes) + math.prod(op.output_shape)
-    return min(peak_flops, bandwidth * op.flops / max(4 * elements, 1))
+    nbytes = 4 * (sum(math.prod(s) for s in op.input_shapes) + math.prod(op.output_shape))
+    return min(peak_flops, bandwidth(nbytes) * op.flops / max(nbytes, 1))
 
 
-def headroom(op: Operator, achieved_flops: float, peak_flops: float | None, bandwidth: float | None) -> float:
+def headroom(op: Operator, achieved_flops: float, peak_flops: float | None, bandwidth: Bandwidth | None) -> float:
     """The share of ``op``'s roofline its program leaves unused (1 without a roofline: a GPU). An operator
     without FLOPs (a layout or data-movement function) has no FLOP roofline: :data:`DATA_MOVEMENT_HEADROOM`."""
     if peak_flops is None:
@@ -143,7 +148,7 @@ def _step(op: Operator, run: RunContext, measurer: "Measurer", share: float,
 
     tm = learn_time_model(run.database, run.target, target_kind(run.target), run.options.timing)
     gflops = op.flops / 1e9
-    best = run.database.best(op, run.target, predicted=False) or run.database.best(op, run.target)  # or instant
+    best = run.database.search_base(op, run.target)
     if best is not None and self_reuse_due(best, run.database.results(), polished):
         if tm.polish_seconds(tm.reuse_candidates(POLISH_CANDIDATES), gflops, op.type) <= deadline.left():
             polished[op] = best.line
@@ -170,16 +175,18 @@ def self_reuse_due(best: "ProgramRecord", results: Sequence[Mapping], polished: 
                    and r.get("method") in (POLISH, IMPROVE) and r.get("time", 0.0) >= best.created for r in results)
 
 
-def _roofline(run: RunContext) -> tuple[float | None, float | None]:
-    """The cores' fp32 peak and memory bandwidth, measured now (CPU targets; None elsewhere)."""
+def _roofline(run: RunContext) -> tuple[float | None, Bandwidth | None]:
+    """The cores' fp32 peak and memory bandwidth at each working set, measured now (CPU targets; None
+    elsewhere)."""
     if not is_cpu(run.target):
         return None, None
     from eto.target import use_threads
 
-    peak, bandwidth = fp32_peak(use_threads()), memory_bandwidth()
+    peak = fp32_peak(use_threads())
     run.say(f"improve: {deadline.left():.0f} s left for the tasks with the most latency to gain "
-            f"(roofline {peak / 1e9:.0f} GFLOP/s, {bandwidth / 1e9:.1f} GB/s)")
-    return peak, bandwidth
+            f"(roofline {peak / 1e9:.0f} GFLOP/s; memory {working_set_bandwidth(1 << 20) / 1e9:.0f} GB/s at 1 MiB, "
+            f"{memory_bandwidth() / 1e9:.0f} at 64 MiB)")
+    return peak, working_set_bandwidth
 
 
 def _affordable(per_trial: float, overhead: float = STEP_OVERHEAD_S) -> int:

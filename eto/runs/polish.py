@@ -76,7 +76,7 @@ def polish_program(op: Operator, database: Database, target: "Target", measurer:
     from tuner.reuse.search import reuse_tune, trace_key
 
     started = time.perf_counter()  # a polish costs its search, the side-by-side timing and the gate: all recorded
-    base = database.best(op, target, predicted=False) or database.best(op, target)  # a tuned one, else instant
+    base = database.search_base(op, target)
     prior = database.progress(op, target, method)
     known = {trace_key(r.trace): s for r, s in prior.programs()}
     seeds, alternates = leads(op, op, base, database, target)

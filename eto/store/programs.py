@@ -91,6 +91,12 @@ class ProgramQueries:
         progs = [p for p in self.programs(target=target, op=op) if predicted or p.method != PREDICTED]
         return min(progs, key=lambda p: p.latency_s) if progs else None
 
+    def search_base(self, op: Operator, target: "str | Target") -> ProgramRecord | None:
+        """The program a search around ``op`` starts from (a reuse's β, a self-reuse's base): its fastest
+        tuned program, else its instant one. A tuned program's search recorded its runner-ups, which
+        the reuse tuner's leads read; an instant program is one derived guess. O(programs)."""
+        return self.best(op, target, predicted=False) or self.best(op, target)
+
     def best_programs(self, target: "str | Target | None" = None, *, predicted: bool = True) -> list[ProgramRecord]:
         """The fastest stored program per (operator, target), in first-stored order; O(programs)."""
         best: dict[tuple[Operator, str], ProgramRecord] = {}

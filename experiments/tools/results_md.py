@@ -432,6 +432,18 @@ def zoo_bench(d: dict) -> list[str]:
     return out
 
 
+def timing_ab(d: dict) -> list[str]:
+    r = d["row"]
+    how = (f"both retuned from `{r['source']}`'s database (`--prior`, tuned cold)" if r.get("source")
+           else "both from empty databases")
+    return [f"- `{r['model']}` tuned twice with `eto tune --model --trials {r['trials']}`, {how}: candidates timed "
+            f"cold (the CPU default) and hot (MetaSchedule's way); both builds timed in processes of their own, "
+            f"alternating, {d['rounds']} rounds", ""] + table(
+        ["model", "tuning cold", "tuning hot", "cold ms", "hot ms", "cold's speed over hot's (per round)"],
+        [[f"`{r['model']}`", s(r["cold_s"]), s(r["hot_s"]), f"{r['cold_ms']:.2f}", f"{r['hot_ms']:.2f}",
+          f"{x(r['cold_speed'])} ({x(r['cold_speed_rounds'][0])}-{x(r['cold_speed_rounds'][1])})"]])
+
+
 KINDS: list[tuple[Callable[[dict], bool], Callable[[dict], list[str]]]] = [
     (lambda d: "share_phi_nonempty" in (d.get("summary") or {}), reuse_opportunity),
     (lambda d: d.get("benchmark") == "reuse_pairs", reuse_pairs),
@@ -450,6 +462,7 @@ KINDS: list[tuple[Callable[[dict], bool], Callable[[dict], list[str]]]] = [
     (lambda d: d.get("experiment") == "corpus", corpus),
     (lambda d: d.get("experiment") == "corpus_bench", corpus_bench),
     (lambda d: d.get("experiment") == "zoo_bench", zoo_bench),
+    (lambda d: d.get("experiment") == "timing_ab", timing_ab),
 ]
 
 
