@@ -270,23 +270,26 @@ REMEASURE = {"number": 3, "repeat": 5, "min_repeat_ms": 40}
 
 
 def remeasure(progs: dict[str, list], opset, target, rounds: int,
-              per_round: dict[str, list[list[float]]] | None = None) -> dict[str, list[float]]:
+              per_round: dict[str, list[list[float]]] | None = None, timing: str = "hot") -> dict[str, list[float]]:
     """Median re-measured seconds of each run's final programs; per operator all runs back to back.
 
     Each round runs in a fresh worker process: a program can run up to 1.75x faster in one process
     than in the next, and keeps that speed for the process's life (BERT-Base's 768x768 matmul at
     0.64 or 1.11 ms; docs/findings.md, ``process_lottery.py``), so one process would settle a
     comparison by its lottery. ``per_round``: filled with each round's (process's) median per
-    program, ``per_round[run][op]``, to show it."""
+    program, ``per_round[run][op]``, to show it. ``timing``: ``"hot"`` (MetaSchedule's way, several
+    runs a sample, at least 40 ms) or ``"cold"`` (as eto tunes on a CPU: :func:`tuner.measure.timing.measure_config`)."""
     from tuner.measure.apply import scheduled_module
     from tuner.measure.measurer import MeasureConfig, Measurer
+    from tuner.measure.timing import measure_config
 
+    config = MeasureConfig(**REMEASURE) if timing == "hot" else measure_config(timing, target)
     mods = {u: [None if p is None else scheduled_module(p.tuning_record) for p in ps] for u, ps in progs.items()}
     samples = {u: [[] for _ in opset] for u in progs}
     rounds_out = {u: [[] for _ in opset] for u in progs}
     units = list(progs)
     for r in range(rounds):
-        with Measurer.local(MeasureConfig(**REMEASURE)) as measurer:
+        with Measurer.local(config) as measurer:
             warm_measurer(measurer, target)
             order = units[r % len(units):] + units[: r % len(units)]
             for i in range(len(opset)):

@@ -145,7 +145,7 @@ def test_a_reuse_search_reports_the_plans_estimate_as_its_budget(monkeypatch):
 
     monkeypatch.setattr(tuner.reuse.search, "reuse_tune", reuse_tune)
     monkeypatch.setattr(derive, "leads", lambda *a: ([], []))
-    db = SimpleNamespace(best=lambda *a, **k: SimpleNamespace(tuning_record=None), checkpoint=lambda *a, **k: None,
+    db = SimpleNamespace(search_base=lambda *a, **k: SimpleNamespace(tuning_record=None), checkpoint=lambda *a, **k: None,
                          progress=lambda *a: SimpleNamespace(programs=lambda: [], seconds=0.0))
     run = SimpleNamespace(database=db, target=None, options=SimpleNamespace(reuse=None), ranker=None,
                           on_batch=lambda *a: batches.append(a), fallback=lambda *a, **k: fell_back.append(a))

@@ -17,6 +17,8 @@ databases are measured in one process, interleaved in rounds (``set_bench.remeas
 never mixes two sessions' clocks. Used
 for ablations where each database comes from a separate ``eto tune`` run; it compares quality only,
 never tuning time (that needs both methods timed in one run: ``set_bench.py``).
+``--timing cold`` re-measures every program as eto times candidates on a CPU (the caches flushed
+before each single run) instead of hot (MetaSchedule's way, the default).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=4,
                     help="interleaved re-measurement rounds, each in a fresh process (the process lottery)")
     ap.add_argument("--kernels", action="store_true", help="with --model: each build's kernels timed inside the model")
+    ap.add_argument("--timing", choices=("hot", "cold"), default="hot",
+                    help="how each program is re-measured: hot (several runs a sample) or cold (as eto tunes on a CPU)")
     ap.add_argument("--out", help="results JSON")
     args = ap.parse_args(argv)
     if args.kernels and not args.model:
@@ -75,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     target = Target(first[0].target) if first else parse_target("cpu")
     progs = {k: [db.best(e.op, target) for e in opset] for k, db in opened.items()}
     by_round: dict[str, list[list[float]]] = {}
-    lat = remeasure(progs, opset, target, args.rounds, by_round)
+    lat = remeasure(progs, opset, target, args.rounds, by_round, timing=args.timing)
     ref = next(iter(dbs))
     rows = []
     for i, e in enumerate(opset):
@@ -97,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"benchmark": "compare_dbs", "opset": args.opset, "model": args.model, "databases": dbs,
-                       "reference": ref, "rounds": args.rounds, "target": str(target), "environment": environment(),
+                       "reference": ref, "rounds": args.rounds, "timing": args.timing, "target": str(target), "environment": environment(),
                        "summary": summary, "per_operator": rows}, f, indent=1)
     return 0
 
