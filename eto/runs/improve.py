@@ -4,9 +4,9 @@ With a time budget (``eto tune --time-budget``), the plan is sized to fit most o
 (:mod:`eto.planning.budget`); what is left after the plan and the functions outside the catalogue
 goes here, one step at a time, to the set's operator with the most to gain: its share of the model's
 latency (frequency x latency) times its headroom under the roofline of the cores in use (1 - achieved
-/ attainable FLOP/s, the attainable bounded by memory bandwidth for an operator with few FLOPs per
-byte, the peak no lower than the set's fastest program: :func:`eto.models.roofline.reached_peak`),
-halved for each step it already had (:func:`priority`).
+/ attainable FLOP/s, the attainable bounded, for an operator with few FLOPs per byte, by the memory
+bandwidth at its working set, the peak no lower than the set's fastest program:
+:func:`eto.models.roofline.reached_peak`), halved for each step it already had (:func:`priority`).
 
 An operator's step is a self-reuse from its best program (the reuse tuner's local B/T/M search
 around it, as a root's polish: :func:`eto.runs.polish.polish_program`) where no self-reuse has searched
