@@ -58,12 +58,7 @@ def run(args: argparse.Namespace) -> dict:
             row[f"{timing}_s"], row[f"{timing}_busy"] = done["seconds"], done["busy"]
             libs[timing] = os.path.join(folder, f"{args.model}-{timing}.so")
             build(os.path.join(folder, f"{args.model}.onnx"), db, libs[timing], log)
-    timed = time_side_by_side(args.model, {"alone": libs["hot"], "cold": libs["cold"]}, args.rounds, args.repeat,
-                              args.threads)
-    # time_side_by_side names the reference "alone": here it is the hot build, and cold's speed is over it
-    row.update({"hot_ms": timed["alone_ms"], "hot_rounds_ms": timed["alone_rounds_ms"], "cold_ms": timed["cold_ms"],
-                "cold_rounds_ms": timed["cold_rounds_ms"], "cold_speed": timed["cold_speed"],
-                "cold_speed_rounds": timed["cold_speed_rounds"]})
+    row.update(time_side_by_side(args.model, libs, args.rounds, args.repeat, args.threads, reference="hot"))
     return row
 
 

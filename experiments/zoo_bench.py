@@ -97,16 +97,17 @@ def build(onnx_path: str, db: str, lib: str, log) -> None:
         raise RuntimeError(f"eto build exited {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}")
 
 
-def time_side_by_side(name: str, libs: dict[str, str], rounds: int, repeat: int, threads: int) -> dict:
+def time_side_by_side(name: str, libs: dict[str, str], rounds: int, repeat: int, threads: int,
+                      reference: str = "alone") -> dict:
     """Each library in a process of its own (:func:`experiments.corpus_bench.round_medians`), the order
     alternating every round; medians of the rounds' medians, and each other library's speed over the
-    alone one's (``zoo_speed``, ``budget_speed``) with its per-round range."""
+    ``reference`` one's (``zoo_speed``, ``budget_speed`` over the alone build) with its per-round range."""
     medians = round_medians(name, {label: ("eto", lib) for label, lib in libs.items()}, rounds, repeat, threads)
     row = {**{f"{label}_ms": statistics.median(v) * 1e3 for label, v in medians.items()},
            **{f"{label}_rounds_ms": [x * 1e3 for x in v] for label, v in medians.items()}}
-    for label in (label for label in libs if label != "alone"):
-        ratios = [a / z for a, z in zip(medians["alone"], medians[label])]
-        row[f"{label}_speed"] = statistics.median(medians["alone"]) / statistics.median(medians[label])
+    for label in (label for label in libs if label != reference):
+        ratios = [a / z for a, z in zip(medians[reference], medians[label])]
+        row[f"{label}_speed"] = statistics.median(medians[reference]) / statistics.median(medians[label])
         row[f"{label}_speed_rounds"] = [min(ratios), max(ratios)]
     return row
 

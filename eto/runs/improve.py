@@ -35,7 +35,7 @@ from tuner.analysis.kinds import is_cpu
 from tuner.measure import deadline
 from tuner.measure.timing import timing_of
 
-from eto.models.roofline import fp32_peak, memory_bandwidth, reached_peak, working_set_bandwidth
+from eto.models.roofline import fp32_peak, reached_peak, working_set_bandwidth
 from eto.operators import Operator
 from eto.operators.opsets import OperatorSet
 from eto.planning.budget import POLISH_CANDIDATES
@@ -185,7 +185,7 @@ def _roofline(run: RunContext) -> tuple[float | None, Bandwidth | None]:
     peak = fp32_peak(use_threads())
     run.say(f"improve: {deadline.left():.0f} s left for the tasks with the most latency to gain "
             f"(roofline {peak / 1e9:.0f} GFLOP/s; memory {working_set_bandwidth(1 << 20) / 1e9:.0f} GB/s at 1 MiB, "
-            f"{memory_bandwidth() / 1e9:.0f} at 64 MiB)")
+            f"{working_set_bandwidth(1 << 26) / 1e9:.0f} at 64 MiB)")
     return peak, working_set_bandwidth
 
 

@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"benchmark": "compare_dbs", "opset": args.opset, "model": args.model, "databases": dbs,
-                       "reference": ref, "rounds": args.rounds, "timing": args.timing, "target": str(target), "environment": environment(),
+                       "reference": ref, "rounds": args.rounds, "timing": args.timing, "target": str(target),
+                       "environment": environment(),
                        "summary": summary, "per_operator": rows}, f, indent=1)
     return 0
 
