@@ -129,6 +129,7 @@ def test_profile_of_a_tiny_cnn_explains_its_latency_and_matches_ort(tiny_onnx):
     pytest.importorskip("onnxruntime")
     from eto.models import load_relax
     from eto.models.profile import profile_model
+    from eto.models.roofline import working_set_bandwidth
 
     from eto.models.layout import with_layout
 
@@ -142,7 +143,9 @@ def test_profile_of_a_tiny_cnn_explains_its_latency_and_matches_ort(tiny_onnx):
         if r.flops:  # GFLOP/s is the FLOPs over the time; the fraction of the peak follows from it
             assert r.gflops == pytest.approx(r.flops / r.seconds / 1e9)
             assert r.peak_fraction == pytest.approx(r.gflops * 1e9 / report.peak.flops)
-            assert r.bound == ("memory" if r.intensity < report.peak.ridge else "compute")
+            # memory-bound under the peak over the copy speed at the size of one call's arguments (cached or not)
+            assert r.ridge == pytest.approx(report.peak.flops / working_set_bandwidth(r.bytes // r.calls))
+            assert r.bound == ("memory" if r.intensity < r.ridge else "compute")
     convs = [r for r in report.rows if r.anchor == "conv2d"]
     assert len(convs) == 3 and all(r.calls == 1 for r in convs)
     # each convolution matched to the ONNX Runtime node of its own layer (c1 is the one with 3 input channels)

@@ -72,16 +72,21 @@ def test_instant_program_is_checked_served_and_not_a_tuning_result(tuned_db, tmp
     new = Operator.create("BMM", B=2, M=96, N=32, K=16)
     r = instant(new, db, target)
     assert r.source == KNOWN and r.program.method == "instant" and np.isfinite(r.latency_s)
-    # β's tiles, M's growth in the outermost or (the faster of the two, both timed) the parallel loop's level 1
-    assert r.by in ("kept", "kept-parallel") and r.ranked == 1
-    assert [r["timed"] for r in db.results() if r["op_key"] == new.key] == [2]
-    # timed as the tuning that follows times its candidates (the default: cold)
-    assert [r["timing"] for r in db.results() if r["op_key"] == new.key] == ["cold"]
+    from tuner.reuse.predict import predict
     from tuner.reuse.search import ReuseTuner, config_of
 
+    # β's tiles, M's growth in the outermost or the parallel loop's level 1, and where β's vectorised
+    # tile was not a whole vector, the same with one: all timed, the fastest kept
     tuner = ReuseTuner(new.prim_func(), db.best(KNOWN, target).tuning_record, target)
-    growth = "outer" if r.by == "kept" else "parallel"
-    assert config_of(r.program.tuning_record, tuner) == tuner.space.kept_tiles(growth=growth)  # a reuse seed
+    pred = predict(new.prim_func(), db.best(KNOWN, target).tuning_record, target)
+    by = {p.by: p.config for p in (pred, *pred.alternatives)}
+    assert {"kept", "kept-parallel"} <= set(by) <= {"kept", "kept-parallel", "vector"}
+    assert by["kept"] == tuner.space.kept_tiles() and by["kept-parallel"] == tuner.space.kept_tiles(growth="parallel")
+    assert r.by in by and r.ranked == 1
+    assert [r["timed"] for r in db.results() if r["op_key"] == new.key] == [len(by)]
+    # timed as the tuning that follows times its candidates (the default: cold)
+    assert [r["timing"] for r in db.results() if r["op_key"] == new.key] == ["cold"]
+    assert config_of(r.program.tuning_record, tuner) == by[r.by]  # a reuse seed
     assert check_record(new, r.program.tuning_record, target).ok  # TVM reads it back; it matches numpy
     assert db.best(new, target) == r.program  # served at once...
     assert not db.attempted(new, target) and new not in db.tuned(target)  # ...but still to be tuned

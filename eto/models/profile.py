@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from eto.errors import InputError
-from eto.models.roofline import Peak, fp32_peak, memory_bandwidth, reached_peak
+from eto.models.roofline import Peak, fp32_peak, memory_bandwidth, reached_peak, working_set_bandwidth
 from eto.models.tasks import SCHEDULED
 from eto.models.winograd import fold_transform_calls
 from eto.operators.channels_last import nchw_shapes
@@ -146,6 +146,7 @@ class TaskRow:
     ort_seconds: float | None = None  # the matched ONNX Runtime nodes (None: not every call matched)
     ort_nodes: tuple[str, ...] = ()
     alone_seconds: float | None = None  # its calls at its tuned program's recorded latency (None: no such program)
+    ridge: float | None = None  # FLOP/B under which it is memory-bound: the peak over the copy speed at its size
 
     @property
     def ratio(self) -> float | None:
@@ -210,7 +211,8 @@ class ProfileReport:
         return "\n".join([
             f"{self.model} on {self.target}: fp32 peak {p.flops / 1e9:.1f} GFLOP/s ({p.how})" + (
                 f"; memory {p.bandwidth / 1e9:.1f} GB/s ({p.bandwidth_how}): tasks under {p.ridge:.1f} FLOP/B are "
-                "memory-bound" if p.bandwidth else ""),
+                "memory-bound, under less where a call's arguments fit the caches (a row's bound reads the copy "
+                "speed at its size)" if p.bandwidth else ""),
             format_table(head + (["ORT ms", "eto/ORT"] if ort else []), rows, align="llrrrrrrlrrrr"),
             f"total: eto {ms(self.model_seconds)} ms per inference (median of {self.rounds} instrumented runs), its "
             f"tasks {self.explained:.1%} of it, other calls (VM builtins) {ms(self.other_seconds)} ms",
@@ -370,10 +372,11 @@ def _row(task: "ModelTask", calls: int, seconds: float, model_s: float, peak: Pe
     flops, op = task.flops * calls, task.op
     intensity = flops / nbytes if flops and nbytes else None
     anchor = next((t for t in op.fusion.split("+") if t != "pad"), "-") if op is not None and op.type in _KINDS else "-"
-    bound = "-" if intensity is None or peak.ridge is None else "memory" if intensity < peak.ridge else "compute"
+    ridge = peak.flops / working_set_bandwidth(nbytes // max(calls, 1)) if peak.bandwidth and nbytes else None
+    bound = "-" if intensity is None or ridge is None else "memory" if intensity < ridge else "compute"
     return TaskRow(task.name, anchor, op.name if op is not None else None, calls, seconds, seconds / model_s, flops,
                    nbytes, flops / seconds / 1e9 if flops else None, flops / seconds / peak.flops if flops else None,
-                   intensity, bound, ort_seconds, ort_nodes)
+                   intensity, bound, ort_seconds, ort_nodes, ridge=ridge)
 
 
 def profile_figure(report: ProfileReport) -> "Figure":

@@ -5,11 +5,12 @@ and a tuned one soon. :func:`instant` takes the database's nearest tuned program
 operator type and sketch, derives α's program from it without a search (β's tile factors kept,
 only the outer factors following the new extents: :func:`tuner.reuse.predict.predict`; on CPU two
 placements of that growth, the set-safe register rows of :mod:`tuner.reuse.cachesets` where β's rows
-collide in L1, and, for a large matmul-like nest, the widest register-blocked panel of
-:mod:`tuner.reuse.panel`, all timed here, the fastest kept), checks it against the catalogue's
-numpy reference, times it, and
-stores it with method ``"instant"``. It is served (it is ``Database.best``) until tuning stores a
-faster program; it never counts as a tuning result, so the operator is still tuned later.
+collide in L1, a full-vector innermost tile where β's was not, and, for a large matmul-like nest, the
+widest register-blocked panel of :mod:`tuner.reuse.panel`), times them all here as the measurer builds
+them and a built model runs them (weights packed once, outside the timed call:
+:func:`tuner.measure.apply.prepacked`), keeps the fastest whose output matches the catalogue's numpy
+reference, and stores it with method ``"instant"``. It is served (it is ``Database.best``) until
+tuning stores a faster program; it never counts as a tuning result, so the operator is still tuned later.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -83,13 +85,13 @@ def instant(op: Operator, database: Database, target: "Target", *, ranker: "Lear
     sketch for ``target``, when the target is not this machine's CPU (the program could not be
     checked here), or when the derived program's output differs from numpy (nothing is stored then).
     """
-    from tuner.measure.apply import build, run_once
+    from tuner.measure.apply import build, prepacked
     from tuner.reuse.predict import predict
 
     from eto.target import use_threads
 
     start = time.perf_counter()
-    use_threads()  # timed in this process: on the threads tuning measures with
+    threads = use_threads()  # timed in this process: on the threads tuning measures with
     if not is_cpu(target) or str(target.attrs.get("mtriple", "") or ""):
         raise InputError(f"instant programs are checked and timed on this machine's CPU, not on {target.kind.name}")
     src = source or nearest_source(op, database, target)
@@ -97,28 +99,61 @@ def instant(op: Operator, database: Database, target: "Target", *, ranker: "Lear
         raise InputError(f"no tuned {op.type} program with sketch {op.sketch_key()!r} in {database.path} "
                          f"for this target: {op.name} needs tuning (eto tune) first")
     first = predict(op.prim_func(), src.tuning_record, target, ranker=ranker)
-    inputs = op.random_inputs(0)
-    want = op.reference(*inputs)
-    built = []
-    for pred in (first, *first.alternatives):  # at most four on CPU (two placements, set-safe, a panel)
-        lib = build(pred.schedule.mod, target)
-        got = run_once(lib, inputs, op.output_shape)
-        err = float(np.max(np.abs(got - want))) if got.size else 0.0
-        if not err <= tolerance(op) + 1e-4 * float(np.max(np.abs(want), initial=0.0)):
-            raise ValueError(f"the instant program for {op.name} (from {src.op.name}, {pred.by}) differs from "
-                             f"numpy (max abs error {err:.3g}); not stored")
-        built.append((lib, pred))
-    timed = list(zip(_time_all([lib for lib, _ in built], inputs, op, timing), (pred for _, pred in built)))
-    latency, pred = min(timed, key=lambda t: t[0])
+    preds = (first, *first.alternatives)  # at most five on CPU (two placements, set-safe, vector, a panel)
+    with ThreadPoolExecutor(max(1, min(len(preds), threads))) as pool:  # LLVM's code generation frees the GIL
+        timed = list(pool.map(lambda p: build(prepacked(p.schedule.mod), target), preds))
+    latencies = _time_all(timed, [_random_args(p.schedule.mod) for p in preds], timing)
+    latency, pred = _checked_fastest(op, src, preds, timed, latencies, target)
     program = database.commit(op, target, [pred.record(latency)], method=PREDICTED, source=src.op, candidates=0,
                               seconds=time.perf_counter() - start,
-                              extra={"predicted_by": pred.by, "ranked": pred.ranked, "timed": len(timed),
+                              extra={"predicted_by": pred.by, "ranked": pred.ranked, "timed": len(preds),
                                      "checked": "numpy", "timing": timing})[0]
     return Instant(op, src.op, program, pred.by, pred.ranked, time.perf_counter() - start)
 
 
-def _time_all(libs: list, inputs, op: Operator, timing: "Timing" = DEFAULT_TIMING) -> list[float]:
-    """Each program's median call time, the programs interleaved round by round: the choice between
+def _checked_fastest(op: Operator, src: ProgramRecord, preds: tuple, timed: list, latencies: list[float],
+                     target: "Target") -> tuple[float, object]:
+    """The fastest of ``preds`` whose output matches numpy, and its latency: each checked as written (its
+    weights packed inside; the build timed is that build where nothing was packed), fastest first, until
+    one matches. Raises ValueError naming the first mismatch when none does."""
+    from tuner.measure.apply import build, run_once
+
+    inputs = op.random_inputs(0)
+    want = op.reference(*inputs)
+    errors = []
+    for i in sorted(range(len(preds)), key=lambda i: latencies[i]):
+        mod = preds[i].schedule.mod
+        lib = timed[i] if _packs_nothing(mod) else build(mod, target)
+        got = run_once(lib, inputs, op.output_shape)
+        err = float(np.max(np.abs(got - want))) if got.size else 0.0
+        if err <= tolerance(op) + 1e-4 * float(np.max(np.abs(want), initial=0.0)):
+            return latencies[i], preds[i]
+        errors.append(f"the instant program for {op.name} (from {src.op.name}, {preds[i].by}) differs from numpy "
+                      f"(max abs error {err:.3g}); not stored")
+    raise ValueError(errors[0])
+
+
+def _packs_nothing(mod) -> bool:
+    """Whether ``mod`` has no weight-layout preprocessing (its prepacked build is the same program)."""
+    from tvm_ffi import structural_equal
+
+    from tuner.measure.apply import prepacked
+
+    return bool(structural_equal(prepacked(mod), mod))
+
+
+def _random_args(mod) -> list:
+    """Random arguments of ``mod``'s prepacked form, the output last (as the measurer makes them)."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    rng = np.random.default_rng(0)
+    return [rng.uniform(-1, 1, [int(d) for d in a.shape]).astype(a.dtype)
+            for a in ArgInfo.from_entry_func(mod, remove_preproc=True)]
+
+
+def _time_all(libs: list, args: list[list], timing: "Timing" = DEFAULT_TIMING) -> list[float]:
+    """Each program's median call time on its arguments (``args[i]`` for ``libs[i]``: prepacked weights
+    take each program's own layout), the programs interleaved round by round: the choice between
     alternatives compares them under the same drift of the machine's speed, not one after the other
     (timed 5 calls each in turn, the choice for BERT's seq-32 feed-forward matmul flipped between
     two runs, to a placement that re-measured 1.15x slower than the other run's panel). Cold: every
@@ -127,18 +162,17 @@ def _time_all(libs: list, inputs, op: Operator, timing: "Timing" = DEFAULT_TIMIN
 
     flush = tvm.get_global_func("cache_flush_cpu_non_first_arg") if timing == "cold" else None
     dev = tvm.cpu()
-    args = [tvm.runtime.tensor(np.asarray(a, order="C"), dev) for a in inputs]
-    out = tvm.runtime.tensor(np.zeros(tuple(op.output_shape), "float32"), dev)
+    tensors = [[tvm.runtime.tensor(np.ascontiguousarray(a), dev) for a in one] for one in args]
     times: list[list[float]] = [[] for _ in libs]
     for _ in range(TIMED_ROUNDS if len(libs) > 1 else 1):  # one program: nothing to interleave
-        for lib, samples in zip(libs, times):
-            lib(*args, out)
+        for lib, arrays, samples in zip(libs, tensors, times):
+            lib(*arrays)
             n, until = 0, time.perf_counter() + TIMED_MIN_S
             while n < TIMED_RUNS or time.perf_counter() < until:
                 if flush is not None:
-                    flush(*args, out)
+                    flush(*arrays)
                 t0 = time.perf_counter()
-                lib(*args, out)
+                lib(*arrays)
                 dev.sync()
                 samples.append(time.perf_counter() - t0)
                 n += 1

@@ -90,9 +90,8 @@ def test_a_cold_measurement_meets_its_weights_and_output_in_memory():
     from tuner.measure.apply import build
 
     lib = build(mod, target)
-    inputs = [np.ones(1, "float32"), np.ones(1 << 19, "float32")]
-    here = {t: min(_time_all([lib], inputs, SimpleNamespace(output_shape=(1 << 19,)), t)[0] for _ in range(3))
-            for t in ("hot", "cold")}
+    args = [np.ones(1, "float32"), np.ones(1 << 19, "float32"), np.zeros(1 << 19, "float32")]
+    here = {t: min(_time_all([lib], [args], t)[0] for _ in range(3)) for t in ("hot", "cold")}
     assert here["cold"] > 1.15 * here["hot"], here
     own = _measurers(None, target, "cold")[0]  # a run's own measurer times as its options say
     try:

@@ -37,10 +37,11 @@ if TYPE_CHECKING:  # pragma: no cover
 def _build_and_export(mod: "IRModule", target: "Target", out_dir: str) -> tuple[str, float]:
     """Build in a worker without the tensor_intrin import; export a linked ``.so``: (path, seconds)."""
     import tvm
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    from tuner.measure.apply import prepacked
 
     start = time.perf_counter()
-    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    mod = prepacked(mod)
     rt_mod = tvm.compile(mod, target=target)
     # One directory per artifact: MetaSchedule's RemoveBuildArtifact deletes the whole directory.
     path = os.path.join(tempfile.mkdtemp(prefix="candidate-", dir=out_dir), "candidate.so")

@@ -16,7 +16,8 @@ from tuner.reuse.cachesets import set_safe_tiles
 from tuner.analysis.features import TileConfig
 from tuner.reuse.panel import unroll_covering, widest_panel
 from tuner.reuse.search import ReuseTuner, built_candidate, Candidate
-from tuner.reuse.space import Growth
+from tuner.reuse.space import Growth, ReuseSpace
+from tuner.analysis.tiling import MAX_INNERMOST, divisors, largest_divisor_at_most, split_vector
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.s_tir.meta_schedule.database import TuningRecord
@@ -34,7 +35,9 @@ class Prediction:
     schedule: Any  # the postprocessed schedule: ``schedule.mod`` builds
     config: TileConfig | None
     by: str  # "kept" / "kept-parallel": β's tiles kept; "set-safe": tuner.reuse.cachesets; "panel": round
-    # "panel"'s widest block; "ranker": the learned model chose; "nearest": β's block and thread sizes
+    # "panel"'s widest block, "panel-stageK" the same written back as α's K-th sibling sketch does
+    # (tuner.reuse.search.write_stage_siblings); "vector": full_vector_tiles; "ranker": the learned model chose; "nearest": β's
+    # block and thread sizes
     ranked: int  # candidates the choice was made among
     seconds: float
     _tuner: ReuseTuner = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
@@ -56,7 +59,9 @@ def predict(func: "PrimFunc", source_record: "TuningRecord", target: "Target", *
     extents (:meth:`ReuseSpace.kept_tiles`, ``by="kept"``; on CPU the variant with α's growth inside
     the parallel loop, ``by="kept-parallel"``, comes as an alternative, and so does the widest
     register-blocked panel where round "panel" applies, ``by="panel"``: :mod:`tuner.reuse.panel`; β's
-    tiles kept lose 2x to it on large matmuls far from β's length). On BERT-Base's operators at three
+    tiles kept lose 2x to it on large matmuls far from β's length; and so do the set-safe rows, a
+    full-vector innermost tile (:func:`full_vector_tiles`) and the panel through α's other write stages:
+    :func:`_kept_variants`). On BERT-Base's operators at three
     new lengths they ran at a median 0.87 of the best sampled round-T candidate (worst 0.41); the
     learned ranker's pick at 0.72 (worst 0.15), the nearest BShape at 0.68
     (experiments/results/instant_choice.json).
@@ -71,24 +76,7 @@ def predict(func: "PrimFunc", source_record: "TuningRecord", target: "Target", *
     start = time.perf_counter()
     tuner = ReuseTuner(func, source_record, target, vector_lanes=vector_lanes, ranges=ranges)
     if tuner.has_mlt:
-        kept = []
-        for growth in get_args(Growth):
-            cfg = tuner.space.kept_tiles(growth=growth)
-            if not tuner.space.valid(cfg) or any(c.cfg == cfg for c, _ in kept):
-                continue
-            cand = tuner._cand(cfg)
-            if built_candidate(tuner, cand):
-                kept.append((cand, "kept" if growth == "outer" else f"kept-{growth}"))
-        safe = set_safe_tiles(tuner.space)  # register rows that collide in L1 cut to its ways
-        if safe is not None and all(c.cfg != safe for c, _ in kept):
-            cand = tuner._cand(safe)
-            if built_candidate(tuner, cand):
-                kept.append((cand, "set-safe"))
-        panel = widest_panel(tuner.space.panel_round())
-        if panel is not None and tuner._fits(panel) and all(c.cfg != panel for c, _ in kept):
-            cand = tuner._cand(panel, unroll=unroll_covering(panel, tuner.unroll_values))
-            if built_candidate(tuner, cand):
-                kept.append((cand, "panel"))
+        kept = _kept_variants(tuner)
         if kept:
             secs = time.perf_counter() - start
             first, *rest = (Prediction(c.sch, c.cfg, by, 1, secs, tuner) for c, by in kept)
@@ -122,3 +110,51 @@ def predict(func: "PrimFunc", source_record: "TuningRecord", target: "Target", *
         best = min(built, key=distance)
     return Prediction(best.sch, best.cfg, "ranker" if learned else "nearest", ranked,
                       time.perf_counter() - start, tuner)
+
+
+def _kept_variants(tuner: ReuseTuner) -> list[tuple[Candidate, str]]:
+    """The candidates keeping β's tiles that build on α, each with its ``by``: both placements of α's
+    growth, the set-safe rows, the full-vector innermost tile and the widest panel (each where it
+    applies and differs from those before it), the panel also through each other write stage."""
+    kept: list[tuple[Candidate, str]] = []
+    configs = [(tuner.space.kept_tiles(growth=g), "kept" if g == "outer" else f"kept-{g}") for g in get_args(Growth)]
+    configs += [(set_safe_tiles(tuner.space), "set-safe"),  # register rows that collide in L1 cut to its ways
+                (full_vector_tiles(tuner.space), "vector")]
+    for cfg, by in configs:
+        if cfg is not None and tuner.space.valid(cfg) and all(c.cfg != cfg for c, _ in kept):
+            if built_candidate(tuner, cand := tuner._cand(cfg)):
+                kept.append((cand, by))
+    panel = widest_panel(tuner.space.panel_round())
+    if panel is not None and tuner._fits(panel) and all(c.cfg != panel for c, _ in kept):
+        cand = tuner._cand(panel, unroll=unroll_covering(panel, tuner.unroll_values))
+        if built_candidate(tuner, cand):
+            kept.append((cand, "panel"))
+            for k in range(1, len(tuner.siblings) + 1):  # its tile written back through another stage
+                if built_candidate(tuner, staged := cand.but(stage=k)):
+                    kept.append((staged, f"panel-stage{k}"))
+    return kept
+
+
+def full_vector_tiles(space: ReuseSpace) -> TileConfig | None:
+    """β's kept tiles (:meth:`~tuner.reuse.space.ReuseSpace.kept_tiles`) with the innermost tile of the
+    vectorised loop (CPU: the last space loop) a whole number of vectors, where the kept one is not
+    and α's extent has such a divisor (at most :data:`~tuner.analysis.tiling.MAX_INNERMOST`); else None.
+
+    Beyond the paper. MetaSchedule's best program at one size can leave that tile at 1 and run fast
+    because LLVM vectorises the loop above it; at another extent LLVM may not: BERT-Base's 12x128x128x64
+    attention matmul's kept tiles at seq 40 (a 40x40 block, innermost 1) ran scalar, 268 us hot, and the
+    same block with a 40-wide innermost tile 24 us (Zen 5, 2 threads). The innermost tile takes the
+    lane multiple nearest β's run along the loop (its tiles inside the parallel levels), the parallel
+    levels the rest, β's outermost factor kept where it divides. O(divisors of the extent)."""
+    kept, lanes = space.kept_tiles(), space.vector_lanes
+    if space.kind != "cpu" or not kept.space or len(kept.space[-1]) < 3 or kept.space[-1][-1] % lanes == 0:
+        return None
+    extent = space.alpha.space[-1]
+    if not any(d % lanes == 0 and d <= MAX_INNERMOST for d in divisors(extent)):
+        return None
+    run = math.prod(space.beta_cfg.space[-1][2:])
+    inner = split_vector(extent, run, lanes)[1]
+    first = largest_divisor_at_most(extent // inner, kept.space[-1][0])
+    levels = (first, extent // inner // first, *[1] * (len(kept.space[-1]) - 3), inner)
+    cfg = TileConfig(space.kind, (*kept.space[:-1], levels), kept.reduction)
+    return cfg if space.valid(cfg) else None

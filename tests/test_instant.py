@@ -1,0 +1,76 @@
+"""Instant programs (eto.runs.instant, tuner.reuse.predict): the variants timed, and timed as a model runs them."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from eto.operators import Operator
+from tuner.analysis.features import TileConfig
+
+
+def _space(kept: TileConfig, alpha_space: tuple[int, ...], beta_last: tuple[int, ...], *, valid: bool = True):
+    """A stand-in for tuner.reuse.space.ReuseSpace: what full_vector_tiles reads of one."""
+    return SimpleNamespace(kind="cpu", vector_lanes=8, kept_tiles=lambda: kept, valid=lambda cfg: valid,
+                           alpha=SimpleNamespace(space=alpha_space),
+                           beta_cfg=SimpleNamespace(space=((1, 1, 1, 1),) * (len(alpha_space) - 1) + (beta_last,)))
+
+
+def test_a_full_vector_takes_the_innermost_tile_where_the_kept_one_is_not_a_whole_vector():
+    from tuner.reuse.predict import full_vector_tiles
+
+    # BERT-Base's attention matmul, 12x128x128x64 -> 12x40x40x64: β ran 64 columns at level 2 over an
+    # innermost tile of 1 (LLVM vectorised the loop above it); at 40 the kept tiles are (1, 1, 40, 1)
+    kept = TileConfig("cpu", ((2, 6, 1, 1), (1, 1, 40, 1), (1, 1, 40, 1)), ((16, 4),))
+    got = full_vector_tiles(_space(kept, (12, 40, 40), (1, 2, 64, 1)))
+    assert got == TileConfig("cpu", ((2, 6, 1, 1), (1, 1, 40, 1), (1, 1, 1, 40)), ((16, 4),))
+    # at 200: the lane multiple nearest β's 64-column run is 40; β's outermost 2 does not divide the 5 left
+    kept = TileConfig("cpu", ((2, 6, 1, 1), (1, 1, 200, 1), (2, 2, 50, 1)), ((16, 4),))
+    got = full_vector_tiles(_space(kept, (12, 200, 200), (1, 2, 64, 1)))
+    assert got.space[-1] == (1, 5, 1, 40) and got.space[:-1] == kept.space[:-1] and got.reduction == kept.reduction
+    # β's outermost factor kept where it divides what is left: 96 columns, 8 wide -> 12 = 3 x 4
+    kept = TileConfig("cpu", ((1, 1, 1, 1), (1, 1, 1, 1), (3, 1, 32, 1)), ((4, 4),))
+    assert full_vector_tiles(_space(kept, (1, 1, 96), (3, 1, 8, 1))).space[-1] == (3, 4, 1, 8)
+    # nothing to do: already a whole vector; no lane multiple divides the extent; not admissible here
+    whole = TileConfig("cpu", ((1, 1, 1, 1), (1, 1, 5, 8)), ((4, 4),))
+    assert full_vector_tiles(_space(whole, (1, 40), (1, 1, 8, 8))) is None
+    odd = TileConfig("cpu", ((1, 1, 1, 1), (1, 1, 49, 1)), ((4, 4),))
+    assert full_vector_tiles(_space(odd, (1, 49), (1, 1, 64, 1))) is None
+    assert full_vector_tiles(_space(kept, (1, 1, 96), (3, 1, 8, 1), valid=False)) is None
+
+
+@pytest.mark.slow  # builds and times a handful of programs
+def test_instant_times_a_convolution_with_its_weights_packed_as_a_model_runs_it(tmp_path, monkeypatch):
+    """A CPU convolution program packs its weight into its own layout inside the function; the model
+    packs it once, at build time, and the measurer leaves the packing out. The instant program is timed
+    the same way (arguments in the packed layout), and the program stored still packs for itself and
+    matches numpy."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    from eto.runs.instant import _packs_nothing, instant
+    from eto.runs.verify import check_record
+    from eto.store.database import Database
+    from eto.target import parse_target
+    from tests.tuner.test_reuse_tuner import sampled_record
+    from tuner.measure.apply import scheduled_module
+
+    written_func = Operator.prim_func  # a model's task marks its weight layout-free (Relax: a constant)
+    monkeypatch.setattr(Operator, "prim_func", lambda op: written_func(op).with_attr("layout_free_buffers", [1]))
+    target = parse_target("cpu")
+    known = Operator.create("C2DNHWC", N=1, CI=32, H=14, W=14, CO=64, KH=1, KW=1)
+    new = Operator.create("C2DNHWC", N=1, CI=32, H=28, W=28, CO=64, KH=1, KW=1)
+    db = Database(tmp_path / "db")
+    db.commit(known, target, [sampled_record(known, target)], method="backend", candidates=1, seconds=0.0)
+    import eto.runs.instant as instant_mod
+
+    timed_shapes, time_all = [], instant_mod._time_all
+    monkeypatch.setattr(instant_mod, "_time_all", lambda libs, args, timing: (
+        timed_shapes.extend([tuple(a.shape) for a in one] for one in args), time_all(libs, args, timing))[1])
+    r = instant(new, db, target)
+    mod = scheduled_module(r.program.tuning_record)
+    packed = [tuple(int(d) for d in a.shape) for a in ArgInfo.from_entry_func(mod, remove_preproc=True)]
+    written = [tuple(int(d) for d in a.shape) for a in ArgInfo.from_entry_func(mod, remove_preproc=False)]
+    assert packed[1] != written[1] == (64, 1, 1, 32)  # the weight, in the program's own layout when timed
+    assert packed in timed_shapes  # the stored program was timed on its packed weight, as the measurer times it
+    assert not _packs_nothing(mod)  # so it was checked as written, packing its weight itself
+    assert np.isfinite(r.latency_s) and check_record(new, r.program.tuning_record, target).ok
