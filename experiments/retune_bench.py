@@ -10,8 +10,14 @@ Per new size (one value of ``--vary``), in one process, one-time costs outside b
   built-in set's default size), the stored program of the same layer at that size, run on inputs
   padded to it: the same real tokens, so its latency compares directly;
 * then the instant, eto, MetaSchedule and padded programs of each operator re-measured side by
-  side (interleaved rounds), and the ratios: time MetaSchedule / eto, weighted throughput eto /
-  MetaSchedule, instant / MetaSchedule and eto / padded (weights: the operators' frequencies).
+  side (interleaved rounds), both ways a CPU times a program (hot, MetaSchedule's way, and cold, eto's
+  default: :mod:`tuner.measure.timing`), and the ratios: time MetaSchedule / eto, weighted throughput
+  eto / MetaSchedule, instant / MetaSchedule and eto / padded (weights: the operators' frequencies),
+  and the geometric mean over operators of eto's and the instant programs' speed against MetaSchedule's
+  (the hot ratios at the top level of each size, as before; the cold ones under ``cold``).
+
+eto's retune times its candidates as ``--timing`` says (default: eto's default, cold), as a user's
+``eto retune`` does; MetaSchedule tunes with its own timing (hot).
 
     python -m experiments.retune_bench --db DB_AT_SEQ128 --opset bert_base --vary seq=64,256 --trials 100
 """
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -28,6 +35,7 @@ import time
 from typing import Callable
 
 from eto.options import TuneOptions
+from tuner.measure.timing import DEFAULT_TIMING
 from experiments._bench import SESSION, add_search_option, backend_search, search_name, warm_measurer, warm_up
 from experiments._env import environment
 
@@ -49,6 +57,8 @@ def run(args: argparse.Namespace, done: list | None = None,
     from eto.runs.tuning import tune_with_backend
     from tuner.measure.options import BackendOptions
 
+    from tuner.measure.timing import measure_config
+
     target = parse_target("cpu")
     search = backend_search(args)
     warm = warm_up(target)
@@ -59,8 +69,10 @@ def run(args: argparse.Namespace, done: list | None = None,
     if args.metaschedule_from:
         with open(args.metaschedule_from) as f:
             ms_earlier = {s["value"]: s for s in json.load(f)["shapes"]}
-    with Measurer.local(MeasureConfig()) as measurer:
+    with Measurer.local(MeasureConfig()) as measurer, Measurer.local(measure_config("cold", target)) as cold:
         warm_measurer(measurer, target)
+        warm_measurer(cold, target)
+        mine = cold if args.timing == "cold" else measurer  # eto's: as --timing says; MetaSchedule's: hot
         for value, opset in vary(args.opset, dim, values):
             if value in finished:
                 print(f"{dim}={value}: done in an earlier run, kept", flush=True)
@@ -81,8 +93,9 @@ def run(args: argparse.Namespace, done: list | None = None,
             eto_db, ms_db = Database(eto_dir), Database(ms_dir)
             source_db = Database(args.db, readonly=True)
             t0 = time.perf_counter()
-            rep = retune([(value, opset)], target, eto_db, TuneOptions.of(trials=args.trials, seed=args.seed, search=search),
-                         dim=dim, measurer=measurer, log=lambda m: print(f"  eto: {m}", flush=True))
+            rep = retune([(value, opset)], target, eto_db,
+                         TuneOptions.of(trials=args.trials, seed=args.seed, search=search, timing=args.timing),
+                         dim=dim, measurer=mine, log=lambda m: print(f"  eto: {m}", flush=True))
             eto_s = time.perf_counter() - t0
             if earlier is None:
                 t0 = time.perf_counter()
@@ -99,35 +112,26 @@ def run(args: argparse.Namespace, done: list | None = None,
                                "metaschedule": ms_db.best(e.op, target),
                                "padded": source_db.best(pad_op, target, predicted=False) if pad_op else None}
             keys = [(op, m) for op, d in progs.items() for m, p in d.items() if p is not None]
-            lat = measurer.remeasure([scheduled_module(progs[op][m].tuning_record) for op, m in keys], target,
-                                     rounds=args.rounds)
-            remeasured = {(op, m): t for (op, m), t in zip(keys, lat)}
+            mods = [scheduled_module(progs[op][m].tuning_record) for op, m in keys]
+            remeasured = dict(zip(keys, measurer.remeasure(mods, target, rounds=args.rounds)))
+            remeasured_cold = dict(zip(keys, cold.remeasure(mods, target, rounds=args.rounds)))
             freq = {e.op: e.frequency for e in opset}
             per_op = []
             for e in opset:
                 row = {"op": e.op.name, "frequency": e.frequency}
                 for m in ("instant", "eto", "metaschedule", "padded"):
                     row[f"{m}_latency_s"] = remeasured.get((e.op, m))
+                    row[f"{m}_latency_cold_s"] = remeasured_cold.get((e.op, m))
                 row["padded_op"] = padded[e.op].name if e.op in padded else None
                 r = next((r for r in rep.rows if r.op == e.op.name), None)
                 row.update(eto_method=r.method if r else None, eto_source=r.source if r else None,
                            eto_candidates=r.candidates if r else 0, instant_source=r.instant_source if r else None)
                 per_op.append(row)
-            w = {m: sum(freq[e.op] * remeasured[(e.op, m)] for e in opset) if all((e.op, m) in remeasured
-                                                                                 for e in opset) else None
-                 for m in ("instant", "eto", "metaschedule", "padded")}
             shape = {"value": value, "seconds": {"eto": eto_s, "eto_instant": rep.instant_seconds,
                                                  "metaschedule": ms_s},
                      "time_ratio_metaschedule_over_eto": ms_s / eto_s,
                      "time_ratio_metaschedule_over_instant": ms_s / rep.instant_seconds if rep.instant_seconds else None,
-                     "weighted_latency_s": w,
-                     "throughput_eto_vs_metaschedule": w["metaschedule"] / w["eto"] if w["eto"] else None,
-                     "throughput_instant_vs_metaschedule": (w["metaschedule"] / w["instant"]
-                                                            if w["instant"] and w["metaschedule"] else None),
-                     # the same real tokens through the source size's program on padded inputs
-                     "throughput_eto_vs_padded": w["padded"] / w["eto"] if w["padded"] and w["eto"] else None,
-                     "throughput_instant_vs_padded": (w["padded"] / w["instant"]
-                                                      if w["padded"] and w["instant"] else None),
+                     **quality(remeasured, opset, freq), "cold": quality(remeasured_cold, opset, freq),
                      "per_operator": per_op}
             print(json.dumps({k: v for k, v in shape.items() if k != "per_operator"}), flush=True)
             shape["session"] = SESSION
@@ -139,28 +143,56 @@ def run(args: argparse.Namespace, done: list | None = None,
     return summary(args, shapes, warm)
 
 
+def quality(remeasured: dict, opset, freq: dict) -> dict:
+    """One timing's re-measurement: the weighted latencies (frequency x latency, summed), the weighted
+    throughputs against MetaSchedule and the padded program, and the geometric mean over operators of
+    the instant and eto programs' speed against MetaSchedule's."""
+    methods = ("instant", "eto", "metaschedule", "padded")
+    w = {m: sum(freq[e.op] * remeasured[(e.op, m)] for e in opset) if all((e.op, m) in remeasured for e in opset)
+         else None for m in methods}
+
+    def geomean(m: str) -> float | None:
+        pairs = [(remeasured.get((e.op, "metaschedule")), remeasured.get((e.op, m))) for e in opset]
+        if not pairs or any(a is None or b is None for a, b in pairs):
+            return None
+        return math.exp(statistics.fmean(math.log(a / b) for a, b in pairs))
+
+    return {"weighted_latency_s": w,
+            "throughput_eto_vs_metaschedule": w["metaschedule"] / w["eto"] if w["eto"] else None,
+            "throughput_instant_vs_metaschedule": (w["metaschedule"] / w["instant"]
+                                                   if w["instant"] and w["metaschedule"] else None),
+            # the same real tokens through the source size's program on padded inputs
+            "throughput_eto_vs_padded": w["padded"] / w["eto"] if w["padded"] and w["eto"] else None,
+            "throughput_instant_vs_padded": w["padded"] / w["instant"] if w["padded"] and w["instant"] else None,
+            "geomean_eto_vs_metaschedule": geomean("eto"), "geomean_instant_vs_metaschedule": geomean("instant")}
+
+
 def summary(args: argparse.Namespace, shapes: list, warm: float) -> dict:
     """The result file: per size as measured, and the medians over sizes."""
-    def med(key: str) -> float | None:
-        vals = [s[key] for s in shapes if s.get(key) is not None]
+    def med(key: str, within: str | None = None) -> float | None:
+        vals = [((s.get(within) or {}) if within else s).get(key) for s in shapes]
+        vals = [v for v in vals if v is not None]
         return statistics.median(vals) if vals else None
+
+    ratios = ("throughput_eto_vs_metaschedule", "throughput_instant_vs_metaschedule", "geomean_eto_vs_metaschedule",
+              "geomean_instant_vs_metaschedule", "throughput_eto_vs_padded", "throughput_instant_vs_padded")
 
     shapes = sorted(shapes, key=lambda s: s["value"])
     return {"benchmark": "retune_bench", "scale": args.scale, "source_db": args.db, "opset": args.opset,
             "vary": args.vary, "limit": args.limit, "trials_N": args.trials, "seed": args.seed, "remeasure_rounds": args.rounds,
             "search": args.search, "environment": environment(), "session": SESSION, "warmup_s": warm,
             "pad_to": args.pad_to,
-            "median": {k: med(k) for k in ("time_ratio_metaschedule_over_eto", "throughput_eto_vs_metaschedule",
-                                           "throughput_instant_vs_metaschedule",
-                                           "time_ratio_metaschedule_over_instant", "throughput_eto_vs_padded",
-                                           "throughput_instant_vs_padded")},
+            "timing": args.timing,
+            "median": {**{k: med(k) for k in ("time_ratio_metaschedule_over_eto", "time_ratio_metaschedule_over_instant",
+                                              *ratios)},
+                       "cold": {k: med(k, "cold") for k in ratios}},
             "shapes": shapes,
             "notes": "per size: eto on a fresh copy of the source database, MetaSchedule from scratch, one "
                      "process, one-time costs outside both clocks; latencies re-measured side by side"}
 
 
 #: Settings a resumed run must share with the stopped one: sizes measured otherwise do not compare.
-SAME = ("source_db", "opset", "trials_N", "seed", "remeasure_rounds", "limit", "pad_to", "search")
+SAME = ("source_db", "opset", "trials_N", "seed", "remeasure_rounds", "limit", "pad_to", "search", "timing")
 
 
 def resumable(out: str, args: argparse.Namespace) -> list:
@@ -171,11 +203,13 @@ def resumable(out: str, args: argparse.Namespace) -> list:
     with open(out) as f:
         old = json.load(f)
     now = {"source_db": args.db, "opset": args.opset, "trials_N": args.trials, "seed": args.seed,
-           "remeasure_rounds": args.rounds, "limit": args.limit, "pad_to": args.pad_to, "search": args.search}
-    # files from before --search ran the evolutionary search
-    differ = [k for k in SAME if old.get(k, "evolutionary" if k == "search" else None) != now[k]]
+           "remeasure_rounds": args.rounds, "limit": args.limit, "pad_to": args.pad_to, "search": args.search,
+           "timing": args.timing}
+    # files from before --search ran the evolutionary search, from before --timing retuned with a hot measurer
+    was = {"search": "evolutionary", "timing": "hot"}
+    differ = [k for k in SAME if old.get(k, was.get(k)) != now[k]]
     if differ:
-        what = ", ".join(f"{k}: {old.get(k)!r} there, {now[k]!r} now" for k in differ)
+        what = ", ".join(f"{k}: {old.get(k, was.get(k))!r} there, {now[k]!r} now" for k in differ)
         raise SystemExit(f"--resume: {out} was measured with other settings ({what}); use another --out")
     return list(old.get("shapes", []))
 
@@ -207,6 +241,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--limit", type=int, default=None, help="only the first LIMIT operators of each size")
+    ap.add_argument("--timing", choices=("hot", "cold"), default=DEFAULT_TIMING,
+                    help="how eto's retune times its candidates (default: eto's, %(default)s); MetaSchedule's are hot")
     ap.add_argument("--pad-to", type=int, default=None,
                     help="padded baseline: the size the database was tuned at (default: the set's default size)")
     add_search_option(ap)

@@ -196,7 +196,7 @@ def test_a_resumed_retune_bench_keeps_finished_sizes_of_the_same_settings_only(t
     out = str(tmp_path / "retune.json")
     args = argparse.Namespace(
         db="DB", opset="bert_base", trials=200, seed=0, rounds=4, limit=None, pad_to=None, vary="seq=64,32",
-        scale="small", search=None)
+        scale="small", search=None, timing="cold")
     _bench.backend_search(args)
     assert args.search == "evolutionary"  # the default off scale ci
     assert retune_bench.resumable(out, args) == []
@@ -214,6 +214,13 @@ def test_a_resumed_retune_bench_keeps_finished_sizes_of_the_same_settings_only(t
     with open(out, "w") as f:
         json.dump(old, f)
     args.search = "evolutionary"
+    assert len(retune_bench.resumable(out, args)) == 2
+    del old["timing"]  # a file from before --timing: eto's retune timed its candidates hot
+    with open(out, "w") as f:
+        json.dump(old, f)
+    with pytest.raises(SystemExit, match="timing: 'hot' there, 'cold' now"):
+        retune_bench.resumable(out, args)
+    args.timing = "hot"
     assert len(retune_bench.resumable(out, args)) == 2
     args.trials = 100
     with pytest.raises(SystemExit, match="trials_N: 200 there, 100 now"):

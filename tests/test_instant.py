@@ -20,18 +20,22 @@ def test_a_full_vector_takes_the_innermost_tile_where_the_kept_one_is_not_a_whol
     from tuner.reuse.predict import full_vector_tiles
 
     # BERT-Base's attention matmul, 12x128x128x64 -> 12x40x40x64: β ran 64 columns at level 2 over an
-    # innermost tile of 1 (LLVM vectorised the loop above it); at 40 the kept tiles are (1, 1, 40, 1)
+    # innermost tile of 1 (LLVM vectorised the loop above it); at 40 the kept tiles are (1, 1, 40, 1):
+    # one vector innermost (two do not divide 40), the rest of the run at level 2
     kept = TileConfig("cpu", ((2, 6, 1, 1), (1, 1, 40, 1), (1, 1, 40, 1)), ((16, 4),))
     got = full_vector_tiles(_space(kept, (12, 40, 40), (1, 2, 64, 1)))
-    assert got == TileConfig("cpu", ((2, 6, 1, 1), (1, 1, 40, 1), (1, 1, 1, 40)), ((16, 4),))
-    # at 200: the lane multiple nearest β's 64-column run is 40; β's outermost 2 does not divide the 5 left
+    assert got == TileConfig("cpu", ((2, 6, 1, 1), (1, 1, 40, 1), (1, 1, 5, 8)), ((16, 4),))
+    # two vectors where they divide and β's run is wider; a thread's block as wide as β's run
+    kept = TileConfig("cpu", ((2, 6, 1, 1), (1, 1, 64, 1), (1, 1, 64, 1)), ((16, 4),))
+    got = full_vector_tiles(_space(kept, (12, 64, 64), (1, 2, 64, 1)))
+    assert got.space[-1] == (1, 1, 4, 16) and got.space[:-1] == kept.space[:-1] and got.reduction == kept.reduction
+    # at 200 the kept run (50) takes no vector: the extent is split again, 40 columns a thread (<= β's 64)
     kept = TileConfig("cpu", ((2, 6, 1, 1), (1, 1, 200, 1), (2, 2, 50, 1)), ((16, 4),))
-    got = full_vector_tiles(_space(kept, (12, 200, 200), (1, 2, 64, 1)))
-    assert got.space[-1] == (1, 5, 1, 40) and got.space[:-1] == kept.space[:-1] and got.reduction == kept.reduction
-    # β's outermost factor kept where it divides what is left: 96 columns, 8 wide -> 12 = 3 x 4
+    assert full_vector_tiles(_space(kept, (12, 200, 200), (1, 2, 64, 1))).space[-1] == (1, 5, 5, 8)
+    # β's outermost factor kept where it divides: 96 columns, β's run one vector -> 12 blocks = 3 x 4
     kept = TileConfig("cpu", ((1, 1, 1, 1), (1, 1, 1, 1), (3, 1, 32, 1)), ((4, 4),))
     assert full_vector_tiles(_space(kept, (1, 1, 96), (3, 1, 8, 1))).space[-1] == (3, 4, 1, 8)
-    # nothing to do: already a whole vector; no lane multiple divides the extent; not admissible here
+    # nothing to do: already a whole vector; no vector divides the extent; not admissible here
     whole = TileConfig("cpu", ((1, 1, 1, 1), (1, 1, 5, 8)), ((4, 4),))
     assert full_vector_tiles(_space(whole, (1, 40), (1, 1, 8, 8))) is None
     odd = TileConfig("cpu", ((1, 1, 1, 1), (1, 1, 49, 1)), ((4, 4),))

@@ -131,8 +131,9 @@ def test_instant_program_also_times_the_widest_panel_where_one_applies(tuned_db,
 
 @pytest.mark.slow  # tuned_db tunes a BMM
 def test_instant_program_follows_a_ranker_only_where_it_knows_the_shape(tuned_db, monkeypatch):
-    """Where β's kept tiles do not build, round T is ranked only by a ranker that knows α's shape
-    (a ranker trained far from it orders worse than chance); otherwise the nearest BShape wins."""
+    """Where β's kept tiles do not build (nor their full-vector variant, where there is one), round T is
+    ranked only by a ranker that knows α's shape (a ranker trained far from it orders worse than
+    chance); otherwise the nearest BShape wins."""
     import tuner.reuse.predict as predict_mod
     from eto.target import parse_target
 
@@ -141,9 +142,9 @@ def test_instant_program_follows_a_ranker_only_where_it_knows_the_shape(tuned_db
     new = Operator.create("BMM", B=2, M=96, N=32, K=16)
     real_built, calls = predict_mod.built_candidate, []
 
-    def kept_fails(tuner, cand):  # pretend β's kept tiles (either placement of the growth) fail
+    def kept_fails(tuner, cand):  # pretend β's kept tiles fail: either placement of the growth, a full vector
         calls.append(cand)
-        kept = [tuner.space.kept_tiles(growth=g) for g in ("outer", "parallel")]
+        kept = [tuner.space.kept_tiles(growth=g) for g in ("outer", "parallel")] + [predict_mod.full_vector_tiles(tuner.space)]
         return cand.cfg not in kept and real_built(tuner, cand)
 
     class Ranker:
@@ -406,7 +407,13 @@ def test_e7_retune_bench_at_scale_ci(tuned_db, tmp_path):
     (row,) = shape["per_operator"]
     assert shape["value"] == 48 and row["op"] == "BMM[2,48,32,16]" and row["instant_source"] == KNOWN.name
     for m in ("instant", "eto", "metaschedule"):
-        assert row[f"{m}_latency_s"] > 0
+        assert row[f"{m}_latency_s"] > 0 and row[f"{m}_latency_cold_s"] > 0  # re-measured hot and cold
+    # eto retuned as a user's eto retune does: its candidates timed cold, the default
+    assert result["timing"] == "cold"
+    assert {r.get("timing") for r in Database(tmp_path / "work" / "eto_M48").results() if r["op_key"] != KNOWN.key} == {"cold"}
+    cold = shape["cold"]
+    assert cold["geomean_eto_vs_metaschedule"] == pytest.approx(row["metaschedule_latency_cold_s"] / row["eto_latency_cold_s"])
+    assert result["median"]["cold"]["geomean_instant_vs_metaschedule"] == cold["geomean_instant_vs_metaschedule"]
     secs = shape["seconds"]
     assert 0 < secs["eto_instant"] <= secs["eto"]  # the instant program comes first, inside eto's clock
     assert shape["time_ratio_metaschedule_over_eto"] == pytest.approx(secs["metaschedule"] / secs["eto"])

@@ -17,7 +17,7 @@ from tuner.analysis.features import TileConfig
 from tuner.reuse.panel import unroll_covering, widest_panel
 from tuner.reuse.search import ReuseTuner, built_candidate, Candidate
 from tuner.reuse.space import Growth, ReuseSpace
-from tuner.analysis.tiling import MAX_INNERMOST, divisors, largest_divisor_at_most, split_vector
+from tuner.analysis.tiling import MAX_INNERMOST, largest_divisor_at_most
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.s_tir.meta_schedule.database import TuningRecord
@@ -137,24 +137,32 @@ def _kept_variants(tuner: ReuseTuner) -> list[tuple[Candidate, str]]:
 
 def full_vector_tiles(space: ReuseSpace) -> TileConfig | None:
     """β's kept tiles (:meth:`~tuner.reuse.space.ReuseSpace.kept_tiles`) with the innermost tile of the
-    vectorised loop (CPU: the last space loop) a whole number of vectors, where the kept one is not
-    and α's extent has such a divisor (at most :data:`~tuner.analysis.tiling.MAX_INNERMOST`); else None.
+    vectorised loop (CPU: the last space loop) one or two vectors wide, where the kept one is not a whole
+    number of vectors and α's extent has such a divisor; else None.
 
     Beyond the paper. MetaSchedule's best program at one size can leave that tile at 1 and run fast
     because LLVM vectorises the loop above it; at another extent LLVM may not: BERT-Base's 12x128x128x64
-    attention matmul's kept tiles at seq 40 (a 40x40 block, innermost 1) ran scalar, 268 us hot, and the
-    same block with a 40-wide innermost tile 24 us (Zen 5, 2 threads). The innermost tile takes the
-    lane multiple nearest β's run along the loop (its tiles inside the parallel levels), the parallel
-    levels the rest, β's outermost factor kept where it divides. O(divisors of the extent)."""
+    attention matmul's kept tiles at seq 40 (a 40x40 block, innermost 1) ran scalar, 132 us hot, the same
+    block with an 8-wide innermost tile 14 us (Zen 5, 2 threads). Wider tiles ran little faster and took
+    LLVM far longer: 16 lanes 10.2 us and 0.11 s to build, 64 lanes 10.3 us and 1.35 s (the 64x40x40
+    matmul), which a search around the program pays at every candidate. The width nearest β's run along
+    the loop (its two inner levels) is taken, level 2 makes a thread's block as wide as β's run or
+    less (the rest of the extent goes to the parallel levels, β's outermost factor kept where it
+    divides): at seq 200 a 200-wide block per thread, its accumulators past L1, ran 8x slower than a
+    40-wide one. O(divisors of the extent)."""
     kept, lanes = space.kept_tiles(), space.vector_lanes
-    if space.kind != "cpu" or not kept.space or len(kept.space[-1]) < 3 or kept.space[-1][-1] % lanes == 0:
+    if space.kind != "cpu" or not kept.space or len(kept.space[-1]) < 4 or kept.space[-1][-1] % lanes == 0:
         return None
-    extent = space.alpha.space[-1]
-    if not any(d % lanes == 0 and d <= MAX_INNERMOST for d in divisors(extent)):
+    extent, last = space.alpha.space[-1], kept.space[-1]
+    widths = [w for w in (lanes, 2 * lanes) if extent % w == 0 and w <= MAX_INNERMOST]
+    if not widths:
         return None
     run = math.prod(space.beta_cfg.space[-1][2:])
-    inner = split_vector(extent, run, lanes)[1]
-    first = largest_divisor_at_most(extent // inner, kept.space[-1][0])
-    levels = (first, extent // inner // first, *[1] * (len(kept.space[-1]) - 3), inner)
+    inner = min(widths, key=lambda w: (abs(math.log(w / max(run, 1))), w))
+    rest = extent // inner
+    level2 = largest_divisor_at_most(rest, max(1, run // inner))  # a thread's block as wide as β's, or less
+    parallel = rest // level2
+    first = largest_divisor_at_most(parallel, last[0])
+    levels = (first, parallel // first, level2, *[1] * (len(last) - 4), inner)
     cfg = TileConfig(space.kind, (*kept.space[:-1], levels), kept.reduction)
     return cfg if space.valid(cfg) else None
