@@ -51,12 +51,14 @@ def test_instant_times_a_convolution_with_its_weights_packed_as_a_model_runs_it(
     matches numpy."""
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-    from eto.runs.instant import _packs_nothing, instant
+    from tvm_ffi import structural_equal
+
+    from eto.runs.instant import instant
     from eto.runs.verify import check_record
     from eto.store.database import Database
     from eto.target import parse_target
     from tests.tuner.test_reuse_tuner import sampled_record
-    from tuner.measure.apply import scheduled_module
+    from tuner.measure.apply import prepacked, scheduled_module
 
     written_func = Operator.prim_func  # a model's task marks its weight layout-free (Relax: a constant)
     monkeypatch.setattr(Operator, "prim_func", lambda op: written_func(op).with_attr("layout_free_buffers", [1]))
@@ -76,5 +78,5 @@ def test_instant_times_a_convolution_with_its_weights_packed_as_a_model_runs_it(
     written = [tuple(int(d) for d in a.shape) for a in ArgInfo.from_entry_func(mod, remove_preproc=False)]
     assert packed[1] != written[1] == (64, 1, 1, 32)  # the weight, in the program's own layout when timed
     assert packed in timed_shapes  # the stored program was timed on its packed weight, as the measurer times it
-    assert not _packs_nothing(mod)  # so it was checked as written, packing its weight itself
+    assert not structural_equal(prepacked(mod), mod)  # so it was checked as written, packing its weight itself
     assert np.isfinite(r.latency_s) and check_record(new, r.program.tuning_record, target).ok

@@ -100,10 +100,11 @@ def instant(op: Operator, database: Database, target: "Target", *, ranker: "Lear
                          f"for this target: {op.name} needs tuning (eto tune) first")
     first = predict(op.prim_func(), src.tuning_record, target, ranker=ranker)
     preds = (first, *first.alternatives)  # at most five on CPU (two placements, set-safe, vector, a panel)
+    packed = [prepacked(p.schedule.mod) for p in preds]
     with ThreadPoolExecutor(max(1, min(len(preds), threads))) as pool:  # LLVM's code generation frees the GIL
-        timed = list(pool.map(lambda p: build(prepacked(p.schedule.mod), target), preds))
-    latencies = _time_all(timed, [_random_args(p.schedule.mod) for p in preds], timing)
-    latency, pred = _checked_fastest(op, src, preds, timed, latencies, target)
+        timed = list(pool.map(lambda mod: build(mod, target), packed))
+    latencies = _time_all(timed, [_random_args(mod) for mod in packed], timing)
+    latency, pred = _checked_fastest(op, src, preds, packed, timed, latencies, target)
     program = database.commit(op, target, [pred.record(latency)], method=PREDICTED, source=src.op, candidates=0,
                               seconds=time.perf_counter() - start,
                               extra={"predicted_by": pred.by, "ranked": pred.ranked, "timed": len(preds),
@@ -111,11 +112,13 @@ def instant(op: Operator, database: Database, target: "Target", *, ranker: "Lear
     return Instant(op, src.op, program, pred.by, pred.ranked, time.perf_counter() - start)
 
 
-def _checked_fastest(op: Operator, src: ProgramRecord, preds: tuple, timed: list, latencies: list[float],
-                     target: "Target") -> tuple[float, object]:
+def _checked_fastest(op: Operator, src: ProgramRecord, preds: tuple, packed: list, timed: list,
+                     latencies: list[float], target: "Target") -> tuple[float, object]:
     """The fastest of ``preds`` whose output matches numpy, and its latency: each checked as written (its
-    weights packed inside; the build timed is that build where nothing was packed), fastest first, until
-    one matches. Raises ValueError naming the first mismatch when none does."""
+    weights packed inside; the build timed, ``timed[i]`` of ``packed[i]``, where nothing was packed),
+    fastest first, until one matches. Raises ValueError naming the first mismatch when none does."""
+    from tvm_ffi import structural_equal
+
     from tuner.measure.apply import build, run_once
 
     inputs = op.random_inputs(0)
@@ -123,7 +126,7 @@ def _checked_fastest(op: Operator, src: ProgramRecord, preds: tuple, timed: list
     errors = []
     for i in sorted(range(len(preds)), key=lambda i: latencies[i]):
         mod = preds[i].schedule.mod
-        lib = timed[i] if _packs_nothing(mod) else build(mod, target)
+        lib = timed[i] if structural_equal(packed[i], mod) else build(mod, target)
         got = run_once(lib, inputs, op.output_shape)
         err = float(np.max(np.abs(got - want))) if got.size else 0.0
         if err <= tolerance(op) + 1e-4 * float(np.max(np.abs(want), initial=0.0)):
@@ -133,22 +136,14 @@ def _checked_fastest(op: Operator, src: ProgramRecord, preds: tuple, timed: list
     raise ValueError(errors[0])
 
 
-def _packs_nothing(mod) -> bool:
-    """Whether ``mod`` has no weight-layout preprocessing (its prepacked build is the same program)."""
-    from tvm_ffi import structural_equal
-
-    from tuner.measure.apply import prepacked
-
-    return bool(structural_equal(prepacked(mod), mod))
-
-
-def _random_args(mod) -> list:
-    """Random arguments of ``mod``'s prepacked form, the output last (as the measurer makes them)."""
+def _random_args(packed) -> list:
+    """Random arguments of a prepacked module (:func:`tuner.measure.apply.prepacked`: its weights in the
+    program's own layout), the output last, as the measurer makes them."""
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
     rng = np.random.default_rng(0)
     return [rng.uniform(-1, 1, [int(d) for d in a.shape]).astype(a.dtype)
-            for a in ArgInfo.from_entry_func(mod, remove_preproc=True)]
+            for a in ArgInfo.from_entry_func(packed, remove_preproc=False)]
 
 
 def _time_all(libs: list, args: list[list], timing: "Timing" = DEFAULT_TIMING) -> list[float]:

@@ -36,8 +36,8 @@ class Prediction:
     config: TileConfig | None
     by: str  # "kept" / "kept-parallel": β's tiles kept; "set-safe": tuner.reuse.cachesets; "panel": round
     # "panel"'s widest block, "panel-stageK" the same written back as α's K-th sibling sketch does
-    # (tuner.reuse.search.write_stage_siblings); "vector": full_vector_tiles; "ranker": the learned model chose; "nearest": β's
-    # block and thread sizes
+    # (tuner.reuse.search.write_stage_siblings); "vector": full_vector_tiles; "ranker": the learned
+    # model chose; "nearest": β's block and thread sizes
     ranked: int  # candidates the choice was made among
     seconds: float
     _tuner: ReuseTuner = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
