@@ -80,7 +80,7 @@ def test_instant_program_is_checked_served_and_not_a_tuning_result(tuned_db, tmp
     tuner = ReuseTuner(new.prim_func(), db.best(KNOWN, target).tuning_record, target)
     pred = predict(new.prim_func(), db.best(KNOWN, target).tuning_record, target)
     by = {p.by: p.config for p in (pred, *pred.alternatives)}
-    assert {"kept", "kept-parallel"} <= set(by) <= {"kept", "kept-parallel", "vector"}
+    assert {"kept", "kept-parallel"} <= set(by) <= {"kept", "kept-parallel", "vector", "vector-native"}
     assert by["kept"] == tuner.space.kept_tiles() and by["kept-parallel"] == tuner.space.kept_tiles(growth="parallel")
     assert r.by in by and r.ranked == 1
     assert [r["timed"] for r in db.results() if r["op_key"] == new.key] == [len(by)]
@@ -144,7 +144,8 @@ def test_instant_program_follows_a_ranker_only_where_it_knows_the_shape(tuned_db
 
     def kept_fails(tuner, cand):  # pretend β's kept tiles fail: either placement of the growth, a full vector
         calls.append(cand)
-        kept = [tuner.space.kept_tiles(growth=g) for g in ("outer", "parallel")] + [predict_mod.full_vector_tiles(tuner.space)]
+        vectors = [predict_mod.full_vector_tiles(tuner.space, lanes=w) for w in (None, tuner.space.native_lanes)]
+        kept = [tuner.space.kept_tiles(growth=g) for g in ("outer", "parallel")] + vectors
         return cand.cfg not in kept and real_built(tuner, cand)
 
     class Ranker:

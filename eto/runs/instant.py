@@ -5,7 +5,8 @@ and a tuned one soon. :func:`instant` takes the database's nearest tuned program
 operator type and sketch, derives α's program from it without a search (β's tile factors kept,
 only the outer factors following the new extents: :func:`tuner.reuse.predict.predict`; on CPU two
 placements of that growth, the set-safe register rows of :mod:`tuner.reuse.cachesets` where β's rows
-collide in L1, a full-vector innermost tile where β's was not, and, for a large matmul-like nest, the
+collide in L1, a full-vector innermost tile where β's was not (one or two 8-lane vectors, and the
+target's own register width), and, for a large matmul-like nest, the
 widest register-blocked panel of :mod:`tuner.reuse.panel`), times them all here as the measurer builds
 them and a built model runs them (weights packed once, outside the timed call:
 :func:`tuner.measure.apply.prepacked`), keeps the fastest whose output matches the catalogue's numpy
@@ -52,7 +53,7 @@ class Instant:
     op: Operator
     source: Operator
     program: ProgramRecord
-    by: str  # "kept", "kept-parallel", "set-safe", "panel", "ranker" or "nearest" (tuner.reuse.predict.predict)
+    by: str  # "kept", "kept-parallel", "set-safe", "vector", "panel", ..., "ranker" or "nearest" (tuner.reuse.predict.Prediction)
     ranked: int
     seconds: float
 
@@ -99,7 +100,7 @@ def instant(op: Operator, database: Database, target: "Target", *, ranker: "Lear
         raise InputError(f"no tuned {op.type} program with sketch {op.sketch_key()!r} in {database.path} "
                          f"for this target: {op.name} needs tuning (eto tune) first")
     first = predict(op.prim_func(), src.tuning_record, target, ranker=ranker)
-    preds = (first, *first.alternatives)  # at most five on CPU (two placements, set-safe, vector, a panel)
+    preds = (first, *first.alternatives)  # on CPU: two placements, set-safe, two vector widths, panels
     packed = [prepacked(p.schedule.mod) for p in preds]
     with ThreadPoolExecutor(max(1, min(len(preds), threads))) as pool:  # LLVM's code generation frees the GIL
         timed = list(pool.map(lambda mod: build(mod, target), packed))

@@ -36,8 +36,8 @@ class Prediction:
     config: TileConfig | None
     by: str  # "kept" / "kept-parallel": β's tiles kept; "set-safe": tuner.reuse.cachesets; "panel": round
     # "panel"'s widest block, "panel-stageK" the same written back as α's K-th sibling sketch does
-    # (tuner.reuse.search.write_stage_siblings); "vector": full_vector_tiles; "ranker": the learned
-    # model chose; "nearest": β's block and thread sizes
+    # (tuner.reuse.search.write_stage_siblings); "vector", "vector-native": full_vector_tiles; "ranker":
+    # the learned model chose; "nearest": β's block and thread sizes
     ranked: int  # candidates the choice was made among
     seconds: float
     _tuner: ReuseTuner = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
@@ -114,12 +114,15 @@ def predict(func: "PrimFunc", source_record: "TuningRecord", target: "Target", *
 
 def _kept_variants(tuner: ReuseTuner) -> list[tuple[Candidate, str]]:
     """The candidates keeping β's tiles that build on α, each with its ``by``: both placements of α's
-    growth, the set-safe rows, the full-vector innermost tile and the widest panel (each where it
-    applies and differs from those before it), the panel also through each other write stage."""
+    growth, the set-safe rows, the full-vector innermost tiles (near β's run, and one native register) and
+    the widest panel (each where it applies and differs from those before it), the panel also through each
+    other write stage."""
     kept: list[tuple[Candidate, str]] = []
     configs = [(tuner.space.kept_tiles(growth=g), "kept" if g == "outer" else f"kept-{g}") for g in get_args(Growth)]
+    native = tuner.space.native_lanes  # the target's register width (16 float32s with AVX-512)
     configs += [(set_safe_tiles(tuner.space), "set-safe"),  # register rows that collide in L1 cut to its ways
-                (full_vector_tiles(tuner.space), "vector")]
+                (full_vector_tiles(tuner.space), "vector"),
+                (full_vector_tiles(tuner.space, lanes=native) if native > 1 else None, "vector-native")]
     for cfg, by in configs:
         if cfg is not None and tuner.space.valid(cfg) and all(c.cfg != cfg for c, _ in kept):
             if built_candidate(tuner, cand := tuner._cand(cfg)):
@@ -135,7 +138,7 @@ def _kept_variants(tuner: ReuseTuner) -> list[tuple[Candidate, str]]:
     return kept
 
 
-def full_vector_tiles(space: ReuseSpace) -> TileConfig | None:
+def full_vector_tiles(space: ReuseSpace, *, lanes: int | None = None) -> TileConfig | None:
     """β's kept tiles (:meth:`~tuner.reuse.space.ReuseSpace.kept_tiles`) with the innermost tile of the
     vectorised loop (CPU: the last space loop) one or two vectors wide, where the kept one is not a whole
     number of vectors and α's extent has such a divisor; else None.
@@ -149,12 +152,13 @@ def full_vector_tiles(space: ReuseSpace) -> TileConfig | None:
     the loop (its two inner levels) is taken, level 2 makes a thread's block as wide as β's run or
     less (the rest of the extent goes to the parallel levels, β's outermost factor kept where it
     divides): at seq 200 a 200-wide block per thread, its accumulators past L1, ran 8x slower than a
-    40-wide one. O(divisors of the extent)."""
-    kept, lanes = space.kept_tiles(), space.vector_lanes
-    if space.kind != "cpu" or not kept.space or len(kept.space[-1]) < 4 or kept.space[-1][-1] % lanes == 0:
+    40-wide one. ``lanes``: exactly that width instead (the target's native register,
+    ``space.native_lanes``: a second variant, see :func:`_kept_variants`). O(divisors of the extent)."""
+    kept, one = space.kept_tiles(), lanes or space.vector_lanes
+    if space.kind != "cpu" or not kept.space or len(kept.space[-1]) < 4 or kept.space[-1][-1] % one == 0:
         return None
     extent, last = space.alpha.space[-1], kept.space[-1]
-    widths = [w for w in (lanes, 2 * lanes) if extent % w == 0 and w <= MAX_INNERMOST]
+    widths = [w for w in ((lanes,) if lanes else (one, 2 * one)) if extent % w == 0 and w <= MAX_INNERMOST]
     if not widths:
         return None
     run = math.prod(space.beta_cfg.space[-1][2:])
