@@ -11,9 +11,9 @@ B`` tunes it from an empty database with no ``--layout`` flag (the default, ``au
 compiles it, and then, in ``--rounds`` rounds, eto's library, ONNX Runtime on the same ONNX file and
 PyTorch eager each run in a fresh process of their own (``--time`` below), the order rotating every
 round, with the same thread count (``TVM_NUM_THREADS``, default 2) and the same input. Each process
-warms up, then times ``--repeat`` runs, and reports their median; the table gives the median of the
-rounds' medians and the per-round range, eto's speed over each runtime's (above 1: eto faster), and
-the geomean over the models. Processes of their own, because runtimes sharing one process share and
+warms up, then times ``--repeat`` runs and at least :data:`MIN_TIMED_S` of them, and reports their
+median; the table gives the median of the rounds' medians and the per-round range, eto's speed over
+each runtime's (above 1: eto faster), and the geomean over the models. Processes of their own, because runtimes sharing one process share and
 fight over thread pools (TVM's, PyTorch's OpenMP, ONNX Runtime's): ONNX Runtime's round medians
 spread 2-4x that way. Results: ``experiments/results/corpus_bench_<budget>_<cpu>.json``; each model's
 row also goes to ``<work>/corpus_bench_<budget>_<cpu>.jsonl`` as it finishes, so an interrupted run
@@ -41,8 +41,16 @@ def _inputs(name: str):
     return make_model(name, "small")
 
 
+#: Each process times at least this many seconds of runs, whatever ``--repeat``: a 2 ms model's 20 runs
+#: (40 ms) let one slow stretch of the machine set a round's median. MobileNet v3's builds, 7 rounds
+#: each (Zen 5, 2 threads): the alone build's round medians 1.77-3.12 ms with 20 runs, 1.72-1.84 ms
+#: with 50; a ratio of two builds 0.82-1.36 per round, then 0.88-1.00.
+MIN_TIMED_S = 1.0
+
+
 def time_runtime(runtime: str, name: str, artifact: str, threads: int, repeat: int) -> list[float]:
-    """Seconds of ``repeat`` runs of ``name`` in ``runtime`` (after 3 warm-up runs), in this process."""
+    """Seconds of at least ``repeat`` runs of ``name`` in ``runtime`` and at least :data:`MIN_TIMED_S` of
+    them (after 3 warm-up runs), in this process."""
     import numpy as np
 
     module, inputs = _inputs(name)
@@ -68,8 +76,8 @@ def time_runtime(runtime: str, name: str, artifact: str, threads: int, repeat: i
                 return module(*inputs)
     for _ in range(3):
         run()
-    times = []
-    for _ in range(repeat):
+    times: list[float] = []
+    while len(times) < repeat or sum(times) < MIN_TIMED_S:
         start = time.perf_counter()
         run()
         times.append(time.perf_counter() - start)
@@ -130,7 +138,7 @@ def round_medians(name: str, runs: dict[str, tuple[str, str]], rounds: int, repe
 def add_timing_options(p: argparse.ArgumentParser, work: str) -> None:
     """The timing and folder options E12 and E13 share."""
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--repeat", type=int, default=20, help="timed runs per process")
+    p.add_argument("--repeat", type=int, default=20, help="timed runs per process, at least (and 1 s of them: MIN_TIMED_S)")
     p.add_argument("--threads", type=int, default=int(os.environ.get("TVM_NUM_THREADS") or 2))
     p.add_argument("--work", default=os.path.join(HERE, "work", work))
     p.add_argument("--out")
@@ -140,7 +148,7 @@ def time_model(name: str, artifacts: dict[str, str], rounds: int, repeat: int, t
     """Each runtime in a process of its own, the order rotating every round: medians of the rounds' medians,
     each round's, and eto's speed over each other runtime's (median and per-round range)."""
     medians = round_medians(name, {r: (r, artifacts[r]) for r in RUNTIMES}, rounds, repeat, threads)
-    row: dict = {"rounds": rounds, "repeat": repeat}
+    row: dict = {"rounds": rounds, "repeat": repeat, "min_timed_s": MIN_TIMED_S}
     for runtime, values in medians.items():
         row[runtime] = {"median_ms": statistics.median(values) * 1e3, "rounds_ms": [v * 1e3 for v in values]}
     for other in RUNTIMES[1:]:

@@ -36,7 +36,7 @@ import subprocess
 import sys
 import time
 
-from experiments.corpus_bench import HERE, add_timing_options, export_onnx, round_medians
+from experiments.corpus_bench import HERE, MIN_TIMED_S, add_timing_options, export_onnx, round_medians
 
 ROUND_ORDER = ("alone", "zoo")
 
@@ -266,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
                                   "zoo_s": sum(r["zoo_s"] for r in rows if r["family"] == f)} for f, _ in families}}
     with open(out, "w") as f:
         json.dump({"experiment": "zoo_bench", "environment": environment(), "scale": "small",
-                   "trials": args.trials, "rounds": args.rounds, "repeat": args.repeat, "summary": summary,
+                   "trials": args.trials, "rounds": args.rounds, "repeat": args.repeat, "min_timed_s": MIN_TIMED_S,
+                   "summary": summary,
                    "rows": rows}, f, indent=1)
     plot(rows, os.path.splitext(out)[0] + ".png")
     print(table(rows))

@@ -418,6 +418,12 @@ def test_e7_retune_bench_at_scale_ci(tuned_db, tmp_path):
     secs = shape["seconds"]
     assert 0 < secs["eto_instant"] <= secs["eto"]  # the instant program comes first, inside eto's clock
     assert shape["time_ratio_metaschedule_over_eto"] == pytest.approx(secs["metaschedule"] / secs["eto"])
+    # MetaSchedule's time to its best: its clock when its stored trajectory first reached its final best
+    ms = Database(tmp_path / "work" / "ms_M48").results()
+    trajectory = [r for r in ms if r["op_key"] == "BMM(B=2,M=48,N=32,K=16)"][-1]["trajectory"]
+    final = min(p[2] for p in trajectory)
+    assert 0 < secs["metaschedule_to_best"] == next(p[0] for p in trajectory if p[2] <= final) <= secs["metaschedule"]
+    assert shape["time_ratio_metaschedule_best_over_eto"] == pytest.approx(secs["metaschedule_to_best"] / secs["eto"])
     assert shape["throughput_eto_vs_metaschedule"] == pytest.approx(row["metaschedule_latency_s"] / row["eto_latency_s"])
     assert result["median"]["time_ratio_metaschedule_over_eto"] == shape["time_ratio_metaschedule_over_eto"]
     assert (tmp_path / "e7.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
