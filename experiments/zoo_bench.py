@@ -21,6 +21,8 @@ timed beside the other two. Each run records what other processes took of the ma
 (``busy``, :mod:`tuner.measure.contention`): a run beside another benchmark stores programs timed
 against it, and the models after it inherit them as priors. Given for a family already measured, it adds that run to each row.
 
+``--retime`` times the builds of a family already measured again (the tuning and the builds kept).
+
 Results: ``experiments/results/zoo_bench_<families>_N<trials>_<cpu>.json`` and a PNG beside it. Each
 finished model goes to ``<work>/zoo_bench.jsonl`` at once, so an interrupted run goes on from there.
 """
@@ -134,6 +136,19 @@ def add_budget_run(row: dict, args: argparse.Namespace) -> dict:
     return {**row, **time_side_by_side(name, libs, args.rounds, args.repeat, args.threads)}
 
 
+def retime(row: dict, args: argparse.Namespace) -> dict:
+    """``row``'s builds (alone, zoo and, where it has one, budget) timed again, as ``--rounds`` and the
+    timing options now say; the tuning and the builds kept. The earlier timing stays in the row, under
+    ``timed_before``: a timing disturbed by the machine is repeated, not the tuning."""
+    folder = os.path.join(args.work, row["family"])
+    kinds = (*ROUND_ORDER, "budget") if "budget_s" in row else ROUND_ORDER
+    libs = {kind: os.path.join(folder, f"{row['model']}-{kind}.so") for kind in kinds}
+    timed = time_side_by_side(row["model"], libs, args.rounds, args.repeat, args.threads)
+    before = {k: row[k] for k in (*timed, "timed_with") if k in row}
+    return {**row, **timed, "timed_before": [*row.get("timed_before", []), before],
+            "timed_with": {"rounds": args.rounds, "repeat": args.repeat, "min_timed_s": MIN_TIMED_S}}
+
+
 def bench_model(family: str, name: str, earlier: list[str], args: argparse.Namespace) -> dict:
     """One model of a family: tuned alone and in the zoo (priors: the earlier models' zoo databases)."""
     folder = os.path.join(args.work, family)
@@ -220,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trials", type=int, default=32, help="eto tune's --trials (backend trials per root)")
     p.add_argument("--budget-share", type=float, default=None, metavar="S",
                    help="also tune each later model with its priors within S x its alone time (e.g. 0.2)")
+    p.add_argument("--retime", action="store_true",
+                   help="time the builds of the families' later models again (tuning and builds kept; the earlier "
+                        "timing stays in each row, under timed_before)")
     add_timing_options(p, "zoo_bench")
     args = p.parse_args(argv)
     families = [(f.split("=", 1)[0], [m for m in f.split("=", 1)[1].split(",") if m]) for f in args.family
@@ -256,6 +274,13 @@ def main(argv: list[str] | None = None) -> int:
                     f.writelines(json.dumps(r) + "\n" for r in rows)
                 print(f"{row['family']}/{row['model']}: within {rows[i]['budget_given_s']:.0f} s with priors: "
                       f"{rows[i]['budget_speed']:.2f}x the alone model's speed", flush=True)
+    if args.retime:
+        for i, row in enumerate(rows):
+            if row["priors"] and any(row["family"] == f and row["model"] in models for f, models in families):
+                rows[i] = retime(row, args)
+                with open(log, "w") as f:
+                    f.writelines(json.dumps(r) + "\n" for r in rows)
+                print(f"{row['family']}/{row['model']}: timed again", flush=True)
     later = [r for r in rows if r["priors"]]
     busy = [r[k]["others"] + r[k]["steal"] for r in rows for k in ("alone_busy", "zoo_busy", "budget_busy")
             if r.get(k)]

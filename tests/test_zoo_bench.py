@@ -92,6 +92,34 @@ def test_a_budget_run_is_tuned_within_its_share_of_the_alone_time_and_timed_besi
         "\n".join(results_md.zoo_bench(d))
 
 
+def test_retime_times_every_build_of_a_row_again_and_keeps_the_earlier_timing(tmp_path, monkeypatch):
+    """``--retime``: the row's alone, zoo and budget builds timed again (nothing tuned or built), the
+    speeds from the new rounds, the earlier timing under ``timed_before``."""
+    import argparse
+
+    monkeypatch.setattr(zoo_bench, "tune", lambda *a, **k: pytest.fail("retime tunes nothing"))
+    monkeypatch.setattr(zoo_bench, "build", lambda *a, **k: pytest.fail("retime builds nothing"))
+    timed = {}
+
+    def round_medians(name, runs, rounds, repeat, threads):
+        timed.update(runs=runs, rounds=rounds)
+        return {"alone": [0.010, 0.010, 0.011], "zoo": [0.010, 0.0125, 0.011], "budget": [0.0125, 0.010, 0.011]}
+
+    monkeypatch.setattr(zoo_bench, "round_medians", round_medians)
+    row = {**_result()["rows"][1], "budget_s": 25.0, "budget_ms": 20.0, "budget_speed": 0.5, "budget_rounds_ms": [20.0],
+           "budget_speed_rounds": [0.5, 0.5]}
+    args = argparse.Namespace(work=str(tmp_path), rounds=3, repeat=50, threads=2)
+    new = zoo_bench.retime(row, args)
+    assert {k: v[1] for k, v in timed["runs"].items()} == {
+        k: str(tmp_path / "resnet" / f"resnet34-{k}.so") for k in ("alone", "zoo", "budget")} and timed["rounds"] == 3
+    assert new["budget_speed"] == pytest.approx(10 / 11) and new["budget_speed_rounds"] == pytest.approx([0.8, 1.0])
+    assert new["zoo_speed"] == pytest.approx(10 / 11) and new["budget_ms"] == pytest.approx(11.0)
+    (before,) = new["timed_before"]
+    assert before["budget_speed"] == 0.5 and before["budget_ms"] == 20.0 and before["zoo_speed"] == row["zoo_speed"]
+    assert new["timed_with"]["repeat"] == 50 and new["budget_s"] == 25.0  # the tuning kept
+    assert len(zoo_bench.retime(new, args)["timed_before"]) == 2
+
+
 def test_each_timing_process_times_at_least_a_second_of_runs_whatever_repeat(monkeypatch):
     """A round's median from 20 runs of a 2 ms model (40 ms) took a slow stretch of the machine into it:
     each process times --repeat runs and at least MIN_TIMED_S of them."""
