@@ -60,6 +60,9 @@ def test_set_safe_cuts_the_row_tile_to_the_ways_and_chunks_the_contiguous_reduct
     assert set_safe_config("cuda", alpha, kept, L1) is None
     assert set_safe_config("cpu", alpha, kept, None) is None
     assert set_safe_config("cpu", alpha, kept, CacheGeometry(32 << 10, 0, 0)) is None
+    # tiles of a loop nest with fewer reduction loops than α's (a prior's source of another nest, met by
+    # eto plan with five models' databases as priors): no cut, not an IndexError
+    assert set_safe_config("cpu", alpha, TileConfig("cpu", kept.space, kept.reduction[:2]), L1) is None
 
 
 @pytest.mark.slow  # builds the program

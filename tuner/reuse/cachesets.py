@@ -54,6 +54,8 @@ def set_safe_config(kind: str, alpha: LoopNest, kept: TileConfig, cache: CacheGe
         return None
     if any(len(f) != 4 for f in kept.space) or any(len(f) != 2 for f in kept.reduction):
         return None
+    if len(kept.space) != len(alpha.space) or len(kept.reduction) != len(alpha.reduction):
+        return None  # tiles of another loop nest (a source whose nest differs): nothing to cut
     space, reduction, changed = list(kept.space), list(kept.reduction), False
     for d, acc in colliding_rows(alpha, cache.set_span).items():
         f0, f1, f2, rows = space[d]
