@@ -171,8 +171,8 @@ def quality(remeasured: dict, opset, freq: dict) -> dict:
 
     def geomean(m: str) -> float | None:
         pairs = [(remeasured.get((e.op, "metaschedule")), remeasured.get((e.op, m))) for e in opset]
-        if not pairs or any(a is None or b is None for a, b in pairs):
-            return None
+        if not pairs or any(a is None or b is None or not (math.isfinite(a) and math.isfinite(b)) for a, b in pairs):
+            return None  # a program whose re-measurement failed (inf) has no ratio
         return math.exp(statistics.fmean(math.log(a / b) for a, b in pairs))
 
     return {"weighted_latency_s": w,

@@ -448,3 +448,18 @@ def test_code_ab_sums_where_a_runs_seconds_went(tmp_path):
     assert code_ab.summarize(str(tmp_path)) == {
         "seconds": 72.0, "roots_s": 60.0, "roots_build_s": 20.0, "reuses_s": 12.0, "reuses_build_s": 5.0,
         "reuses_failed": 2, "candidates": 136, "operators": 3}
+
+
+def test_e7_quality_gives_no_ratio_for_a_program_whose_remeasurement_failed():
+    """A re-measurement that failed (the measurer's inf) leaves that ratio None, not a crash that loses the
+    size's finished results (a math domain error in the parallel test tier)."""
+    import math
+
+    from eto.operators import Operator
+    from eto.operators.opsets import OperatorSet
+    from experiments import retune_bench
+
+    op = Operator.create("BMM", B=2, M=48, N=32, K=16)
+    q = retune_bench.quality({(op, "metaschedule"): 1e-5, (op, "eto"): math.inf, (op, "instant"): 2e-5},
+                             OperatorSet.from_layers("x", [op]), {op: 1})
+    assert q["geomean_eto_vs_metaschedule"] is None and q["geomean_instant_vs_metaschedule"] == 0.5
