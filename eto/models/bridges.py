@@ -50,16 +50,33 @@ def bridge_task(anchor: Operator, template: Operator, target: "Target | None" = 
     if not template.fusion or template.task is None or anchor.type != template.type:
         return None
     target = target or _cpu()
+    if not _rebuilds_itself(template, target):
+        return None
     try:
-        own = _rebuild(template.anchor, template, target)
-        if own is None or _signature(own.prim_func()) != _signature(template.prim_func()):
-            return None
         op = _rebuild(anchor, template, target)
     except TVM_ERRORS:  # TVM rejected the rebuilt function (an op, a layout or a fusion it refuses): no bridge
         return None
     if op is None or _signature(op.prim_func(), shapes=False) != _signature(template.prim_func(), shapes=False):
         return None
     return op
+
+
+#: Whether a template rebuilds to its own function, per (template, target): a plan asks for a bridge of
+#: each candidate pair of a kind, all on the same few templates, and each check is a Relax build.
+_REBUILDS_ITSELF: dict[tuple[Operator, str], bool] = {}
+
+
+def _rebuilds_itself(template: Operator, target: "Target") -> bool:
+    """Whether rebuilding ``template`` at its own sizes gives its own blocks and argument shapes (so
+    its layouts and epilogue are read right); memoized, O(1) after one Relax build a template."""
+    key = (template, str(target))
+    if key not in _REBUILDS_ITSELF:
+        try:
+            own = _rebuild(template.anchor, template, target)
+            _REBUILDS_ITSELF[key] = own is not None and _signature(own.prim_func()) == _signature(template.prim_func())
+        except TVM_ERRORS:
+            _REBUILDS_ITSELF[key] = False
+    return _REBUILDS_ITSELF[key]
 
 
 def _cpu():

@@ -23,37 +23,36 @@ RUNNER_UPS, RUNNER_UP_RATIO = 2, 1.5
 
 def runner_ups(beta: Operator, source, database: Database, target, k: int = RUNNER_UPS,
                ratio: float = RUNNER_UP_RATIO) -> list:
-    """Up to ``k`` of β's measured programs within ``ratio`` of its best ``source``, fastest first,
-    each with inner (register and vector) tiles other than the best's and each other's.
+    """Up to ``k`` of β's measured programs (ProgramRecords) within ``ratio`` of its best ``source``, fastest
+    first, each with inner (register and vector) tiles other than the best's and each other's.
 
     Every candidate of a reuse search keeps β's best program's inner tiles, and those suit β's size,
     not α's: a 2 MFLOP bridge with 64 columns vectorised all 64 (its best by 1.24x over 8-wide
     tiles), and BERT-Base's feed-forward matmuls derived from it kept the 64-wide tile in all 15
     candidates, at 0.10 and 0.24 of MetaSchedule's throughput (set benchmark, N = 200). β's
     runner-ups with other inner tiles lead round T beside β's own tiles, and the rounds after T keep
-    the winner's inner tiles (:meth:`tuner.reuse.space.ReuseSpace.m_round`). O(r) in β's r programs."""
-    from tuner.analysis.features import program_features
-    from tuner.analysis.kinds import kind_of
+    the winner's inner tiles (:meth:`tuner.reuse.space.ReuseSpace.m_round`). O(r) in β's r programs,
+    each read from its stored trace (no TVM): a plan reads every prior root's runner-ups."""
+    from tuner.analysis.sketch import Sketch
 
     if source is None:
         return []
-    kind = kind_of(target)
 
-    def inner(record):
+    def inner(program):
         try:
-            cfg, _ = program_features(record, kind)
-        except (ValueError, KeyError, IndexError, AttributeError):
+            space, _ = Sketch.from_json(program.stored_trace).tile_decisions()
+        except (ValueError, KeyError, IndexError, AttributeError, TypeError):
             return None
-        return tuple(f[-1] for f in cfg.space)
+        return tuple(f[-1] for f in space)
 
-    seen, out = {inner(source.tuning_record)}, []
+    seen, out = {inner(source)}, []
     for p in sorted(database.programs(target=target, op=beta), key=lambda p: p.latency_s):
         if len(out) >= k or p.latency_s > ratio * source.latency_s:
             break
-        tiles = inner(p.tuning_record)
+        tiles = inner(p)
         if tiles is not None and tiles not in seen:
             seen.add(tiles)
-            out.append(p.tuning_record)
+            out.append(p)
     return out
 
 
@@ -73,7 +72,7 @@ def leads(alpha: Operator, beta: Operator, source, database: Database, target) -
     kept on α's loops). :class:`LeadCount` counts the same rules for the plan."""
     seeds = [p.tuning_record for p in database.programs(target=target, op=alpha) if p.method == PREDICTED]
     alternates = [p.tuning_record for p in alternate_sources(alpha, beta, database, target)]
-    return seeds, alternates + runner_ups(beta, source, database, target)
+    return seeds, alternates + [p.tuning_record for p in runner_ups(beta, source, database, target)]
 
 
 class LeadCount:

@@ -30,7 +30,7 @@ def stored_function(op: Operator, program: "ProgramRecord") -> Operator:
     workload (a database reads it without; the plan reads a prior root's loop nest from it). O(1)
     for anything else, one workload read for a fused task."""
     if op.fusion and op.task is None:
-        return op.with_fusion(op.fusion, program.tuning_record.workload.mod["main"])
+        return op.with_fusion(op.fusion, program.workload.mod["main"])
     return op
 
 

@@ -292,6 +292,16 @@ class Database(ProgramQueries):
         wl, text = self._records[line]
         return self.read_record(wl, self._record_list(line, text), f"{RECORDS}:{line + 1}")
 
+    def record_workload(self, line: int) -> "Workload":
+        """The workload of the program on ``line`` (its trace not replayed, as :meth:`tuning_record` does)."""
+        return self.workload(self._records[line][0])
+
+    def stored_trace(self, line: int) -> list:
+        """The trace JSON of the program on ``line`` as MetaSchedule stored it (no TVM, no replay on its
+        workload: what :meth:`tuner.analysis.sketch.Sketch.from_json` reads); :class:`UnreadableRecord`
+        if the line is damaged."""
+        return self._record_list(line, self._records[line][1])[0]
+
     def _record_list(self, line: int, text: str) -> list:
         """The program's JSON on ``line`` of database_tuning_record.json, parsed now (the load checked the
         line's shape only); :class:`UnreadableRecord` naming the line if it is damaged inside."""

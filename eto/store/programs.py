@@ -56,6 +56,16 @@ class ProgramRecord:
         """The MetaSchedule TuningRecord (imports TVM), read from the database that holds it."""
         return self._db.tuning_record(self.line)
 
+    @property
+    def workload(self):
+        """The program's MetaSchedule Workload, read without replaying its trace (:meth:`Database.record_workload`)."""
+        return self._db.record_workload(self.line)
+
+    @property
+    def stored_trace(self) -> list:
+        """The program's trace JSON as stored, read without TVM (:meth:`Database.stored_trace`)."""
+        return self._db.stored_trace(self.line)
+
 
 class ProgramQueries:
     """The queries of a database, from :meth:`program_list` and :meth:`results`. An operator's programs come

@@ -123,6 +123,30 @@ def test_two_priors_get_no_bridge_between_them_but_a_prior_and_a_request_do():
     assert {o.extents for o in bridge_operators([a, b, new])} == {(1, 128, 64, 64), (1, 64, 64, 768)}
 
 
+def test_a_request_with_a_free_source_of_its_own_gets_no_bridge_to_another_prior():
+    far = bmm("prior:far", [1, 64, 256, 768], tuned=True)  # incomparable with the request: a bridge would serve it
+    req = bmm("a", [1, 128, 768, 64])
+    assert [o.extents for o in bridge_operators([req, far])] == [(1, 64, 256, 64)]
+    near = bmm("prior:near", [1, 128, 768, 128], tuned=True)  # dominates the request: reused in one step
+    assert bridge_operators([req, far, near]) == []
+    peer = bmm("b", [1, 64, 128, 128])  # two requests still get their bridge, whatever the priors
+    assert [o.extents for o in bridge_operators([req, peer, far, near])] == [(1, 64, 128, 64)]
+    # the plan over the smaller graph costs what the plan over every bridge of a prior did
+    cost = lambda a, b: 10.0 + sum(abs(x - y) for x, y in zip(a.extents, b.extents)) / 64  # noqa: E731
+    ops = [req, peer, far, near]
+    pruned = select_reuse_pairs(ops, cost_fn=cost, backend_cost=1000, solver="exact")
+    every = [bmm(f"bridge:x{i}", list(o.extents)) for i, o in enumerate(bridge_operators([req, peer, far]))]
+    full = select_reuse_pairs(ops + [replace_bridge(o) for o in every], cost_fn=cost, backend_cost=1000,
+                              bridges="none", solver="exact")
+    assert pruned.total_cost == pytest.approx(full.total_cost)
+
+
+def replace_bridge(op):
+    from dataclasses import replace
+
+    return replace(op, bridge=True)
+
+
 def test_replan_keeps_a_bridge_whose_operators_are_all_tuned_now():
     ops = [bmm("a", [1, 128, 768, 64]), bmm("b", [1, 64, 256, 768])]
     plan = select_reuse_pairs(ops, cost_fn=lambda a, b: 5.0, backend_cost=100)

@@ -734,9 +734,15 @@ def test_runner_ups_bring_betas_other_inner_tiles_and_round_m_keeps_the_winners(
     def inner(recs):
         return [tuple(f[-1] for f in program_features(r, "cpu")[0].space) for r in recs]
 
-    ups = runner_ups(beta, best, db, target)
+    ups = [p.tuning_record for p in runner_ups(beta, best, db, target)]
     assert inner(ups) == [records[1][1], records[2][1]]  # fastest first; the best's tiles and the 2 ms one left out
-    assert inner(runner_ups(beta, best, db, target, ratio=1.3)) == [records[1][1]]
+    assert inner([p.tuning_record for p in runner_ups(beta, best, db, target, ratio=1.3)]) == [records[1][1]]
+    from tuner.analysis.sketch import Sketch  # runner_ups reads the stored traces, not TVM's replay of them
+
+    for p in db.programs(op=beta):
+        assert Sketch.from_json(p.stored_trace).tile_decisions() == Sketch(p.tuning_record.trace).tile_decisions()
+    with pytest.raises(ValueError, match="not a stored trace"):
+        Sketch.from_json([["GetSBlock"]])
 
     alpha = Operator.create("BMM", B=1, M=64, N=256, K=128)
     tuner = ReuseTuner(alpha.prim_func(), best.tuning_record, target)

