@@ -58,7 +58,8 @@ def main(argv=None) -> int:
 
     from eto.store.database import Database
     from tuner.measure.apply import scheduled_module
-    from tuner.measure.measurer import MeasureConfig, Measurer, remove_artifact
+    from tuner.measure.measurer import MeasureConfig, Measurer
+    from tuner.measure.workers import remove_artifact
 
     db = Database(args.db, readonly=True)
     picked = spread(list(db.programs(target=target)), args.limit)

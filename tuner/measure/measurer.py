@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import math
 import os
-import shutil
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from tuner.measure.builder import PersistentBuilder, one_line
 from tuner.analysis.host import physical_cores
 from tuner.measure.options import OptionError
 from tuner.measure.trajectory import median_secs
-from tuner.measure.workers import bind_to_parent, stop_pool
+from tuner.measure.workers import bind_to_parent, remove_artifact, stop_pool
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm.ir import IRModule
@@ -360,10 +359,9 @@ class Measurer:
         """Median seconds of each module over ``rounds`` interleaved measurements (inf if one failed).
 
         Latencies recorded by different runs drift with the machine's state; comparing two programs
-        means timing them side by side, alternating, as here. A module that fails in a round is
-        measured once more in it before it counts as failed: a build or a run that a loaded machine
-        timed out is no failing program (E7's re-measurement at ci scale lost a program's ratio so,
-        under the parallel test tier), and a program that fails twice is one.
+        means timing them side by side, alternating, as here. A module that fails in a round is measured
+        once more in it: a build or run a loaded machine timed out is no failing program (E7 at ci scale
+        lost a program's ratio so under the parallel test tier); one that fails twice is.
         """
         times: list[list[float]] = [[] for _ in mods]
         for _ in range(rounds):
@@ -399,9 +397,3 @@ def run_error_message(msg: object) -> str:
     if "Timeout" in str(msg):
         return "run " + text[text.find("Timeout"):].lower()
     return text
-
-
-def remove_artifact(path: str) -> None:
-    """Delete a built candidate's folder once it has run: a long tuning run builds thousands."""
-    shutil.rmtree(os.path.dirname(path), ignore_errors=True)
-

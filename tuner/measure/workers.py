@@ -97,3 +97,10 @@ def kill_tree(pid: int) -> None:
             os.kill(pid if p is None else p.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def remove_artifact(path: str) -> None:
+    """Delete a built candidate's folder once it has run: a long tuning run builds thousands."""
+    import shutil
+
+    shutil.rmtree(os.path.dirname(path), ignore_errors=True)
