@@ -100,32 +100,3 @@ def test_instant_times_a_convolution_with_its_weights_packed_as_a_model_runs_it(
     assert packed in timed_shapes  # the stored program was timed on its packed weight, as the measurer times it
     assert not structural_equal(prepacked(mod), mod)  # so it was checked as written, packing its weight itself
     assert np.isfinite(r.latency_s) and check_record(new, r.program.tuning_record, target).ok
-
-
-def test_a_reduction_loop_beta_ran_whole_innermost_runs_whole_on_alpha():
-    """A 3x3 depthwise convolution's program runs each kernel row of 3 innermost; kept on a 5x5 kernel, the
-    largest divisor at most 3 of 5 is 1. The variant runs the 5 whole instead, on the kept tiles or on another
-    variant's (MobileNet v3's 5x5 depthwise convolutions from MobileNetV2's 3x3 ones)."""
-    from tuner.reuse.predict import whole_window_tiles
-
-    kept = TileConfig("cpu", ((1, 1, 1, 1), (1, 7, 1, 1), (1, 7, 1, 1), (15, 4, 2, 4)), ((5, 1), (5, 1)))
-
-    def space(beta_reduction, beta_extents, alpha_extents, valid=True, kind="cpu"):
-        return SimpleNamespace(kind=kind, kept_tiles=lambda: kept, valid=lambda cfg: valid,
-                               alpha=SimpleNamespace(reduction=alpha_extents), beta=SimpleNamespace(reduction=beta_extents),
-                               beta_cfg=SimpleNamespace(reduction=beta_reduction))
-
-    got = whole_window_tiles(space(((1, 3), (1, 3)), (3, 3), (5, 5)))
-    assert got.reduction == ((1, 5), (1, 5)) and got.space == kept.space
-    # only the loops β ran whole: β's first row loop was 3 outer, 1 inner
-    assert whole_window_tiles(space(((3, 1), (1, 3)), (3, 3), (5, 5))).reduction == ((5, 1), (1, 5))
-    native = TileConfig("cpu", kept.space[:-1] + ((15, 2, 1, 16),), kept.reduction)
-    on_native = whole_window_tiles(space(((1, 3), (1, 3)), (3, 3), (5, 5)), base=native)
-    assert on_native.space == native.space and on_native.reduction == ((1, 5), (1, 5))
-    # nothing to do: no loop ran whole, a loop of extent 1 (a 1x1 convolution), a window past the innermost cap,
-    # not admissible here, a GPU
-    assert whole_window_tiles(space(((3, 1), (3, 1)), (3, 3), (5, 5))) is None
-    assert whole_window_tiles(space(((1, 1), (1, 1)), (1, 1), (5, 5))) is None
-    assert whole_window_tiles(space(((1, 3), (1, 3)), (3, 3), (65, 65))) is None
-    assert whole_window_tiles(space(((1, 3), (1, 3)), (3, 3), (5, 5), valid=False)) is None
-    assert whole_window_tiles(space(((1, 3), (1, 3)), (3, 3), (5, 5), kind="cuda")) is None

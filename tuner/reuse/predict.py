@@ -36,8 +36,7 @@ class Prediction:
     config: TileConfig | None
     by: str  # "kept" / "kept-parallel": β's tiles kept; "set-safe": tuner.reuse.cachesets; "panel": round
     # "panel"'s widest block, "panel-stageK" the same written back as α's K-th sibling sketch does
-    # (tuner.reuse.search.write_stage_siblings); "vector", "vector-native": full_vector_tiles;
-    # "whole-window", "whole-window-native": whole_window_tiles (of the kept, the vector-native); "ranker":
+    # (tuner.reuse.search.write_stage_siblings); "vector", "vector-native": full_vector_tiles; "ranker":
     # the learned model chose; "nearest": β's block and thread sizes
     ranked: int  # candidates the choice was made among
     seconds: float
@@ -115,19 +114,15 @@ def predict(func: "PrimFunc", source_record: "TuningRecord", target: "Target", *
 
 def _kept_variants(tuner: ReuseTuner) -> list[tuple[Candidate, str]]:
     """The candidates keeping β's tiles that build on α, each with its ``by``: both placements of α's
-    growth, the set-safe rows, the full-vector innermost tiles (near β's run, and one native register), the
-    kernel windows β ran whole run whole (on the kept tiles and on the native register's) and the widest
-    panel (each where it applies and differs from those before it), the panel also through each other
-    write stage."""
+    growth, the set-safe rows, the full-vector innermost tiles (near β's run, and one native register) and
+    the widest panel (each where it applies and differs from those before it), the panel also through each
+    other write stage."""
     kept: list[tuple[Candidate, str]] = []
     configs = [(tuner.space.kept_tiles(growth=g), "kept" if g == "outer" else f"kept-{g}") for g in get_args(Growth)]
     native = tuner.space.native_lanes  # the target's register width (16 float32s with AVX-512)
-    vector_native = full_vector_tiles(tuner.space, lanes=native) if native > 1 else None
     configs += [(set_safe_tiles(tuner.space), "set-safe"),  # register rows that collide in L1 cut to its ways
                 (full_vector_tiles(tuner.space), "vector"),
-                (vector_native, "vector-native"),
-                (whole_window_tiles(tuner.space), "whole-window"),
-                (whole_window_tiles(tuner.space, base=vector_native) if vector_native else None, "whole-window-native")]
+                (full_vector_tiles(tuner.space, lanes=native) if native > 1 else None, "vector-native")]
     for cfg, by in configs:
         if cfg is not None and tuner.space.valid(cfg) and all(c.cfg != cfg for c, _ in kept):
             if built_candidate(tuner, cand := tuner._cand(cfg)):
@@ -141,28 +136,6 @@ def _kept_variants(tuner: ReuseTuner) -> list[tuple[Candidate, str]]:
                 if built_candidate(tuner, staged := cand.but(stage=k)):
                     kept.append((staged, f"panel-stage{k}"))
     return kept
-
-
-def whole_window_tiles(space: ReuseSpace, *, base: TileConfig | None = None) -> TileConfig | None:
-    """``base`` (default β's kept tiles) with every reduction loop that β ran whole in its innermost factor
-    run whole on α too, where α's extent is another (at most :data:`MAX_INNERMOST`); else None.
-
-    Beyond the paper, as :meth:`~tuner.reuse.space.ReuseSpace.grown_tiles` is for space loops: β's run could
-    not try an inner factor above its extent, so a 3x3 convolution's kernel row of 3 innermost says "the
-    whole row", not "at most 3". Kept by the largest divisor at most 3, a 5x5 kernel's row becomes 1
-    innermost and 5 outside it: MobileNet v3's 5x5 depthwise convolutions' instant programs from
-    MobileNetV2's 3x3 ones ran at 0.45-0.55 of v3's own tuned programs, which run the row whole (Zen 5).
-    CPU only (on CUDA the inner levels are thread tiles; not measured there). O(loops)."""
-    if space.kind != "cpu":
-        return None
-    base = base or space.kept_tiles()
-    whole, changed = [], False
-    for f, bf, be, ae in zip(base.reduction, space.beta_cfg.reduction, space.beta.reduction, space.alpha.reduction):
-        if len(f) > 1 and be > 1 and bf[-1] == be and f[-1] != ae and ae <= MAX_INNERMOST:
-            f, changed = (*[1] * (len(f) - 1), ae), True
-        whole.append(tuple(f))
-    cfg = TileConfig(space.kind, base.space, tuple(whole))
-    return cfg if changed and space.valid(cfg) else None
 
 
 def full_vector_tiles(space: ReuseSpace, *, lanes: int | None = None) -> TileConfig | None:
