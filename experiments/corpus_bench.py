@@ -14,9 +14,8 @@ round, with the same thread count (``TVM_NUM_THREADS``, default 2) and the same 
 warms up, then times ``--repeat`` runs and at least :data:`MIN_TIMED_S` of them, and reports their
 median; the table gives the median of the rounds' medians and the per-round range, eto's speed over
 each runtime's (above 1: eto faster), and the geomean over the models. Processes of their own,
-because runtimes sharing one process share and
-fight over thread pools (TVM's, PyTorch's OpenMP, ONNX Runtime's): ONNX Runtime's round medians
-spread 2-4x that way. Results: ``experiments/results/corpus_bench_<budget>_<cpu>.json``; each model's
+because runtimes sharing one process share and fight over thread pools (TVM's, PyTorch's OpenMP,
+ONNX Runtime's): ONNX Runtime's round medians spread 2-4x that way. Results: ``experiments/results/corpus_bench_<budget>_<cpu>.json``; each model's
 row also goes to ``<work>/corpus_bench_<budget>_<cpu>.jsonl`` as it finishes, so an interrupted run
 goes on with the models it has not done.
 """
