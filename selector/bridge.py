@@ -15,7 +15,7 @@ bridge extent is one of the extents that already occur in its loop position.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Literal, Optional, Union
 
 import numpy as np
@@ -23,12 +23,15 @@ import numpy as np
 from selector.loopnest import LoopNestOp
 from selector.reuse_pairs import row_block, comparable_mask, dominates, group_by_class
 
-__all__ = ["bridge_of", "bridge_operators", "bridge_name", "SketchCheck", "Hops"]
+__all__ = ["bridge_of", "bridge_operators", "bridge_name", "Admits", "SketchCheck", "Hops"]
 
 #: Caller-supplied feasibility test for a candidate bridge (e.g. "does the sketch still apply to
 #: this shape").  Bridges it rejects are neither added nor used to generate further hops.
 SketchCheck = Callable[[LoopNestOp], bool]
 Hops = Union[int, Literal["all"]]
+#: ``admits(alpha, beta)``: whether the plan may tune α from β's program at all (a cheap test, before
+#: any cost is estimated; eto's planner vetoes some comparable pairs). Default: every comparable pair.
+Admits = Callable[[LoopNestOp, LoopNestOp], bool]
 
 
 def bridge_of(alpha: LoopNestOp, beta: LoopNestOp) -> Optional[tuple[int, ...]]:
@@ -85,6 +88,7 @@ def bridge_operators(
     ops: Iterable[LoopNestOp],
     hops: Hops = 1,
     sketch_check: Optional[SketchCheck] = None,
+    admits: Optional[Admits] = None,
 ) -> list[LoopNestOp]:
     """Bridge operators B_1 ∪ ... ∪ B_hops of ``ops`` (``hops="all"``: the closure).
 
@@ -95,12 +99,17 @@ def bridge_operators(
     then extents.
 
     Pairs of two ``tuned`` operators (a prior database's) get no bridge: a database of P stored
-    operators would otherwise add O(P²) bridges to every plan. A tuned operator and one to tune get a
-    bridge only when no tuned operator is comparable with the latter (it is *stranded*): one that
-    has a free source already reuses it in one step, where a path through a bridge takes two (the
-    bridge's reuse, then its own). With five models' databases as priors this kept MobileNet v3's plan
-    at 100 bridges (those among its own operators) and 6,264 candidate pairs instead of 228 and 19,006;
-    the larger graph's plan used none of the extra bridges. Every bridge between operators to tune is kept.
+    operators would otherwise add O(P²) bridges to every plan. Any other pair gets one only when one
+    of its two operators is *stranded*: no tuned operator is comparable with it and ``admits`` it as a
+    source (the planner's own vetoes: a 3x3 convolution is never tuned from a 1x1's program, say).
+    One that has a free source reuses it in one step, where a path through a bridge takes two (the bridge's reuse, then
+    its own) and pays for tuning the bridge. Without priors every operator is stranded and every pair
+    gets its bridge. With five models' databases as priors, every one of MobileNet v3's operators
+    had a free source: its plan has no bridge (it had 228 with every pair's, then 100 with those
+    among its own operators, and used none) and 606 candidate pairs instead of 6,264, at the same
+    cost. The rule is not exact: one bridge can serve two served operators more cheaply than their
+    far priors (with a synthetic cost growing steeply with the distance, 7 of 200 random sets planned
+    up to 9% dearer); on real sets with the trial estimator, the plans were identical.
 
     Complexity: each hop compares only pairs that involve at least one operator added by the
     previous hop (pairs of older operators produced their bridges already; the first hop's, an
@@ -117,37 +126,56 @@ def bridge_operators(
 
     per_hop: dict[int, list[LoopNestOp]] = defaultdict(list)
     for cls, idx in sorted(group_by_class(ops).items(), key=lambda kv: tuple(map(str, kv[0]))):
-        if len(idx) < 2:
-            continue
-        template = ops[idx[0]]
-        with_sketch = len(classes_per_type[template.type]) > 1
-        ext = np.array([ops[i].extents for i in idx], dtype=np.int64)
-        known: set[tuple[int, ...]] = set(map(tuple, ext.tolist()))
-        is_tuned = np.array([ops[i].tuned for i in idx], dtype=bool)
-        stored, pool = ext[is_tuned], ext[~is_tuned]  # two tuned operators need no bridge between them
-        new, hop = pool, 0
-        while len(new) and (hops == "all" or hop < hops):
-            hop += 1
-            fresh = sorted((_candidates(new, pool) | _candidates(_stranded(new, stored), stored)) - known)
-            known.update(fresh)
-            accepted = []
-            for ext in fresh:
-                op = _make(template, ext, with_sketch)
-                if sketch_check is None or sketch_check(op):
-                    if op.name in names:
-                        raise ValueError(f"generated bridge name {op.name!r} clashes with an operator name")
-                    accepted.append(op)
-            per_hop[hop].extend(accepted)
-            new = np.array([op.extents for op in accepted], dtype=np.int64).reshape(-1, pool.shape[1])
-            pool = np.concatenate([pool, new])
+        if len(idx) > 1:
+            with_sketch = len(classes_per_type[ops[idx[0]].type]) > 1
+            for hop, made in _class_bridges([ops[i] for i in idx], hops, with_sketch, sketch_check, admits):
+                clash = [op.name for op in made if op.name in names]
+                if clash:
+                    raise ValueError(f"generated bridge name {clash[0]!r} clashes with an operator name")
+                per_hop[hop].extend(made)
     return [op for h in sorted(per_hop) for op in per_hop[h]]
 
 
-def _stranded(new: np.ndarray, stored: np.ndarray) -> np.ndarray:
-    """The rows of ``new`` that no ``stored`` (tuned) loop nest is comparable with: operators with no free
-    source to reuse directly, the only ones a bridge to a tuned operator can serve."""
-    if not len(stored) or not len(new):
-        return new[:0]
-    step = row_block(len(stored), stored.shape[1])
-    free = np.concatenate([comparable_mask(new[s:s + step], stored).any(axis=1) for s in range(0, len(new), step)])
-    return new[~free]
+def _class_bridges(members: list[LoopNestOp], hops: Hops, with_sketch: bool, sketch_check: Optional[SketchCheck],
+                   admits: Optional[Admits]) -> Iterator[tuple[int, list[LoopNestOp]]]:
+    """``(hop, bridges)`` of one reuse class's ``members``, hop by hop (:func:`bridge_operators`)."""
+    template, depth = members[0], len(members[0].extents)
+    known: set[tuple[int, ...]] = {op.extents for op in members}
+    stored_ops = [op for op in members if op.tuned]  # two tuned operators need no bridge between them
+    pool_ops = [op for op in members if not op.tuned]
+    stored, pool = _extents(stored_ops, depth), _extents(pool_ops, depth)
+    pool_served = _served(pool_ops, stored_ops, admits)
+    new, new_served, hop = pool, pool_served, 0
+    while len(new) and (hops == "all" or hop < hops):
+        hop += 1
+        # pairs with a stranded operator: a stranded new one with anything, a served one with a stranded one
+        fresh = sorted((_candidates(new[~new_served], pool) | _candidates(new[new_served], pool[~pool_served])
+                        | _candidates(new[~new_served], stored)) - known)
+        known.update(fresh)
+        accepted = [op for op in (_make(template, ext, with_sketch) for ext in fresh)
+                    if sketch_check is None or sketch_check(op)]
+        yield hop, accepted
+        new, new_served = _extents(accepted, depth), _served(accepted, stored_ops, admits)
+        pool, pool_served = np.concatenate([pool, new]), np.concatenate([pool_served, new_served])
+
+
+def _extents(ops: Sequence[LoopNestOp], depth: int) -> np.ndarray:
+    return np.array([op.extents for op in ops], dtype=np.int64).reshape(-1, depth)
+
+
+def _served(rows: Sequence[LoopNestOp], stored: Sequence[LoopNestOp], admits: Optional[Admits]) -> np.ndarray:
+    """Which ``rows`` have a free source: a ``stored`` (tuned) operator comparable with them that
+    ``admits(row, source)`` lets them reuse. The others are *stranded*, the only ones a bridge can serve
+    (all of them when nothing is stored). O(n · P · k) numpy work, plus ``admits`` calls for the
+    comparable pairs of rows until one is admitted."""
+    served = np.zeros(len(rows), dtype=bool)
+    if not len(stored) or not len(rows):
+        return served
+    depth = len(rows[0].extents)
+    ext, src = _extents(rows, depth), _extents(stored, depth)
+    step = row_block(len(src), depth)
+    for start in range(0, len(rows), step):
+        mask = comparable_mask(ext[start:start + step], src)
+        for i, row in enumerate(mask, start):
+            served[i] = row.any() if admits is None else any(admits(rows[i], stored[j]) for j in np.flatnonzero(row))
+    return served

@@ -34,7 +34,9 @@ ROOT = "root"
 #: Must be ≥ 0 and not NaN; ``math.inf`` vetoes the pair (the edge is left out). A cost function
 #: may also have a ``prefetch(pairs)`` method: :func:`build_oc_graph` calls it once with every
 #: candidate pair ``(alpha, beta)`` before asking edge by edge (and before the root edges' costs),
-#: so an expensive estimator can work in a batch (in parallel, say).
+#: so an expensive estimator can work in a batch (in parallel, say). It may also have an
+#: ``admits(alpha, beta) -> bool`` method, a cheap test of which pairs can get a finite cost at all:
+#: :func:`selector.bridge.bridge_operators` asks it which operators a prior database serves.
 CostFn = Callable[[LoopNestOp, LoopNestOp], float]
 #: Backend tuning cost: one number for every operator, or a function of the operator.
 BackendCost = Union[float, Callable[[LoopNestOp], float]]

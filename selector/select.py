@@ -255,7 +255,8 @@ def _select(request: SelectionRequest, known: Optional[TreeSolution] = None) -> 
     hops = _hops(request.bridges)
     ops = tuple(replace(op, tuned=True) if op.name in tuned else op for op in request.ops)
     # bridges of the request as made (a replan's newly tuned operators keep theirs, which it may name)
-    extra = bridge_operators(request.ops, hops=hops, sketch_check=request.sketch_check) if hops else []
+    extra = bridge_operators(request.ops, hops=hops, sketch_check=request.sketch_check,
+                             admits=getattr(request.cost_fn, "admits", None)) if hops else []
     extra = [replace(b, tuned=True) if b.name in tuned else b for b in extra]
     unknown = set(tuned) - {op.name for op in ops} - {b.name for b in extra}
     if unknown:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import zipfile
 from typing import Sequence
 
 from eto import __version__
@@ -41,13 +42,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``eto`` on ``argv`` (default: the process arguments); the exit code. SIGINT and SIGTERM stop
     it cleanly (:mod:`eto.cli.interrupt`).
 
-    As the process's own command (``argv`` None), a command that loads no model imports TVM
+    As the process's own command (``argv`` None), a command that loads no model, or an ONNX one, imports TVM
     without PyTorch (:func:`import_tvm_without_torch`): 2 of ``import tvm``'s 3 s here.
     """
     args = build_parser().parse_args(argv)
     args.command_line = list(sys.argv[1:] if argv is None else argv)  # what a stopped run says to rerun
-    if argv is None and args.command in TORCH_FREE_COMMANDS and not getattr(args, "model", None):
-        import_tvm_without_torch()
+    model = getattr(args, "model", None)
+    if argv is None and args.command in TORCH_FREE_COMMANDS and not (model and zipfile.is_zipfile(model)):
+        import_tvm_without_torch()  # an ONNX file needs no PyTorch either; a torch.export archive is a zip
     with console(quiet=args.quiet, verbose=args.verbose), handled():  # Ctrl-C, SIGTERM: a clean stop
         return run_command(args.func, args)
 

@@ -52,6 +52,8 @@ def channels_last(mod: "tvm.IRModule") -> "tuple[tvm.IRModule, LayoutConversion]
     fails with none converted (an operator it cannot pass at all), the model stays as written."""
     from tvm import relax
 
+    from eto.models.constants import fold_constants
+
     if not any(_channels_last_ok(call) for call in _conv_calls(mod)):  # nothing to convert: the model as written
         return mod, LayoutConversion(len(_conv_calls(mod)), 0, 0)
     mod = inference_form(mod)
@@ -68,7 +70,7 @@ def channels_last(mod: "tvm.IRModule") -> "tuple[tvm.IRModule, LayoutConversion]
             return {"relax.nn.conv2d": ["NHWC", "OHWI"]} if index in chosen else {}
 
         out = relax.transform.ConvertLayout({}, layout_cb=desired)(mod)
-        done[chosen] = cancel_transposes(relax.transform.FoldConstant()(out))
+        done[chosen] = cancel_transposes(fold_constants(out))
 
     def works(chosen: "frozenset[int]") -> bool:
         try:

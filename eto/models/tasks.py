@@ -129,7 +129,9 @@ def fold_batch_norms(mod: "tvm.IRModule") -> "tvm.IRModule":
     statistics and weights are constants (bound) directly after a ``conv2d`` is folded."""
     from tvm import relax
 
-    return relax.transform.FoldConstant()(relax.transform.FoldBatchnormToConv2D()(mod))
+    from eto.models.constants import fold_constants
+
+    return fold_constants(relax.transform.FoldBatchnormToConv2D()(mod))
 
 
 def fuse(mod: "tvm.IRModule", target: "Target") -> "tvm.IRModule":

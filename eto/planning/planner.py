@@ -406,12 +406,13 @@ def _seconds(candidates: Callable[[LoopNestOp, LoopNestOp], float], tm: TimeMode
         return max_reduction_ratio is not None and reduction_ratio(alpha, beta) > max_reduction_ratio * (
             2 if alpha.name in relaxed else 1)
 
+    def admits(alpha: LoopNestOp, beta: LoopNestOp) -> bool:  # the edges with a finite cost (selector.bridge asks)
+        return alpha.name not in hot_names and carries_reduction(alpha, beta) and not over_cap(alpha, beta)
+
     def edge(alpha: LoopNestOp, beta: LoopNestOp) -> float:
-        if alpha.name in hot_names or not carries_reduction(alpha, beta):
-            return math.inf
-        if over_cap(alpha, beta):
-            if capped is not None:
-                capped.add(alpha.name)
+        if not admits(alpha, beta):
+            if capped is not None and alpha.name not in hot_names and carries_reduction(alpha, beta):
+                capped.add(alpha.name)  # it lost the edge to the cap
             return math.inf
         c = tm.reuse_candidates(float(candidates(alpha, beta)))
         estimates[(beta.name, alpha.name)] = c
@@ -424,14 +425,13 @@ def _seconds(candidates: Callable[[LoopNestOp, LoopNestOp], float], tm: TimeMode
         estimates[(ROOT, op.name)] = trials + c
         return tm.backend_seconds(trials, g) + (tm.polish_seconds(c, g, op.type) if polish else 0.0)
 
+    edge.admits = admits  # type: ignore[attr-defined]
     if hasattr(candidates, "prefetch"):  # the estimator works in a batch (see selector.CostFn)
         def prefetch(pairs: list[tuple[LoopNestOp, LoopNestOp]]) -> None:
             # only edges ``edge`` admits (a quarter of ResNet-50's are over the cap), and with the
             # polish each operator's self-reuse, which ``root`` will ask for
             selves = list({a.name: (a, a) for a, _ in pairs if not a.tuned}.values()) if polish else []
-            candidates.prefetch([(a, b) for a, b in pairs if a.name not in hot_names
-                                 and carries_reduction(a, b) and not over_cap(a, b)] + selves)
-
+            candidates.prefetch([(a, b) for a, b in pairs if admits(a, b)] + selves)
         edge.prefetch = prefetch  # type: ignore[attr-defined]
 
     return edge, root, estimates
