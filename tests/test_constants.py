@@ -21,8 +21,11 @@ def test_arithmetic_keeps_the_dtype_and_leaves_integers_and_mixed_dtypes_alone()
 
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-def test_a_model_folds_to_what_fold_constant_gives_without_building_tir(layout, monkeypatch, tmp_path):
+@pytest.mark.parametrize("suffix", [".pt2", ".onnx"])
+def test_a_model_folds_to_what_fold_constant_gives_without_building_tir(layout, suffix, monkeypatch, tmp_path):
     pytest.importorskip("torch")
+    if suffix == ".onnx":
+        pytest.importorskip("onnx")
     import tvm
     import tvm.tirx.build  # noqa: F401
     from tvm import relax
@@ -32,10 +35,12 @@ def test_a_model_folds_to_what_fold_constant_gives_without_building_tir(layout, 
     from eto.models.load import load_relax
     from eto.models.nhwc import inference_form
 
-    model = load_relax(export("tiny_mobilenet", str(tmp_path / "m.pt2")))
-    mod, params = relax.frontend.detach_params(model.mod)
-    num_inputs = int(mod["main"].attrs["num_input"])
-    mod = relax.transform.BindParams("main", dict(zip(mod["main"].params[num_inputs:], params["main"])))(mod)
+    model = load_relax(export("tiny_mobilenet", str(tmp_path / f"m{suffix}"), onnx=suffix == ".onnx"))
+    mod = model.mod
+    if mod["main"].attrs is not None and "params" in mod["main"].attrs:  # weights as parameters: bind them
+        mod, params = relax.frontend.detach_params(mod)
+        num_inputs = int(mod["main"].attrs["num_input"])
+        mod = relax.transform.BindParams("main", dict(zip(mod["main"].params[num_inputs:], params["main"])))(mod)
     mod = relax.transform.FoldBatchnormToConv2D()(mod)
     if layout == "NHWC":  # as eto's layout pass converts it (ConvertLayout crashes on a training-form graph)
         mod = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})(inference_form(mod))

@@ -593,3 +593,23 @@ def test_a_profile_sets_each_tuned_task_beside_its_recorded_time_alone(files, tu
         best = db.best(ops[r.operator], parse_target("cpu"), predicted=False)
         assert r.alone_seconds == pytest.approx(r.calls * best.latency_s) and r.in_model == r.seconds / r.alone_seconds
     assert report.in_model > 0 and "alone ms" in report.table()
+
+
+def test_the_rebuild_memo_forgets_its_oldest_templates_past_its_cap(monkeypatch):
+    """A long-lived process planning model after model keeps at most the cap of templates' checks."""
+    from dataclasses import dataclass
+
+    from eto.models import bridges
+
+    @dataclass(frozen=True)
+    class Template:
+        anchor: str
+
+    rebuilt = []
+    monkeypatch.setattr(bridges, "_REBUILDS_ITSELF", {})
+    monkeypatch.setattr(bridges, "REBUILDS_ITSELF_CAP", 2)
+    monkeypatch.setattr(bridges, "_rebuild", lambda anchor, template, target: rebuilt.append(anchor))
+    for name in ("a", "b", "a", "c", "c", "a"):
+        assert bridges._rebuilds_itself(Template(name), "llvm") is False
+    assert rebuilt == ["a", "b", "c", "a"]  # "a" rebuilt again once "c" pushed it out; "c" remembered
+    assert len(bridges._REBUILDS_ITSELF) == 2

@@ -64,6 +64,9 @@ def bridge_task(anchor: Operator, template: Operator, target: "Target | None" = 
 #: Whether a template rebuilds to its own function, per (template, target): a plan asks for a bridge of
 #: each candidate pair of a kind, all on the same few templates, and each check is a Relax build.
 _REBUILDS_ITSELF: dict[tuple[Operator, str], bool] = {}
+#: Templates it remembers, the oldest forgotten first: a long-lived process (a notebook, a server)
+#: plans model after model, and each key holds a template's function.
+REBUILDS_ITSELF_CAP = 1024
 
 
 def _rebuilds_itself(template: Operator, target: "Target") -> bool:
@@ -71,6 +74,8 @@ def _rebuilds_itself(template: Operator, target: "Target") -> bool:
     its layouts and epilogue are read right); memoized, O(1) after one Relax build a template."""
     key = (template, str(target))
     if key not in _REBUILDS_ITSELF:
+        if len(_REBUILDS_ITSELF) >= REBUILDS_ITSELF_CAP:
+            del _REBUILDS_ITSELF[next(iter(_REBUILDS_ITSELF))]
         try:
             own = _rebuild(template.anchor, template, target)
             _REBUILDS_ITSELF[key] = own is not None and _signature(own.prim_func()) == _signature(template.prim_func())

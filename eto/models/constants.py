@@ -24,13 +24,16 @@ ARITHMETIC: dict[str, Callable[..., np.ndarray]] = {
     "relax.add": np.add, "relax.subtract": np.subtract, "relax.multiply": np.multiply,
     "relax.divide": np.divide, "relax.sqrt": np.sqrt, "relax.negative": np.negative,
 }
+#: What TVM's ONNX importer writes for a ``Clip``'s bounds (``where(isnan(b), ±inf, b)``): every
+#: ReLU6 of an ONNX MobileNet.
+SELECTION: dict[str, Callable[..., np.ndarray]] = {"relax.isnan": np.isnan, "relax.where": np.where}
 #: Layout operators folded here (their attributes read by :func:`_layout`).
 LAYOUT = frozenset({"relax.permute_dims", "relax.reshape", "relax.expand_dims", "relax.squeeze"})
 
 
 def fold_constants(mod: "tvm.IRModule") -> "tvm.IRModule":
-    """``mod`` with every call of :data:`ARITHMETIC` or :data:`LAYOUT` over constants replaced by its value,
-    then Relax's ``FoldConstant`` for what is left. O(bindings + constant bytes)."""
+    """``mod`` with every call of :data:`ARITHMETIC`, :data:`SELECTION` or :data:`LAYOUT` over constants
+    replaced by its value, then Relax's ``FoldConstant`` for what is left. O(bindings + constant bytes)."""
     from tvm import relax
     from tvm.relax import PyExprMutator, expr_functor
 
@@ -42,7 +45,7 @@ def fold_constants(mod: "tvm.IRModule") -> "tvm.IRModule":
         def visit_call_(self, call):
             call = super().visit_call_(call)
             name = getattr(call.op, "name", None)
-            if name not in ARITHMETIC and name not in LAYOUT:
+            if name not in ARITHMETIC and name not in SELECTION and name not in LAYOUT:
                 return call
             values = [self.constant(a) for a in call.args[:1 if name in LAYOUT else len(call.args)]]
             if any(v is None for v in values):
@@ -75,6 +78,11 @@ def evaluate(name: str, values: list[np.ndarray], call: Any) -> np.ndarray | Non
         with np.errstate(all="ignore"):  # inf and NaN are values too, as TVM's code would compute them
             out = np.asarray(ARITHMETIC[name](*values))
         return out.astype(values[0].dtype, copy=False)
+    if name == "relax.isnan":
+        return np.isnan(values[0]) if values[0].dtype.kind == "f" else None
+    if name == "relax.where":
+        cond, x, y = values
+        return np.where(cond, x, y) if cond.dtype == np.bool_ and x.dtype == y.dtype else None
     return _layout(name, values[0], call)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from eto.models.constants import fold_constants
 from eto.models.fast_math import mutate_functions
 from eto.models.mapping import channels_last_kind, relax_type, static_shape
 
@@ -51,8 +52,6 @@ def channels_last(mod: "tvm.IRModule") -> "tuple[tvm.IRModule, LayoutConversion]
     it fail are found (:func:`convertible`) and stay as written, every other one is converted; where it
     fails with none converted (an operator it cannot pass at all), the model stays as written."""
     from tvm import relax
-
-    from eto.models.constants import fold_constants
 
     if not any(_channels_last_ok(call) for call in _conv_calls(mod)):  # nothing to convert: the model as written
         return mod, LayoutConversion(len(_conv_calls(mod)), 0, 0)
@@ -345,7 +344,7 @@ def primfunc_min_max_as_ops(mod: "tvm.IRModule") -> "tvm.IRModule":
     from tvm import relax
     from tvm.relax import PyExprMutator, expr_functor
 
-    mod = relax.transform.FoldConstant()(mod)
+    mod = fold_constants(mod)
     call_tir = tvm.ir.Op.get("relax.call_tir")
     ops = {"max": relax.op.maximum, "min": relax.op.minimum}
 
