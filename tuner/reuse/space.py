@@ -188,7 +188,8 @@ class ReuseSpace:
         inner factors (innermost first) each shrunk to the largest divisor of what is left, the
         outermost factor takes the rest. β's register, vector and cache tiles stay as tuned; only
         the number of outer iterations (parallel blocks) follows the new shape; a vector tile β could
-        not choose (:attr:`free_vector`) becomes a full one. O(loops x levels).
+        not choose (:attr:`free_vector`) becomes a full one, no wider than β's (``split_vector``'s
+        ``wider=False``: these tiles are kept unmeasured, by the instant programs). O(loops x levels).
 
         ``growth="parallel"`` (CPU, beyond the paper): where α's loop has room for β's two outer
         factors, the outermost keeps β's and level 1 takes the rest. MetaSchedule's CPU programs fuse
@@ -209,7 +210,8 @@ class ReuseSpace:
         def keep(factors: Sequence[int], extent: int, lanes: int = 0) -> tuple[int, ...]:
             inner, rest = [], extent
             for i, f in enumerate(reversed(factors[1:])):
-                d = split_vector(rest, f, lanes)[1] if lanes and i == 0 else largest_divisor_at_most(rest, f)
+                vector = lanes and i == 0
+                d = split_vector(rest, f, lanes, wider=False)[1] if vector else largest_divisor_at_most(rest, f)
                 inner.append(d)
                 rest //= d
             return (rest, *reversed(inner))
