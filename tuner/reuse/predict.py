@@ -114,11 +114,12 @@ def predict(func: "PrimFunc", source_record: "TuningRecord", target: "Target", *
 
 def _kept_variants(tuner: ReuseTuner) -> list[tuple[Candidate, str]]:
     """The candidates keeping β's tiles that build on α, each with its ``by``: both placements of α's
-    growth, the set-safe rows, the full-vector innermost tiles (near β's run, and one native register) and
+    growth, each with a free vector tile narrow and wide (``-wide``), the set-safe rows, the full-vector innermost tiles (near β's run, and one native register) and
     the widest panel (each where it applies and differs from those before it), the panel also through each
     other write stage."""
     kept: list[tuple[Candidate, str]] = []
-    configs = [(tuner.space.kept_tiles(growth=g), "kept" if g == "outer" else f"kept-{g}") for g in get_args(Growth)]
+    configs = [(tuner.space.kept_tiles(growth=g, wider=w), ("kept" if g == "outer" else f"kept-{g}") + w * "-wide")
+               for w in (False, True) for g in get_args(Growth)]
     native = tuner.space.native_lanes  # the target's register width (16 float32s with AVX-512)
     configs += [(set_safe_tiles(tuner.space), "set-safe"),  # register rows that collide in L1 cut to its ways
                 (full_vector_tiles(tuner.space), "vector"),

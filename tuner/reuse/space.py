@@ -183,13 +183,15 @@ class ReuseSpace:
         return _best_tshape(self.kind, self.alpha, t, tuple(bshape), tuple(lshape), inner,
                             self.vector_lanes, self.free_vector)
 
-    def kept_tiles(self, *, growth: Growth = "outer") -> TileConfig:
+    def kept_tiles(self, *, growth: Growth = "outer", wider: bool = False) -> TileConfig:
         """β's tile factors on α's loops, changed only where α's extents force it: per loop, β's
         inner factors (innermost first) each shrunk to the largest divisor of what is left, the
         outermost factor takes the rest. β's register, vector and cache tiles stay as tuned; only
         the number of outer iterations (parallel blocks) follows the new shape; a vector tile β could
-        not choose (:attr:`free_vector`) becomes a full one, no wider than β's (``split_vector``'s
-        ``wider=False``: these tiles are kept unmeasured, by the instant programs). O(loops x levels).
+        not choose (:attr:`free_vector`) becomes a full one, no wider than β's (``wider``: the
+        whole-vector width nearest β's, :func:`~tuner.analysis.tiling.split_vector`). Neither wins
+        everywhere: ResNet-50's 1x1 convolutions at 24 columns from 28 ran 7.2x faster narrow, its 3x3
+        ones up to 1.9x slower (Zen 5), so :mod:`eto.runs.instant` times both. O(loops x levels).
 
         ``growth="parallel"`` (CPU, beyond the paper): where α's loop has room for β's two outer
         factors, the outermost keeps β's and level 1 takes the rest. MetaSchedule's CPU programs fuse
@@ -202,16 +204,16 @@ class ReuseSpace:
         Computed once per growth (the enumeration and its estimate ask about ten times a pair).
         """
         cache = self.__dict__.setdefault("_kept", {})  # frozen: what cached_property does
-        if growth not in cache:
-            cache[growth] = self._kept_tiles(growth)
-        return cache[growth]
+        if (growth, wider) not in cache:
+            cache[growth, wider] = self._kept_tiles(growth, wider)
+        return cache[growth, wider]
 
-    def _kept_tiles(self, growth: Growth) -> TileConfig:
+    def _kept_tiles(self, growth: Growth, wider: bool) -> TileConfig:
         def keep(factors: Sequence[int], extent: int, lanes: int = 0) -> tuple[int, ...]:
             inner, rest = [], extent
             for i, f in enumerate(reversed(factors[1:])):
                 vector = lanes and i == 0
-                d = split_vector(rest, f, lanes, wider=False)[1] if vector else largest_divisor_at_most(rest, f)
+                d = split_vector(rest, f, lanes, wider=wider)[1] if vector else largest_divisor_at_most(rest, f)
                 inner.append(d)
                 rest //= d
             return (rest, *reversed(inner))
