@@ -80,7 +80,8 @@ def test_instant_program_is_checked_served_and_not_a_tuning_result(tuned_db, tmp
     tuner = ReuseTuner(new.prim_func(), db.best(KNOWN, target).tuning_record, target)
     pred = predict(new.prim_func(), db.best(KNOWN, target).tuning_record, target)
     by = {p.by: p.config for p in (pred, *pred.alternatives)}
-    assert {"kept", "kept-parallel"} <= set(by) <= {"kept", "kept-parallel", "vector", "vector-native"}
+    assert {"kept", "kept-parallel"} <= set(by) <= {"kept", "kept-parallel", "kept-wide", "kept-parallel-wide",
+                                                    "vector", "vector-native"}
     assert by["kept"] == tuner.space.kept_tiles() and by["kept-parallel"] == tuner.space.kept_tiles(growth="parallel")
     assert r.by in by and r.ranked == 1
     assert [r["timed"] for r in db.results() if r["op_key"] == new.key] == [len(by)]

@@ -53,7 +53,7 @@ class Instant:
     op: Operator
     source: Operator
     program: ProgramRecord
-    by: str  # "kept", "kept-parallel", "set-safe", "vector", "panel", ..., "ranker" or "nearest" (tuner.reuse.predict.Prediction)
+    by: str  # "kept", "kept-wide", "set-safe", "vector", "panel", ..., "ranker" or "nearest" (predict.Prediction)
     ranked: int
     seconds: float
 

@@ -1,4 +1,4 @@
-"""A vector tile made for a new extent: never wider than the tile it came from, for kept (unmeasured) tiles."""
+"""A vector tile made for a new extent: no wider than the tile it came from, or the nearest in ratio."""
 
 from tuner.analysis.features import LoopNest, TileConfig
 from tuner.analysis.tiling import split_inner, split_vector
@@ -22,3 +22,4 @@ def test_kept_tiles_of_a_1x1_convolution_at_24_columns_from_28_keep_one_vector()
                        native_lanes=16)
     assert space.free_vector == 8
     assert space.kept_tiles().space == ((1, 1, 1, 1), (4, 16, 2, 4), (2, 6, 1, 2), (3, 1, 1, 8))
+    assert space.kept_tiles(wider=True).space[-1] == (1, 1, 1, 24)  # the other variant the instant programs time

@@ -34,7 +34,7 @@ class Prediction:
 
     schedule: Any  # the postprocessed schedule: ``schedule.mod`` builds
     config: TileConfig | None
-    by: str  # "kept" / "kept-parallel": β's tiles kept; "set-safe": tuner.reuse.cachesets; "panel": round
+    by: str  # "kept" / "kept-parallel" (/ "-wide"): β's tiles kept; "set-safe": tuner.reuse.cachesets; "panel": round
     # "panel"'s widest block, "panel-stageK" the same written back as α's K-th sibling sketch does
     # (tuner.reuse.search.write_stage_siblings); "vector", "vector-native": full_vector_tiles; "ranker":
     # the learned model chose; "nearest": β's block and thread sizes
