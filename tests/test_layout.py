@@ -151,7 +151,7 @@ def test_the_default_layout_tunes_builds_and_matches_pytorch_without_a_flag(mode
                          "--search", "light", "--json")
     assert code == 0 and "layout auto" in err, err[-2000:] + failed_rows(out)
     (entry,) = read_layouts(db).entries
-    assert (entry.model, entry.layout, entry.resolved) == ("tiny_cnn", "auto", "auto" if entry.winograd else "NHWC")
+    assert (entry.model, entry.layout, entry.resolved) == ("tiny_cnn", "auto", "auto")  # Winograd or not
     assert len(entry.winograd) + len(entry.direct) == 1  # the two 16-channel 3x3 convolutions share a shape
     keys = {r["key"].split("(")[0] for r in json.loads(out)["operators"]}
     assert "C2DNHWC" in keys and "C2D" not in keys and ("BMM" in keys) == bool(entry.winograd)
