@@ -35,6 +35,7 @@ def fold_constants(mod: "tvm.IRModule") -> "tvm.IRModule":
     """``mod`` with every call of :data:`ARITHMETIC`, :data:`SELECTION` or :data:`LAYOUT` over constants
     replaced by its value, then Relax's ``FoldConstant`` for what is left. O(bindings + constant bytes)."""
     from tvm import relax
+    from tvm.ir.expr import Constant
     from tvm.relax import PyExprMutator, expr_functor
 
     from eto.models.fast_math import mutate_functions
@@ -56,11 +57,8 @@ def fold_constants(mod: "tvm.IRModule") -> "tvm.IRModule":
         def constant(self, expr) -> np.ndarray | None:
             """``expr``'s value where it is a constant (or a variable bound to one)."""
             if isinstance(expr, relax.Var):
-                try:
-                    expr = self.lookup_binding(expr)
-                except Exception:  # noqa: BLE001  (a parameter: no binding)
-                    return None
-            value = getattr(expr, "value", None) if _is_constant(expr) else None
+                expr = self.lookup_binding(expr)  # None for a parameter
+            value = expr.value if isinstance(expr, Constant) else None
             if isinstance(value, (int, float)):  # a scalar (an epsilon): a 0-d array of its dtype
                 dtype = getattr(expr, "dtype", None) or getattr(relax_type(expr), "dtype", None)
                 return np.array(value, dtype=str(dtype)) if dtype is not None else None
@@ -105,9 +103,3 @@ def _layout(name: str, x: np.ndarray, call: Any) -> np.ndarray | None:
     if name == "relax.squeeze":
         return np.squeeze(x, None if attrs.axis is None else tuple(int(a) for a in attrs.axis))
     return None
-
-
-def _is_constant(expr: Any) -> bool:
-    from tvm.ir.expr import Constant
-
-    return isinstance(expr, Constant)

@@ -34,8 +34,8 @@ class Prediction:
 
     schedule: Any  # the postprocessed schedule: ``schedule.mod`` builds
     config: TileConfig | None
-    by: str  # "kept" / "kept-parallel" (/ "-wide"): β's tiles kept; "set-safe": tuner.reuse.cachesets; "panel": round
-    # "panel"'s widest block, "panel-stageK" the same written back as α's K-th sibling sketch does
+    by: str  # "kept" / "kept-parallel" (/ "-wide"): β's tiles kept; "set-safe": tuner.reuse.cachesets;
+    # "panel": round "panel"'s widest block, "panel-stageK" the same written back as α's K-th sibling sketch does
     # (tuner.reuse.search.write_stage_siblings); "vector", "vector-native": full_vector_tiles; "ranker":
     # the learned model chose; "nearest": β's block and thread sizes
     ranked: int  # candidates the choice was made among
@@ -114,9 +114,9 @@ def predict(func: "PrimFunc", source_record: "TuningRecord", target: "Target", *
 
 def _kept_variants(tuner: ReuseTuner) -> list[tuple[Candidate, str]]:
     """The candidates keeping β's tiles that build on α, each with its ``by``: both placements of α's
-    growth, each with a free vector tile narrow and wide (``-wide``), the set-safe rows, the full-vector innermost tiles (near β's run, and one native register) and
-    the widest panel (each where it applies and differs from those before it), the panel also through each
-    other write stage."""
+    growth, each with a free vector tile narrow and wide (``-wide``), the set-safe rows, the full-vector
+    innermost tiles (near β's run, and one native register) and the widest panel (each where it applies
+    and differs from those before it), the panel also through each other write stage."""
     kept: list[tuple[Candidate, str]] = []
     configs = [(tuner.space.kept_tiles(growth=g, wider=w), ("kept" if g == "outer" else f"kept-{g}") + w * "-wide")
                for w in (False, True) for g in get_args(Growth)]
