@@ -103,7 +103,11 @@ def time_side_by_side(name: str, libs: dict[str, str], rounds: int, repeat: int,
                       reference: str = "alone") -> dict:
     """Each library in a process of its own (:func:`experiments.corpus_bench.round_medians`), the order
     alternating every round; medians of the rounds' medians, and each other library's speed over the
-    ``reference`` one's (``zoo_speed``, ``budget_speed`` over the alone build) with its per-round range."""
+    ``reference`` one's (``zoo_speed``, ``budget_speed`` over the alone build) with its per-round range.
+    The reference is also timed as a build of its own, ``control``: ``control_speed`` and its range are
+    what the same program's timings differ by here (on a 2-core cloud VM the per-round range of one
+    build against itself has been 0.7-1.4x), the floor under which a speed ratio says nothing."""
+    libs = {**libs, "control": libs[reference]}  # the noise floor: the reference build timed against itself
     medians = round_medians(name, {label: ("eto", lib) for label, lib in libs.items()}, rounds, repeat, threads)
     row = {**{f"{label}_ms": statistics.median(v) * 1e3 for label, v in medians.items()},
            **{f"{label}_rounds_ms": [x * 1e3 for x in v] for label, v in medians.items()}}

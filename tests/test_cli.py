@@ -71,6 +71,27 @@ def test_commands_without_a_model_import_tvm_without_torch():
     assert r.stderr.strip().endswith("(True, False, 2.0)"), r.stderr
 
 
+def test_a_time_budget_counts_from_the_process_start(monkeypatch):
+    """``--time-budget`` is the command's wall time: as the process's own command, Python's start and its
+    imports (1-3 s) count; called in a process already running (a notebook, these tests), from the call."""
+    import argparse
+    import time
+
+    import eto.cli.plan as plan_cli
+    from eto.cli.flags import budget_left
+
+    code = "import time; time.sleep(0.5); from eto.cli import process_age; print(process_age())"
+    age = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert 0.5 <= age < 30
+    assert 54.5 < budget_left(argparse.Namespace(time_budget=60.0, started=time.perf_counter() - 5.0)) <= 55.0
+    assert budget_left(argparse.Namespace(time_budget=None, started=0.0)) is None
+    seen = []
+    monkeypatch.setattr(plan_cli, "_plan", lambda args: seen.append(args.started) or 0)  # registered by main
+    before = time.perf_counter()
+    assert main(["plan", "--op", "BMM(B=1,M=8,N=8,K=8)"]) == 0
+    assert before <= seen[0] <= time.perf_counter()  # in-process: from the call, not from the process's start
+
+
 def test_target_show(capsys):
     code, out, _ = run(capsys, "target", "nvidia/nvidia-a100", "--json")
     assert code == 0 and json.loads(out)["max_threads_per_block"] == 1024

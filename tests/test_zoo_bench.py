@@ -74,8 +74,12 @@ def test_a_budget_run_is_tuned_within_its_share_of_the_alone_time_and_timed_besi
 
     monkeypatch.setattr(zoo_bench, "tune", tune)
     monkeypatch.setattr(zoo_bench, "build", lambda onnx_path, db, lib, log: calls.setdefault("built", []).append(lib))
-    monkeypatch.setattr(zoo_bench, "round_medians", lambda name, runs, rounds, repeat, threads: {
-        "alone": [0.010, 0.011, 0.010], "zoo": [0.010, 0.011, 0.010], "budget": [0.0125, 0.011, 0.0125]})
+    def round_medians(name, runs, rounds, repeat, threads):
+        calls["timed"] = runs
+        return {"alone": [0.010, 0.011, 0.010], "zoo": [0.010, 0.011, 0.010], "budget": [0.0125, 0.011, 0.0125],
+                "control": [0.011, 0.010, 0.010]}
+
+    monkeypatch.setattr(zoo_bench, "round_medians", round_medians)
     args = argparse.Namespace(work=str(tmp_path), budget_share=0.2, trials=8, rounds=3, repeat=5, threads=2)
     row = zoo_bench.add_budget_run(_result()["rows"][1], args)
     db, priors, budget = calls["tune"]
@@ -86,10 +90,14 @@ def test_a_budget_run_is_tuned_within_its_share_of_the_alone_time_and_timed_besi
     assert row["budget_default"] == 1 and row["budget_busy"]["others"] == 0.02
     assert row["budget_speed"] == pytest.approx(0.010 / 0.0125) and row["budget_speed_rounds"] == pytest.approx([0.8, 1.0])
     assert row["zoo_speed"] == pytest.approx(1.0)
+    # the noise floor: the alone build timed as a fourth build, its speed against itself
+    assert calls["timed"]["control"] == calls["timed"]["alone"]
+    assert row["control_speed"] == pytest.approx(1.0) and row["control_speed_rounds"] == pytest.approx([10 / 11, 1.1])
     d = {**_result(), "rows": [_result()["rows"][0], row]}
     assert "resnet/resnet34 with priors within 24 s (0.20 of alone): 25 s, 12.50 ms, 0.80x" in zoo_bench.table(d["rows"])
-    assert "| resnet | `resnet34` | 24 s (0.20) | 25 s | 12 | 1 | 1 | 12.50 | 0.80x (0.80x-1.00x) |" in \
-        "\n".join(results_md.zoo_bench(d))
+    page = "\n".join(results_md.zoo_bench(d))
+    assert "| resnet | `resnet34` | 24 s (0.20) | 25 s (0.21) | 12 | 1 | 1 | 12.50 | 0.80x (0.80x-1.00x) |" in page
+    assert "`resnet34` 1.00x (0.91x-1.10x)" in page
 
 
 def test_retime_times_every_build_of_a_row_again_and_keeps_the_earlier_timing(tmp_path, monkeypatch):
@@ -103,7 +111,8 @@ def test_retime_times_every_build_of_a_row_again_and_keeps_the_earlier_timing(tm
 
     def round_medians(name, runs, rounds, repeat, threads):
         timed.update(runs=runs, rounds=rounds)
-        return {"alone": [0.010, 0.010, 0.011], "zoo": [0.010, 0.0125, 0.011], "budget": [0.0125, 0.010, 0.011]}
+        return {"alone": [0.010, 0.010, 0.011], "zoo": [0.010, 0.0125, 0.011], "budget": [0.0125, 0.010, 0.011],
+                "control": [0.010, 0.010, 0.011]}
 
     monkeypatch.setattr(zoo_bench, "round_medians", round_medians)
     row = {**_result()["rows"][1], "budget_s": 25.0, "budget_ms": 20.0, "budget_speed": 0.5, "budget_rounds_ms": [20.0],
@@ -111,7 +120,8 @@ def test_retime_times_every_build_of_a_row_again_and_keeps_the_earlier_timing(tm
     args = argparse.Namespace(work=str(tmp_path), rounds=3, repeat=50, threads=2)
     new = zoo_bench.retime(row, args)
     assert {k: v[1] for k, v in timed["runs"].items()} == {
-        k: str(tmp_path / "resnet" / f"resnet34-{k}.so") for k in ("alone", "zoo", "budget")} and timed["rounds"] == 3
+        k: str(tmp_path / "resnet" / f"resnet34-{k}.so") for k in ("alone", "zoo", "budget")} | {
+        "control": str(tmp_path / "resnet" / "resnet34-alone.so")} and timed["rounds"] == 3
     assert new["budget_speed"] == pytest.approx(10 / 11) and new["budget_speed_rounds"] == pytest.approx([0.8, 1.0])
     assert new["zoo_speed"] == pytest.approx(10 / 11) and new["budget_ms"] == pytest.approx(11.0)
     (before,) = new["timed_before"]

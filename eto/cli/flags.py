@@ -232,6 +232,17 @@ def add_time_budget_option(p: argparse.ArgumentParser) -> None:
                         "goes on from there (default: none, --trials decides)")
 
 
+def budget_left(args: argparse.Namespace) -> float | None:
+    """``--time-budget`` less what the command took before asking (None: no budget): the budget is the
+    whole command's wall time, counted from ``args.started`` (:func:`eto.cli.main` sets it; as the
+    process's own command, from the process's start)."""
+    import time
+
+    if args.time_budget is None:
+        return None
+    return args.time_budget - (time.perf_counter() - getattr(args, "started", time.perf_counter()))
+
+
 def add_timing_option(p: argparse.ArgumentParser) -> None:
     """``--timing``: one copy for ``eto tune``, ``eto plan`` and ``eto retune``."""
     from typing import get_args

@@ -18,8 +18,8 @@ from eto.report import format_table
 from eto.cli.errors import EXIT_FAILED, EXIT_OK, CLIError, check_target
 from eto.cli.ops import parse_dims
 from eto.cli.flags import (DEFAULT_DB, add_finalists_option, add_function_trials_option, add_operator_options,
-    add_strategy_option, add_time_budget_option, add_timing_option, advanced, operators_from_args, tasks_opset,
-    tune_options_of)
+    add_strategy_option, add_time_budget_option, add_timing_option, advanced, budget_left, operators_from_args,
+    tasks_opset, tune_options_of)
 from eto.cli.progress import Progress, log
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
 def _retune(args: argparse.Namespace) -> int:
     from tuner.measure import deadline
 
-    with deadline.until(args.time_budget):  # from the command's start: the instant programs count too
+    with deadline.until(budget_left(args)):  # from the process's start: the instant programs count too
         return _retune_in(args)
 
 

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Sequence
 
 from eto.report import format_table
 from eto.cli.errors import EXIT_FAILED, EXIT_OK, CLIError, check_target
-from eto.cli.flags import (DEFAULT_DB, add_operator_options, add_prior_option, add_tuning_options, tune_options_of,
-    tuning_opset)
+from eto.cli.flags import (DEFAULT_DB, add_operator_options, add_prior_option, add_tuning_options, budget_left,
+    tune_options_of, tuning_opset)
 from eto.cli.progress import Progress, log
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -34,7 +34,7 @@ def _open_database(path: str, priors: Sequence[str] = ()) -> "Database":
 def _tune(args: argparse.Namespace) -> int:
     from tuner.measure import deadline
 
-    with deadline.until(args.time_budget):  # from the command's start: reading a model counts too
+    with deadline.until(budget_left(args)):  # from the process's start: reading a model counts too
         return _tune_in(args)
 
 

@@ -438,13 +438,20 @@ def zoo_bench(d: dict) -> list[str]:
     if budgeted:
         out += ["", "With the same priors and `--time-budget` a share of the alone run's time (`--budget-share`), "
                     "built and timed beside the other two (the rows above are from that same timing):", ""] + table(
-            ["family", "model", "budget (share of alone)", "wall time", "candidates", "tasks on instant programs",
+            ["family", "model", "budget (share of alone)", "wall time (share of alone)", "candidates", "tasks on instant programs",
              "tasks on TVM's default schedules", "ms", "speed vs alone (per round)"],
-            [[r["family"], f"`{r['model']}`", f"{s(r['budget_given_s'])} ({r['budget_share']:.2f})", s(r["budget_s"]),
+            [[r["family"], f"`{r['model']}`", f"{s(r['budget_given_s'])} ({r['budget_share']:.2f})",
+              f"{s(r['budget_s'])} ({r['budget_s'] / r['alone_s']:.2f})",
               str(r["budget_candidates"]), str(r["budget_instant"]), str(r.get("budget_default", "-")),
               f"{r['budget_ms']:.2f}",
               f"{x(r['budget_speed'])} ({x(r['budget_speed_rounds'][0])}-{x(r['budget_speed_rounds'][1])})"]
              for r in budgeted])
+    controls = [r for r in d["rows"] if "control_speed" in r]
+    if controls:
+        out += ["", "Noise floor: the alone build timed once more as a build of its own, in the same rounds "
+                    "(`control`): its speed against itself, median (per round): " + "; ".join(
+                        f"`{r['model']}` {x(r['control_speed'])} ({x(r['control_speed_rounds'][0])}-"
+                        f"{x(r['control_speed_rounds'][1])})" for r in controls)]
     return out
 
 
