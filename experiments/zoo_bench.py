@@ -109,13 +109,63 @@ def time_side_by_side(name: str, libs: dict[str, str], rounds: int, repeat: int,
     build against itself has been 0.7-1.4x), the floor under which a speed ratio says nothing."""
     libs = {**libs, "control": libs[reference]}  # the noise floor: the reference build timed against itself
     medians = round_medians(name, {label: ("eto", lib) for label, lib in libs.items()}, rounds, repeat, threads)
+    row = speeds(medians, reference)
+    row["interleaved"] = speeds(interleaved_medians(name, libs, rounds, repeat, threads), reference)
+    return row
+
+
+def speeds(medians: dict[str, list[float]], reference: str) -> dict:
+    """Per label its median over the rounds' medians and the rounds' (ms), and each label's speed over the
+    ``reference``'s: the ratio of those medians and the range of the rounds' ratios."""
     row = {**{f"{label}_ms": statistics.median(v) * 1e3 for label, v in medians.items()},
            **{f"{label}_rounds_ms": [x * 1e3 for x in v] for label, v in medians.items()}}
-    for label in (label for label in libs if label != reference):
+    for label in (label for label in medians if label != reference):
         ratios = [a / z for a, z in zip(medians[reference], medians[label])]
         row[f"{label}_speed"] = statistics.median(medians[reference]) / statistics.median(medians[label])
         row[f"{label}_speed_rounds"] = [min(ratios), max(ratios)]
     return row
+
+
+def interleaved_medians(name: str, libs: dict[str, str], rounds: int, repeat: int,
+                        threads: int) -> dict[str, list[float]]:
+    """Per label of ``libs``, each round's median seconds with every build loaded in one process and run
+    in turn (:func:`time_interleaved`), one process a round.
+
+    All of them are eto's builds on one TVM thread pool, so nothing fights over threads, and a slow
+    stretch of the machine (on a 2-core cloud VM, whole processes ran 1.3-1.9x slower than others)
+    falls on every build alike: the per-round ratios are much tighter than those of builds timed in
+    processes of their own, which stay in the row as the other timing."""
+    env = {**os.environ, "TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+    out: dict[str, list[float]] = {label: [] for label in libs}
+    for _ in range(rounds):
+        proc = subprocess.run([sys.executable, "-m", "experiments.zoo_bench", "--interleave", name, json.dumps(libs),
+                               "--repeat", str(repeat)], stdout=subprocess.PIPE, text=True, env=env,
+                              cwd=os.path.dirname(HERE), check=True)
+        for label, times in json.loads(proc.stdout.strip().splitlines()[-1]).items():
+            out[label].append(statistics.median(times))
+    return out
+
+
+def time_interleaved(name: str, libs: dict[str, str], repeat: int) -> dict[str, list[float]]:
+    """In this process: every build of ``libs`` loaded, 3 warm-up runs each, then one run of each in
+    turn until each has ``repeat`` runs and :data:`MIN_TIMED_S` of them; seconds per run, per label."""
+    import numpy as np
+
+    import eto
+    from experiments.corpus_bench import _inputs
+
+    arrays = [np.ascontiguousarray(i.numpy()) for i in _inputs(name)[1]]
+    models = {label: eto.load(lib) for label, lib in libs.items()}
+    for model in models.values():
+        for _ in range(3):
+            model(*arrays)
+    times: dict[str, list[float]] = {label: [] for label in libs}
+    while any(len(t) < repeat or sum(t) < MIN_TIMED_S for t in times.values()):
+        for label, model in models.items():
+            start = time.perf_counter()
+            model(*arrays)
+            times[label].append(time.perf_counter() - start)
+    return times
 
 
 def add_budget_run(row: dict, args: argparse.Namespace) -> dict:
@@ -243,6 +293,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="time the builds of the families' later models again (tuning and builds kept; the earlier "
                         "timing stays in each row, under timed_before)")
     add_timing_options(p, "zoo_bench")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--interleave"]:  # one round of interleaved_medians, in a process of its own
+        q = argparse.ArgumentParser()
+        q.add_argument("--interleave", nargs=2, metavar=("MODEL", "LIBS_JSON"))
+        q.add_argument("--repeat", type=int, required=True)
+        one = q.parse_args(argv)
+        print(json.dumps(time_interleaved(one.interleave[0], json.loads(one.interleave[1]), one.repeat)))
+        return 0
     args = p.parse_args(argv)
     families = [(f.split("=", 1)[0], [m for m in f.split("=", 1)[1].split(",") if m]) for f in args.family
                 if "=" in f]

@@ -104,41 +104,47 @@ def test_instant_times_a_convolution_with_its_weights_packed_as_a_model_runs_it(
 
 @pytest.mark.slow  # derives, builds and times a handful of programs
 def test_instant_programs_also_try_the_padding_inlined_where_the_source_placed_it_at_the_root(tmp_path):
-    """β placed its padding at the root (a separate pass and parallel region); each kept variant is also
-    timed with α's padding inlined into the convolution, the tiles the same, and the one stored matches
-    numpy whichever wins."""
-    from eto.runs.instant import instant
+    """β placed its padding at the root (a separate pass and parallel region); the fastest variants are
+    timed again beside their twins with α's padding inlined into the convolution, the tiles the same,
+    and the one stored matches numpy whichever wins. The reuse search's placement round tries it too."""
+    from eto.runs.instant import INLINED_TWINS, instant
     from eto.runs.verify import check_record
     from eto.store.database import Database
     from eto.target import parse_target
     from tests.tuner.test_reuse_tuner import sampled_record
     from tuner.analysis.subsketch import INLINE, ROOT
-    from tuner.reuse.predict import predict
+    from tuner.reuse.predict import inlined, predict
     from tuner.reuse.search import ReuseTuner, built_candidate
 
     target = parse_target("cpu")
     known = Operator.create("DEP", N=1, C=32, H=28, W=28, KH=3, KW=3, padding=1)
     new = Operator.create("DEP", N=1, C=64, H=14, W=14, KH=3, KW=3, padding=1)
     tuner = ReuseTuner(known.prim_func(), sampled_record(known, target), target)
-    producers = [s.inst for s in tuner.sub.slots if s.kind in ("location", "place")
-                 and s.inst in tuner.sketch.tainted_decisions()]
+    producers = [s.inst for s in tuner.sub.slots if s.kind == "place" and s.inst in tuner.sketch.tainted_decisions()]
     assert producers  # the padding block
     beta = tuner._cand(tuner.space.kept_tiles())
     beta.extra = {**beta.extra, **{i: ROOT for i in producers}}
     assert built_candidate(tuner, beta)
     source = tuner.record_of(beta.sch, 1e-3)
+
+    def locations(pred) -> set[int]:
+        return {int(v) for inst, v in pred.schedule.trace.decisions.items() if inst.kind.name == "SampleComputeLocation"}
+
     pred = predict(new.prim_func(), source, target)
-    preds = {p.by: p for p in (pred, *pred.alternatives)}
-    twins = [by for by in preds if by.endswith("-inlined")]
-    assert twins and all(by.removesuffix("-inlined") in preds for by in twins)
-    for by in twins:
-        twin, plain = preds[by], preds[by.removesuffix("-inlined")]
-        assert twin.config == plain.config
-        locations = {int(v) for inst, v in twin.schedule.trace.decisions.items() if inst.kind.name == "SampleComputeLocation"}
-        assert INLINE in locations and INLINE not in {
-            int(v) for inst, v in plain.schedule.trace.decisions.items() if inst.kind.name == "SampleComputeLocation"}
+    preds = (pred, *pred.alternatives)
+    assert not any(p.by.endswith("-inlined") for p in preds)  # twins only of the fastest, by eto.runs.instant
+    twins = [(p, inlined(p)) for p in preds]
+    assert all(t is not None for _, t in twins)
+    for plain, twin in twins:
+        assert twin.by == plain.by + "-inlined" and twin.config == plain.config
+        assert INLINE in locations(twin) and INLINE not in locations(plain)
+        assert inlined(twin) is None  # inlined already
+    # the reuse search starts from β's placement too, and its placement round tries the others
+    (place,) = [s for s in ReuseTuner(new.prim_func(), source, target).sub.slots if s.kind == "place"]
+    assert place.default() == ROOT and INLINE in place.alternatives(ROOT)
     db = Database(tmp_path / "db")
     db.commit(known, target, [source], method="backend", candidates=1, seconds=0.0)
     r = instant(new, db, target)
-    assert r.by in preds and [x["timed"] for x in db.results() if x["op_key"] == new.key] == [len(preds)]
+    assert r.by in {p.by for p in preds} | {t.by for _, t in twins}
+    assert [x["timed"] for x in db.results() if x["op_key"] == new.key] == [len(preds) + min(INLINED_TWINS, len(preds))]
     assert check_record(new, r.program.tuning_record, target).ok

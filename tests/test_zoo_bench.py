@@ -80,6 +80,8 @@ def test_a_budget_run_is_tuned_within_its_share_of_the_alone_time_and_timed_besi
                 "control": [0.011, 0.010, 0.010]}
 
     monkeypatch.setattr(zoo_bench, "round_medians", round_medians)
+    monkeypatch.setattr(zoo_bench, "interleaved_medians", lambda name, libs, rounds, repeat, threads: {
+        "alone": [0.010, 0.010], "zoo": [0.010, 0.010], "budget": [0.0105, 0.0102], "control": [0.010, 0.0101]})
     args = argparse.Namespace(work=str(tmp_path), budget_share=0.2, trials=8, rounds=3, repeat=5, threads=2)
     row = zoo_bench.add_budget_run(_result()["rows"][1], args)
     db, priors, budget = calls["tune"]
@@ -92,12 +94,16 @@ def test_a_budget_run_is_tuned_within_its_share_of_the_alone_time_and_timed_besi
     assert row["zoo_speed"] == pytest.approx(1.0)
     # the noise floor: the alone build timed as a fourth build, its speed against itself
     assert calls["timed"]["control"] == calls["timed"]["alone"]
+    # and all of them once more, interleaved in one process a round: the ratios from those rounds
+    assert row["interleaved"]["budget_speed"] == pytest.approx(0.010 / 0.01035)
+    assert row["interleaved"]["budget_speed_rounds"] == pytest.approx([0.010 / 0.0105, 0.010 / 0.0102])
     assert row["control_speed"] == pytest.approx(1.0) and row["control_speed_rounds"] == pytest.approx([10 / 11, 1.1])
     d = {**_result(), "rows": [_result()["rows"][0], row]}
     assert "resnet/resnet34 with priors within 24 s (0.20 of alone): 25 s, 12.50 ms, 0.80x" in zoo_bench.table(d["rows"])
     page = "\n".join(results_md.zoo_bench(d))
     assert "| resnet | `resnet34` | 24 s (0.20) | 25 s (0.21) | 12 | 1 | 1 | 12.50 | 0.80x (0.80x-1.00x) |" in page
     assert "`resnet34` 1.00x (0.91x-1.10x)" in page
+    assert "`resnet34`: zoo 1.00x (1.00x-1.00x), budget 0.97x (0.95x-0.98x), control 1.00x (0.99x-1.00x)" in page
 
 
 def test_retime_times_every_build_of_a_row_again_and_keeps_the_earlier_timing(tmp_path, monkeypatch):
@@ -115,6 +121,8 @@ def test_retime_times_every_build_of_a_row_again_and_keeps_the_earlier_timing(tm
                 "control": [0.010, 0.010, 0.011]}
 
     monkeypatch.setattr(zoo_bench, "round_medians", round_medians)
+    monkeypatch.setattr(zoo_bench, "interleaved_medians", lambda name, libs, rounds, repeat, threads: {
+        label: [0.010] * rounds for label in libs})
     row = {**_result()["rows"][1], "budget_s": 25.0, "budget_ms": 20.0, "budget_speed": 0.5, "budget_rounds_ms": [20.0],
            "budget_speed_rounds": [0.5, 0.5]}
     args = argparse.Namespace(work=str(tmp_path), rounds=3, repeat=50, threads=2)
@@ -147,3 +155,29 @@ def test_each_timing_process_times_at_least_a_second_of_runs_whatever_repeat(mon
     assert len(times) > 5 and sum(times) >= 0.1 and sum(times[:-1]) < 0.1  # stopped as soon as 0.1 s was timed
     monkeypatch.setattr(corpus_bench, "MIN_TIMED_S", 0.0)
     assert len(corpus_bench.time_runtime("pytorch", "tiny", "", threads=1, repeat=5)) == 5  # --repeat, at least
+
+
+def test_interleaved_timing_runs_each_build_in_turn_in_one_process(monkeypatch):
+    """Every build loaded once, then one run of each in turn: a slow stretch of the machine falls on all of
+    them alike. Each gets --repeat runs and at least MIN_TIMED_S of them."""
+    import time
+
+    import eto
+    from experiments import corpus_bench
+
+    order: list[str] = []
+
+    def load(path):
+        def run(*arrays):
+            order.append(path)
+            time.sleep(0.002 if path == "slow.so" else 0.001)
+        return run
+
+    monkeypatch.setattr(eto, "load", load)
+    monkeypatch.setattr(corpus_bench, "_inputs", lambda name: (None, []))
+    monkeypatch.setattr(zoo_bench, "MIN_TIMED_S", 0.02)
+    times = zoo_bench.time_interleaved("m", {"alone": "fast.so", "budget": "slow.so"}, repeat=5)
+    timed = order[6:]  # after 3 warm-up runs of each
+    assert timed[:4] == ["fast.so", "slow.so", "fast.so", "slow.so"]
+    assert len(times["alone"]) == len(times["budget"]) >= 5 and sum(times["alone"]) >= 0.02
+    assert min(times["budget"]) > min(times["alone"])

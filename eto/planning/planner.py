@@ -217,7 +217,7 @@ def estimator_cost_fn(operator_of: Callable[[LoopNestOp], "Operator | None"], ta
         if (a, b) not in known:
             known[(a, b)] = estimate_trials(kind, a, b, **options).mean  # type: ignore[arg-type]
         seeds = leads(operator_of(alpha), operator_of(beta)) if leads is not None else 0  # type: ignore[arg-type]
-        return float(min(budget, known[(a, b)] + placement_trials(producers[a], producers[b]) + seeds))
+        return float(min(budget, known[(a, b)] + placement_trials(producers[a]) + seeds))
 
     cost.__name__ = f"estimated_trials_{kind}"
     cost.prefetch = prefetch  # type: ignore[attr-defined]

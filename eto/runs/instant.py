@@ -9,7 +9,8 @@ collide in L1, a full-vector innermost tile where β's was not (one or two 8-lan
 target's own register width), and, for a large matmul-like nest, the
 widest register-blocked panel of :mod:`tuner.reuse.panel`), times them all here as the measurer builds
 them and a built model runs them (weights packed once, outside the timed call:
-:func:`tuner.measure.apply.prepacked`), keeps the fastest whose output matches the catalogue's numpy
+:func:`tuner.measure.apply.prepacked`), then the two fastest again beside their twins with the padding
+inlined where β placed it elsewhere, keeps the fastest whose output matches the catalogue's numpy
 reference, and stores it with method ``"instant"``. It is served (it is ``Database.best``) until
 tuning stores a faster program; it never counts as a tuning result, so the operator is still tuned later.
 """
@@ -86,7 +87,6 @@ def instant(op: Operator, database: Database, target: "Target", *, ranker: "Lear
     sketch for ``target``, when the target is not this machine's CPU (the program could not be
     checked here), or when the derived program's output differs from numpy (nothing is stored then).
     """
-    from tuner.measure.apply import build, prepacked
     from tuner.reuse.predict import predict
 
     from eto.target import use_threads
@@ -101,16 +101,53 @@ def instant(op: Operator, database: Database, target: "Target", *, ranker: "Lear
                          f"for this target: {op.name} needs tuning (eto tune) first")
     first = predict(op.prim_func(), src.tuning_record, target, ranker=ranker)
     preds = (first, *first.alternatives)  # on CPU: two placements, set-safe, two vector widths, panels
-    packed = [prepacked(p.schedule.mod) for p in preds]
-    with ThreadPoolExecutor(max(1, min(len(preds), threads))) as pool:  # LLVM's code generation frees the GIL
-        timed = list(pool.map(lambda mod: build(mod, target), packed))
+    packed, timed = _built(preds, target, threads)
     latencies = _time_all(timed, [_random_args(mod) for mod in packed], timing)
+    preds, packed, timed, latencies = _with_inlined(preds, packed, timed, latencies, target, threads, timing)
     latency, pred = _checked_fastest(op, src, preds, packed, timed, latencies, target)
     program = database.commit(op, target, [pred.record(latency)], method=PREDICTED, source=src.op, candidates=0,
                               seconds=time.perf_counter() - start,
                               extra={"predicted_by": pred.by, "ranked": pred.ranked, "timed": len(preds),
                                      "checked": "numpy", "timing": timing})[0]
     return Instant(op, src.op, program, pred.by, pred.ranked, time.perf_counter() - start)
+
+
+#: The fastest variants whose twin with the padding inlined (:func:`tuner.reuse.predict.inlined`) is timed
+#: beside them. A twin of every variant doubled the builds (a depthwise convolution's instant program took
+#: 0.5-0.9 s, and a budget run's instant programs reached 34 of MobileNetV3's 45 operators in their share
+#: instead of 39); of V3's 12 padded depthwise convolutions from V2's programs, the fastest of all those
+#: twins and variants was in every case one of the two fastest variants or its twin (Zen 5).
+INLINED_TWINS = 2
+
+
+def _built(preds: tuple, target: "Target", threads: int) -> tuple[list, list]:
+    """Each prediction's module with its weights packed outside the call, and its build (in parallel:
+    LLVM's code generation frees the GIL)."""
+    from tuner.measure.apply import build, prepacked
+
+    packed = [prepacked(p.schedule.mod) for p in preds]
+    with ThreadPoolExecutor(max(1, min(len(preds), threads))) as pool:
+        return packed, list(pool.map(lambda mod: build(mod, target), packed))
+
+
+def _with_inlined(preds: tuple, packed: list, timed: list, latencies: list[float], target: "Target", threads: int,
+                  timing: "Timing") -> tuple[tuple, list, list, list[float]]:
+    """The same lists with the :data:`INLINED_TWINS` fastest predictions' twins with the padding inlined
+    appended (where they have one), those timed again beside their twins, interleaved as
+    :func:`_time_all` times: a twin is compared with its variant under the same drift of the machine."""
+    from tuner.reuse.predict import inlined
+
+    lead = sorted(range(len(preds)), key=lambda i: latencies[i])[:INLINED_TWINS]
+    twins = tuple(t for t in (inlined(preds[i]) for i in lead) if t is not None)
+    if not twins:
+        return preds, packed, timed, latencies
+    twin_packed, twin_timed = _built(twins, target, threads)
+    again = _time_all([timed[i] for i in lead] + twin_timed,
+                      [_random_args(packed[i]) for i in lead] + [_random_args(m) for m in twin_packed], timing)
+    latencies = list(latencies)
+    for k, i in enumerate(lead):
+        latencies[i] = again[k]
+    return preds + twins, packed + twin_packed, timed + twin_timed, latencies + again[len(lead):]
 
 
 def _checked_fastest(op: Operator, src: ProgramRecord, preds: tuple, packed: list, timed: list,

@@ -446,6 +446,17 @@ def zoo_bench(d: dict) -> list[str]:
               f"{r['budget_ms']:.2f}",
               f"{x(r['budget_speed'])} ({x(r['budget_speed_rounds'][0])}-{x(r['budget_speed_rounds'][1])})"]
              for r in budgeted])
+    mixed = [r for r in d["rows"] if "interleaved" in r]
+    if mixed:
+        def speed(r: dict, label: str) -> str:
+            i = r["interleaved"]
+            return (f"{label} {x(i[f'{label}_speed'])} ({x(i[f'{label}_speed_rounds'][0])}-"
+                    f"{x(i[f'{label}_speed_rounds'][1])})" if f"{label}_speed" in i else "")
+        out += ["", "The same builds timed interleaved, all loaded in one process and run in turn, one process a "
+                    "round (a slow stretch of the machine falls on all of them alike), speed against the alone "
+                    "build, median (per round): " + "; ".join(
+                        f"`{r['model']}`: " + ", ".join(t for t in (speed(r, k) for k in ("zoo", "budget", "control")) if t)
+                        for r in mixed)]
     controls = [r for r in d["rows"] if "control_speed" in r]
     if controls:
         out += ["", "Noise floor: the alone build timed once more as a build of its own, in the same rounds "

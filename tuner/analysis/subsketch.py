@@ -126,11 +126,15 @@ class SubSketches:
                                        n_options=len(alpha.insts[i][2][0])))
             elif kind_name == "SampleComputeLocation":
                 self.slots.append(Slot(i, "location", block_of.get(i, ""), int(b_dec)))
-        # padding-like producers are outside the signature; take β's locations when the traces align
+        # padding-like producers are outside the signature; start from β's locations when the traces
+        # align, and try the others after the main rounds: β placed them for β's shape (MobileNetV2's
+        # depthwise convolutions pad at the root, which at V3's 7x7 and 14x14 ones cost as much as the
+        # convolution; their programs with the padding inlined ran up to 2x faster)
         if [x[0] for x in alpha.insts] == [x[0] for x in beta.insts]:
             for i in sorted(alpha.tainted_decisions()):
                 if alpha.insts[i][0] == "SampleComputeLocation" and i in beta.decisions:
-                    self.slots.append(Slot(i, "location", block_of.get(i, ""), int(beta.decisions[i])))
+                    self.slots.append(Slot(i, "place", block_of.get(i, ""), int(beta.decisions[i]),
+                                           sampled=int(alpha.decisions[i]) if i in alpha.decisions else None))
         # producers β does not have: placed at the root first, then tried inlined and where α sampled
         placed = self.locations()
         for i in sorted(alpha.tainted_decisions()):

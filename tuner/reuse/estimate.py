@@ -71,10 +71,11 @@ def ranked_count(n: int, top_k: int | None, *, open_round: bool, continue_rate: 
     return total
 
 
-def placement_trials(alpha_producers: int, beta_producers: int) -> int:
-    """Candidates of the reuse tuner's placement rounds: when α's producer stages (padding) are
-    not β's, each is placed at the root and then tried inlined and at α's sampled loop (at most 2)."""
-    return 2 * alpha_producers if alpha_producers != beta_producers else 0
+def placement_trials(alpha_producers: int) -> int:
+    """Candidates of the reuse tuner's placement rounds: each of α's producer stages (padding), placed
+    where β placed it (at the root where β has none), is then tried at the root or inlined and where α's
+    design space sampled it (at most 2)."""
+    return 2 * alpha_producers
 
 
 def fetched_inputs(kind: Kind, nest: LoopNest) -> int:

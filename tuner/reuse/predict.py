@@ -38,11 +38,12 @@ class Prediction:
     by: str  # "kept" / "kept-parallel" (/ "-wide"): β's tiles kept; "set-safe": tuner.reuse.cachesets;
     # "panel": round "panel"'s widest block, "panel-stageK" the same written back as α's K-th sibling sketch does
     # (tuner.reuse.search.write_stage_siblings); "vector", "vector-native": full_vector_tiles; any of them
-    # "-inlined": with α's padding inlined (_inlined); "ranker": the learned model chose; "nearest": β's
+    # "-inlined": with α's padding inlined (inlined); "ranker": the learned model chose; "nearest": β's
     # block and thread sizes
     ranked: int  # candidates the choice was made among
     seconds: float
     _tuner: ReuseTuner = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
+    _cand: Candidate | None = field(repr=False, compare=False, default=None)  # what it was built from
     #: programs as cheap and as likely (β's tiles kept, α's growth placed otherwise, see
     #: :meth:`~tuner.reuse.space.ReuseSpace.kept_tiles`): :mod:`eto.runs.instant` times them all and keeps the fastest
     alternatives: tuple["Prediction", ...] = ()
@@ -81,7 +82,7 @@ def predict(func: "PrimFunc", source_record: "TuningRecord", target: "Target", *
         kept = _kept_variants(tuner)
         if kept:
             secs = time.perf_counter() - start
-            first, *rest = (Prediction(c.sch, c.cfg, by, 1, secs, tuner) for c, by in kept)
+            first, *rest = (Prediction(c.sch, c.cfg, by, 1, secs, tuner, _cand=c) for c, by in kept)
             return replace(first, alternatives=tuple(rest))
     if not tuner.has_mlt:
         configs: list[TileConfig | None] = [None]
@@ -111,15 +112,14 @@ def predict(func: "PrimFunc", source_record: "TuningRecord", target: "Target", *
 
         best = min(built, key=distance)
     return Prediction(best.sch, best.cfg, "ranker" if learned else "nearest", ranked,
-                      time.perf_counter() - start, tuner)
+                      time.perf_counter() - start, tuner, _cand=best)
 
 
 def _kept_variants(tuner: ReuseTuner) -> list[tuple[Candidate, str]]:
     """The candidates keeping β's tiles that build on α, each with its ``by``: both placements of α's
     growth, each with a free vector tile narrow and wide (``-wide``), the set-safe rows, the full-vector
     innermost tiles (near β's run, and one native register) and the widest panel (each where it applies
-    and differs from those before it), the panel also through each other write stage; then each of them
-    with α's padding inlined (:func:`_inlined`)."""
+    and differs from those before it), the panel also through each other write stage."""
     kept: list[tuple[Candidate, str]] = []
     configs = [(tuner.space.kept_tiles(growth=g, wider=w), ("kept" if g == "outer" else f"kept-{g}") + w * "-wide")
                for w in (False, True) for g in get_args(Growth)]
@@ -139,30 +139,33 @@ def _kept_variants(tuner: ReuseTuner) -> list[tuple[Candidate, str]]:
             for k in range(1, len(tuner.siblings) + 1):  # its tile written back through another stage
                 if built_candidate(tuner, staged := cand.but(stage=k)):
                     kept.append((staged, f"panel-stage{k}"))
-    return kept + _inlined(tuner, kept)
+    return kept
 
 
-def _inlined(tuner: ReuseTuner, kept: list[tuple[Candidate, str]]) -> list[tuple[Candidate, str]]:
-    """Each of ``kept`` with α's padding-like producers inlined into their consumer (``-inlined``), where
-    β's placement of them (carried over, or the root where β had none) is not already that.
+def inlined(pred: Prediction) -> Prediction | None:
+    """``pred`` with α's padding-like producers inlined into their consumer (``by`` + ``-inlined``), the
+    rest the same; None where it has no such producer, places them so already, or inlining does not
+    replay. O(one replay).
 
     Beyond the paper. β's program placed its padding for β's shape: MobileNetV2's depthwise
-    convolutions mostly at the root, a separate pass over a padded copy and a second parallel
-    region, which at 7x7 and 14x14 costs as much as the convolution. MobileNetV3's depthwise
-    convolutions from V2's programs (15 of them, Zen 5, 2 threads) ran at a geometric mean of 0.94 of
-    V3's own tuned programs without the inlined twins and 1.28 with them; neither placement wins
-    everywhere (β's kept tiles with the padding inlined ran up to 3x slower), so both are timed."""
+    convolutions mostly at the root, a separate pass over a padded copy and a parallel region of its
+    own, which at 7x7 and 14x14 costs as much as the convolution. Neither placement wins everywhere
+    (β's kept tiles with the padding inlined ran up to 3x slower), so :mod:`eto.runs.instant` times the
+    twins of the fastest variants beside them: MobileNetV3's 15 depthwise convolutions from V2's
+    programs ran at a geometric mean of 0.94 of V3's own tuned programs without twins and 1.28 with
+    a twin of every variant (Zen 5, 2 threads)."""
+    tuner, cand = pred._tuner, pred._cand
+    if cand is None:
+        return None
     tainted = tuner.sketch.tainted_decisions()
     producers = [s.inst for s in tuner.sub.slots if s.kind in ("location", "place") and s.inst in tainted]
-    out: list[tuple[Candidate, str]] = []
-    for cand, by in kept if producers else ():
-        if all(cand.extra.get(i) == INLINE for i in producers):
-            continue
-        twin = cand.but(extra={**cand.extra, **{i: INLINE for i in producers}})
-        # GetS falls back to other placements where inlining does not replay: keep only a real twin
-        if built_candidate(tuner, twin) and all(twin.extra.get(i) == INLINE for i in producers):
-            out.append((twin, f"{by}-inlined"))
-    return out
+    if not producers or all(cand.extra.get(i) == INLINE for i in producers):
+        return None
+    twin = cand.but(extra={**cand.extra, **{i: INLINE for i in producers}})
+    # GetS falls back to other placements where inlining does not replay: only a real twin
+    if not built_candidate(tuner, twin) or not all(twin.extra.get(i) == INLINE for i in producers):
+        return None
+    return replace(pred, schedule=twin.sch, by=f"{pred.by}-inlined", alternatives=(), _cand=twin)
 
 
 def full_vector_tiles(space: ReuseSpace, *, lanes: int | None = None) -> TileConfig | None:
