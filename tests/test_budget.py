@@ -431,3 +431,20 @@ def test_a_step_stores_its_programs_on_the_records_scale_unless_the_record_was_t
     assert record_scale(3971e-6, 471e-6) == 1.0  # a disturbed record: stored as timed now
     assert record_scale(100e-6, 471e-6) == 1.0
     assert record_scale(1e-3, math.inf) == 1.0 and record_scale(1e-3, 0.0) == 1.0
+
+
+def test_under_a_time_budget_the_functions_outside_the_catalogue_go_before_the_plan(monkeypatch):
+    """A function outside the catalogue has no instant program: one a budget does not reach runs TVM's
+    default schedule (MobileNetV3's seven means, with a fifth of its alone time), so under a budget
+    the functions are tuned first; without one, after the plan as before."""
+    from eto.runs import pipeline
+
+    order: list[str] = []
+    monkeypatch.setattr(pipeline, "_tune_plan", lambda *a: order.append("plan"))
+    monkeypatch.setattr(pipeline, "_tune_functions", lambda *a: order.append("functions"))
+    monkeypatch.setattr(pipeline, "function_trials", lambda options: 1)
+    for budget, want in ((None, ["plan", "functions"]), (60.0, ["functions", "plan"])):
+        order.clear()
+        run = SimpleNamespace(options=SimpleNamespace(time_budget=budget))
+        pipeline._plan_work(None, None, run, None, [None])
+        assert order == want

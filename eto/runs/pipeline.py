@@ -1,23 +1,22 @@
 """The main job (paper Figure 3): select reuse pairs, tune, store.
 
-:func:`tune` plans the operator set with the reuse pair selector (edge costs from the tuner's
-trial estimator; operators already in the database are free roots), tunes the plan's root
-operators with the backend (MetaSchedule's task scheduler, ``trials`` each) and every other
-operator, bridges included, with the reuse-based tuner from its parent's best program, parents
-first. Each result is committed the moment it exists, so a killed run resumes where it stopped:
-operators the database has attempted are never tuned again.
+:func:`tune` plans the operator set with the reuse pair selector (edge costs from the tuner's trial estimator;
+operators already in the database are free roots), tunes the plan's root operators with the backend (MetaSchedule's
+task scheduler, ``trials`` each) and every other operator, bridges included, with the reuse-based tuner from its
+parent's best program, parents first. Each result is committed the moment it exists, so a killed run resumes where it
+stopped: operators the database has attempted are never tuned again.
 
-An operator whose parent has no program, or whose parent's sketch turns out not to be in its
-design space, falls back to the backend (the reason is kept with the result).
+An operator whose parent has no program, or whose parent's sketch turns out not to be in its design space, falls back
+to the backend (the reason is kept with the result).
 
-A model's functions outside the catalogue (TASK operators, :mod:`eto.operators.task`: softmax,
-norms, element-wise) stay out of the plan and are tuned after it: by reuse from the same function
-tuned at another size where the database holds it, else by the backend, ``function_trials`` each
-(default :data:`eto.operators.task.FUNCTION_TRIALS`, at most ``trials``; one for a design space of one program).
+A model's functions outside the catalogue (TASK operators, :mod:`eto.operators.task`: softmax, norms, element-wise)
+stay out of the plan and are tuned after it, before it under a time budget (left unreached, they have no instant
+program: MobileNetV3's seven means ran TVM's default schedule): by reuse from the same function at another size where
+the database holds it, else by the backend, ``function_trials`` each (default
+:data:`eto.operators.task.FUNCTION_TRIALS`, at most ``trials``; one for a design space of one program).
 
-Kinds with several sketches (section 6.1) cost the full budget until one of them is tuned: when
-the plan names such operators (``replan_after``), they are tuned first and the set is planned
-again, now with estimated reuse costs.
+Kinds with several sketches (section 6.1) cost the full budget until one of them is tuned: when the plan names such
+operators (``replan_after``), they are tuned first and the set is planned again, now with estimated reuse costs.
 
 The options (:class:`eto.options.TuneOptions`) name what goes beyond the paper, off by default:
 
@@ -27,15 +26,13 @@ The options (:class:`eto.options.TuneOptions`) name what goes beyond the paper, 
   evolutionary search continues for this many trials, its population seeded and its cost model
   trained with every candidate the reuse tuner measured; the better of the two is kept.
 
-Also beyond the paper, ``polish`` (:mod:`eto.runs.polish`; method eto): each backend root's program improved
-by a self-reuse before its subtree derives from it; by default (None) where ``trials`` >= 32 trains the
-ranker (with fewer, a polish would measure every candidate: more than the root's own search).
+Also beyond the paper, ``polish`` (:mod:`eto.runs.polish`; method eto): each backend root's program improved by a
+self-reuse before its subtree derives from it; by default where ``trials`` >= 32 trains the ranker.
 
-The paper's baselines run on the same pipeline (``method``): ``"topk"`` keeps eto's plan and
-derives each operator by TopK (:mod:`tuner.reuse.topk`: the parent's top 3 programs applied, no search)
-instead of the reuse tuner; ``"st"`` is Selective Tuning, whose plan clusters the set by the
-overlap of the operators' tuning spaces (:mod:`selector.selective`) and derives each cluster's
-members from its representative by TopK.
+The paper's baselines run on the same pipeline (``method``): ``"topk"`` keeps eto's plan and derives each operator by
+TopK (:mod:`tuner.reuse.topk`: the parent's top 3 programs applied, no search) instead of the reuse tuner; ``"st"``
+is Selective Tuning, whose plan clusters the set by the overlap of the operators' tuning spaces
+(:mod:`selector.selective`) and derives each cluster's members from its representative by TopK.
 """
 
 from __future__ import annotations
@@ -190,9 +187,12 @@ def _tune(opset: OperatorSet, target: "Target", database: Database, options: Tun
 
 def _plan_work(opset: OperatorSet, planned: OperatorPlan, run: RunContext, derivation: Derivation,
                measurers: "list[Measurer]") -> None:
-    """The plan's operators, then the functions outside the catalogue; each skips what the database has."""
-    _tune_plan(planned, run, derivation, measurers)
-    _tune_functions(opset, run, derivation, measurers[0], function_trials(run.options))
+    """The plan's operators and the functions outside the catalogue, each skipping what the database has;
+    the functions first under a time budget (no instant program serves one the budget does not reach)."""
+    steps = [lambda: _tune_plan(planned, run, derivation, measurers),
+             lambda: _tune_functions(opset, run, derivation, measurers[0], function_trials(run.options))]
+    for step in steps[::-1] if run.options.time_budget is not None else steps:
+        step()
 
 
 def _go_on(opset: OperatorSet, planned: OperatorPlan, run: RunContext, derivation: Derivation,
