@@ -134,7 +134,8 @@ def interleaved_medians(name: str, libs: dict[str, str], rounds: int, repeat: in
     All of them are eto's builds on one TVM thread pool, so nothing fights over threads, and a slow
     stretch of the machine (on a 2-core cloud VM, whole processes ran 1.3-1.9x slower than others)
     falls on every build alike: the per-round ratios are much tighter than those of builds timed in
-    processes of their own, which stay in the row as the other timing."""
+    processes of their own, which stay in the row as the other timing. It is not quite the regime of a
+    model served alone: each build runs after the others, with their data in the caches, not its own."""
     env = {**os.environ, "TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
     out: dict[str, list[float]] = {label: [] for label in libs}
     for _ in range(rounds):

@@ -103,7 +103,8 @@ def instant(op: Operator, database: Database, target: "Target", *, ranker: "Lear
     preds = (first, *first.alternatives)  # on CPU: two placements, set-safe, two vector widths, panels
     packed, timed = _built(preds, target, threads)
     latencies = _time_all(timed, [_random_args(mod) for mod in packed], timing)
-    preds, packed, timed, latencies = _with_inlined(preds, packed, timed, latencies, target, threads, timing)
+    if op.flops <= INLINED_TWINS_MAX_FLOPS * math.prod(op.input_shapes[0]):
+        preds, packed, timed, latencies = _with_inlined(preds, packed, timed, latencies, target, threads, timing)
     latency, pred = _checked_fastest(op, src, preds, packed, timed, latencies, target)
     program = database.commit(op, target, [pred.record(latency)], method=PREDICTED, source=src.op, candidates=0,
                               seconds=time.perf_counter() - start,
@@ -118,6 +119,11 @@ def instant(op: Operator, database: Database, target: "Target", *, ranker: "Lear
 #: instead of 39); of V3's 12 padded depthwise convolutions from V2's programs, the fastest of all those
 #: twins and variants was in every case one of the two fastest variants or its twin (Zen 5).
 INLINED_TWINS = 2
+#: ... and only for an operator whose FLOPs per element of its first input are at most this many: there a pass
+#: over a padded copy is no small part of the work (a depthwise 3x3 convolution does 18, a 5x5 one 50). A dense
+#: convolution does hundreds or more (ResNet-50's 3x3 ones 1,152 and up), and its twins won none of 16 new
+#: shapes while their builds took its instant program from 0.4-1.3 s to 0.8-2.2 s (Zen 5).
+INLINED_TWINS_MAX_FLOPS = 128
 
 
 def _built(preds: tuple, target: "Target", threads: int) -> tuple[list, list]:
