@@ -407,7 +407,10 @@ def test_estimator_counts_what_the_tuner_measures():
     assert res.config == winner and res.rounds["T"] > 1 and len(batches) > 1
     estimated = trials_for_config("cpu", tuner.alpha, tuner.beta, tuner.beta_cfg, strategy="global",
                                   unroll_values=tuner.unroll_values, beta_unroll=tuner.beta_unroll, ranges="paper")
-    assert estimated == res.candidates + res.invalid
+    # the placement round of α's padding (where β computed its own, then elsewhere) is counted by the plan
+    # beside this estimate (tuner.reuse.estimate.placement_trials: at most two a padding stage)
+    placed = sum(n for name, n in res.rounds.items() if name.startswith("place"))
+    assert estimated + placed == res.candidates + res.invalid
 
 
 def test_estimate_is_reproducible_and_global_measures_less_than_per_b(example3):
