@@ -157,8 +157,7 @@ def inlined(pred: Prediction) -> Prediction | None:
     tuner, cand = pred._tuner, pred._cand
     if cand is None:
         return None
-    tainted = tuner.sketch.tainted_decisions()
-    producers = [s.inst for s in tuner.sub.slots if s.kind in ("location", "place") and s.inst in tainted]
+    producers = sorted(tuner.sub.locations() & tuner.sketch.tainted_decisions())  # the padding-like stages
     if not producers or all(cand.extra.get(i) == INLINE for i in producers):
         return None
     twin = cand.but(extra={**cand.extra, **{i: INLINE for i in producers}})
